@@ -1,0 +1,40 @@
+// The registry entry of one generated kernel. generated/registry.cpp defines the table
+// (rendered from templates/registry.cpp.j2, one row per KernelSpec); the driver's lookup
+// (src/dispatch.h) and `fmha.exe -list-kernels` read it. Nothing else lists kernels.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "params.h"
+
+namespace fmha {
+
+using LaunchFn = cudaError_t (*)(const Params&, cudaStream_t);
+// Returns the kernel's __global__ entry for a mask, so the host can ask the runtime
+// whether an image exists for the current device (cudaFuncGetAttributes).
+using EntryFn = const void* (*)(MaskType);
+
+struct KernelMeta {
+    const char* name;     // KernelSpec.name: also the file name and the FMHA_FILTER key
+    const char* family;   // "flash" (mma.sync, SM80 and newer)
+    int sm;               // family's base arch (80): binary runs on sm >= this where built
+    DataType dtype;       // input/output element type
+    DataType acc;         // accumulation of P·V (Q·K^T and softmax are always fp32)
+    int d;                // head size of Q, K
+    int dv;               // head size of V, O
+    int block_m;          // query rows per CTA
+    int block_n;          // keys per main-loop step
+    int warps_m;          // warps along M (each owns block_m / warps_m rows)
+    int warps_n;          // warps along N
+    uint32_t masks;       // bitmask of mask_bit(MaskType)
+    bool warp_specialized;
+    LaunchFn launch;
+    EntryFn entry;
+};
+
+extern const KernelMeta kKernels[];
+extern const int kNumKernels;
+
+}  // namespace fmha

@@ -1,0 +1,62 @@
+// One Params struct shared by the driver, the reference, the launchers and the kernels.
+//
+// Every tensor is addressed as  base + token * row_stride + head * head_stride + col,
+// all in elements of the tensor's own type. That single rule covers every layout
+// (packed QKV, contiguous Q + KV, separate Q/K/V, padded or packed sequences): the
+// driver sets pointers and strides, the kernels never branch on the layout.
+#pragma once
+
+#include <cstdint>
+
+namespace fmha {
+
+enum class DataType : int { kFp16 = 0, kBf16 = 1, kFp32 = 2, kE4m3 = 3 };
+
+// Masks a kernel may support; a kernel's registry entry carries a bitmask of these.
+enum class MaskType : int { kPadding = 0, kCausal = 1 };
+constexpr uint32_t mask_bit(MaskType m) { return 1u << static_cast<int>(m); }
+
+enum class Layout : int { kPackedQkv = 0, kContiguousQKv = 1, kSeparateQKv = 2 };
+
+struct Params {
+    // Inputs and output. q/k/v/o element type is the kernel's dtype (fp16 or bf16).
+    const void* q = nullptr;
+    const void* k = nullptr;
+    const void* v = nullptr;
+    void* o = nullptr;
+
+    // Strides in elements. row = one token, head = one head inside that token.
+    int64_t q_row_stride = 0, q_head_stride = 0;
+    int64_t k_row_stride = 0, k_head_stride = 0;
+    int64_t v_row_stride = 0, v_head_stride = 0;
+    int64_t o_row_stride = 0, o_head_stride = 0;
+
+    // Per-sequence token offset of the first row and the real length, device arrays of b.
+    // Packed (var-len) storage: offsets are the prefix sums of the lengths.
+    // Padded storage (-pad-s): offsets are i * s, lengths still the real ones.
+    const int* q_offsets = nullptr;
+    const int* q_lens = nullptr;
+    const int* kv_offsets = nullptr;
+    const int* kv_lens = nullptr;
+
+    int b = 0;         // batch
+    int h = 0;         // query heads
+    int h_kv = 0;      // key/value heads; h % h_kv == 0, query head i reads kv head i / (h / h_kv)
+    int d = 0;         // head size of Q and K
+    int dv = 0;        // head size of V and O
+    int s_q_max = 0;   // max over q_lens (grid size)
+    int s_kv_max = 0;  // max over kv_lens
+
+    MaskType mask = MaskType::kPadding;
+    // Causal is bottom-right aligned: query row r of a sequence may see key j iff
+    //   j <= r + (kv_len - q_len).
+
+    // S = scale_bmm1 * Q K^T ;  P = softmax(S) ;  O = scale_softmax * scale_bmm2 * P V
+    float scale_bmm1 = 1.f;
+    float scale_softmax = 1.f;
+    float scale_bmm2 = 1.f;
+
+    int num_sms = 0;   // filled by the driver from the device
+};
+
+}  // namespace fmha
