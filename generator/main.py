@@ -1,0 +1,117 @@
+"""setup.py's body: env flags -> specs -> rules -> FMHA_FILTER -> generated/."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import rules
+from .enumerate import candidates
+from .env import Config, EnvError, parse
+from .render import render_all
+from .spec import FAMILIES, KernelSpec
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = ROOT / "generated"
+
+# Flags for families that are planned but not written: accepted, validated, and reported so
+# that nobody believes they built FP8 or Blackwell kernels.
+PLANNED_FAMILIES = {
+    "ENABLE_SM89_QMMA": "the sm89 family (FP8 e4m3, mma.sync QMMA)",
+    "ENABLE_SM100": "the sm100 family (Blackwell tcgen05)",
+    "ENABLE_SM120": "the sm120 family (Blackwell consumer mma.sync FP8/FP4)",
+}
+
+
+@dataclass
+class Selection:
+    """One family's candidates, split by what happened to them."""
+
+    kept: list = field(default_factory=list)        # generated
+    rejected: list = field(default_factory=list)    # (spec, [Rule]) a rule refused
+    filtered: list = field(default_factory=list)    # valid, but FMHA_FILTER left it out
+
+
+def select(config: Config) -> dict[str, Selection]:
+    """Candidates of every family through the rules and FMHA_FILTER."""
+    selections = {}
+    seen = set()
+    for family, specs in candidates(config).items():
+        selection = Selection()
+        for spec in specs:
+            if spec.name in seen:
+                raise RuntimeError(f"two candidates are named {spec.name}: enumeration bug")
+            seen.add(spec.name)
+            broken = rules.broken(spec, config)
+            if broken:
+                selection.rejected.append((spec, broken))
+            elif config.selects(spec.name):
+                selection.kept.append(spec)
+            else:
+                selection.filtered.append(spec)
+        selections[family] = selection
+    return selections
+
+
+def kernels(config: Config) -> list[KernelSpec]:
+    """The generated specs in registry (dispatch) order."""
+    return [spec for selection in select(config).values() for spec in selection.kept]
+
+
+def _display(path: Path) -> str:
+    try:
+        return f"{path.resolve().relative_to(Path.cwd().resolve())}/"
+    except ValueError:
+        return f"{path}/"
+
+
+def main(argv=None, environ=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="setup.py", description="Generate the FMHA kernels into generated/ (then run make)."
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="print every rejected spec and why")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output dir (default: generated/)")
+    args = parser.parse_args(argv)
+    environ = os.environ if environ is None else environ
+
+    try:
+        config = parse(environ)
+    except EnvError as error:
+        print(f"setup.py: error: {error}", file=sys.stderr)
+        return 2
+
+    selections = select(config)
+    specs = [spec for selection in selections.values() for spec in selection.kept]
+    outcome = render_all(specs, config, args.out)
+
+    where = _display(args.out)
+    for name, selection in selections.items():
+        family = FAMILIES[name]
+        line = f"{name} ({family.description}): {len(selection.kept)} kernels -> {where}"
+        if selection.filtered:
+            line += f" ({len(selection.filtered)} more left out by FMHA_FILTER)"
+        print(line)
+        if args.verbose:
+            archs = " ".join(str(a) for a in rules.family_archs(name, config))
+            print(f"  compiled for TORCH_CUDA_ARCH_LIST entries: {archs}")
+            for spec, broken in selection.rejected:
+                print(f"  rejected {spec.name}: " + "; ".join(r.why(spec) for r in broken))
+            for spec in selection.filtered:
+                print(f"  filtered {spec.name}: matches no FMHA_FILTER glob")
+    for flag, what in PLANNED_FAMILIES.items():
+        if getattr(config, flag.lower()):
+            print(f"{flag}=1: {what} does not exist yet; nothing was generated for it")
+    if environ.get("SCHEDULING_MODE", "").strip():
+        print(
+            f"SCHEDULING_MODE={config.scheduling_mode}: applies to the sm90 family "
+            "(warp-specialised wgmma), which does not exist yet"
+        )
+    changed = len(outcome.written) + len(outcome.removed)
+    print(
+        f"{where}: {len(outcome.written)} files written, {len(outcome.removed)} stale kernels removed"
+        if changed else f"{where}: up to date"
+    )
+    return 0

@@ -1,0 +1,97 @@
+"""Named validity rules. A spec is generated only when every rule accepts it.
+
+Enumeration is deliberately generous (it may propose what a flag turns off, or what a kernel
+cannot do); each rule says in words why it rejects, and `setup.py -v` prints that reason
+next to the kernel name. fmha_test.py can ask the same rules which kernels must not exist.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .env import Config
+from .spec import FAMILIES, KernelSpec
+
+MAX_HEAD_SIZE = 256
+# ldmatrix moves 8 x 16-byte rows: head sizes come in steps of 8 halves.
+HEAD_SIZE_STEP = 8
+# mma.sync m16n8k16: each warp owns whole 16-row slices of the tile.
+MMA_M = 16
+# P·V reduces over the keys in k=16 steps, so a warp's key slice is a multiple of 16.
+MMA_K = 16
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    reason: str     # why a spec that breaks it is rejected; may name {family} and {arch}
+    accepts: Callable[[KernelSpec, Config], bool]
+
+    def why(self, spec: KernelSpec) -> str:
+        """The reason, with the spec's family and its base arch (8.0) filled in."""
+        sm = FAMILIES[spec.family].sm
+        return self.reason.format(family=spec.family, arch=f"{sm // 10}.{sm % 10}")
+
+
+def _head_size_ok(d: int) -> bool:
+    return d % HEAD_SIZE_STEP == 0 and d <= MAX_HEAD_SIZE
+
+
+def _hmma_fp32_enabled(spec: KernelSpec, config: Config) -> bool:
+    return not (spec.dtype == "fp16" and spec.acc == "fp32") or config.enable_hmma_fp32
+
+
+RULES = (
+    Rule(
+        "head_size",
+        f"head size must be a multiple of {HEAD_SIZE_STEP} and <= {MAX_HEAD_SIZE}",
+        lambda s, c: _head_size_ok(s.d) and _head_size_ok(s.dv),
+    ),
+    Rule(
+        "fp16_acc",
+        "fp16 accumulation only with fp16 inputs",
+        lambda s, c: s.acc != "fp16" or s.dtype == "fp16",
+    ),
+    Rule(
+        "hmma_fp32",
+        "fp16 inputs with fp32 accumulation need ENABLE_HMMA_FP32=1",
+        _hmma_fp32_enabled,
+    ),
+    Rule(
+        "block_m",
+        f"block_m must be a multiple of {MMA_M}*warps_m",
+        lambda s, c: s.block_m % (MMA_M * s.warps_m) == 0,
+    ),
+    Rule(
+        "block_n",
+        f"block_n must be a multiple of {MMA_K}*warps_n",
+        lambda s, c: s.block_n % (MMA_K * s.warps_n) == 0,
+    ),
+    Rule(
+        "family_sm",
+        "family {family} is built for base arch {arch}: sm must match",
+        lambda s, c: s.sm == FAMILIES[s.family].sm,
+    ),
+    Rule(
+        "masks",
+        "a kernel must support at least one mask",
+        lambda s, c: len(s.masks) > 0,
+    ),
+    Rule(
+        "arch",
+        "family {family} needs an arch >= {arch} in TORCH_CUDA_ARCH_LIST",
+        lambda s, c: bool(family_archs(s.family, c)),
+    ),
+)
+
+
+def family_archs(family: str, config: Config) -> tuple:
+    """The configured archs a family's kernels are compiled for: every one >= its base."""
+    return tuple(a for a in config.archs if a.number >= FAMILIES[family].sm)
+
+
+def broken(spec: KernelSpec, config: Config) -> list[Rule]:
+    """The rules `spec` breaks under `config`; empty when it is generated."""
+    return [rule for rule in RULES if not rule.accepts(spec, config)]
+

@@ -1,0 +1,153 @@
+"""KernelSpec: one generated kernel, and the tables that map its fields to C++.
+
+The spec's `name` is the one identity of a kernel: the generated file name, the registry
+key, the `-kernel NAME` argument, the FMHA_FILTER target and the duplicate check.
+`KernelSpec.parse(name)` gives the spec back, so nothing else ever builds or splits names.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class Family:
+    """What the templates need to know about a kernel family (docs/ARCHITECTURE.md)."""
+
+    name: str                # the spec's `family` value and the name token
+    sm: int                  # base arch: binaries for every listed arch >= this
+    description: str         # shown by setup.py: "sm80 family, mma.sync"
+    header: str              # include path under src/, provides launch<T> and entry<T>
+    namespace: str           # C++ namespace inside fmha:: holding Traits, launch, entry
+    warp_specialized: bool   # KernelMeta::warp_specialized for every kernel of the family
+    template: str            # the kernel translation-unit template
+
+
+# The one place that maps a family to its header, namespace and C++ template.
+FAMILIES = {
+    "flash": Family(
+        name="flash",
+        sm=80,
+        description="sm80 family, mma.sync",
+        header="fmha/kernel/flash_sm80.h",
+        namespace="flash_sm80",
+        warp_specialized=False,
+        template="kernel.cu.j2",
+    ),
+}
+
+# dtype / accumulation token -> (C++ element type, fmha::DataType enumerator).
+DTYPES = {
+    "fp16": ("__half", "DataType::kFp16"),
+    "bf16": ("__nv_bfloat16", "DataType::kBf16"),
+}
+ACCS = {
+    "fp16": "DataType::kFp16",
+    "fp32": "DataType::kFp32",
+}
+# Accumulation each input type gets when the name says nothing more. Any other pairing is
+# spelled out in the name ("fp16_fp32"), so every (dtype, acc) pair has a name that parses.
+DEFAULT_ACC = {"fp16": "fp16", "bf16": "fp32"}
+
+# Mask token -> fmha::MaskType enumerator (src/params.h), in the order of that enum.
+MASKS = {
+    "padding": "MaskType::kPadding",
+    "causal": "MaskType::kCausal",
+}
+ALL_MASKS = tuple(MASKS)
+
+PREFIX = "fmha_v2"
+
+# Built from the tables above so the parser knows exactly the tokens the name can hold.
+_NAME_RE = re.compile(
+    rf"{PREFIX}_(?P<family>{'|'.join(sorted(FAMILIES, key=len, reverse=True))})"
+    rf"_(?P<dtype>{'|'.join(DTYPES)})(?:_(?P<acc>{'|'.join(ACCS)}))?"
+    r"_d(?P<d>\d+)(?:_dv(?P<dv>\d+))?"
+    r"_(?P<block_m>\d+)x(?P<block_n>\d+)"
+    r"_w(?P<warps_m>\d+)x(?P<warps_n>\d+)"
+    r"_sm(?P<sm>\d+)"
+)
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One kernel. Field vocabulary is checked here; what combinations work is rules.py."""
+
+    family: str
+    sm: int
+    dtype: str          # input/output element type: "fp16" | "bf16"
+    acc: str            # accumulation of P·V: "fp16" | "fp32"
+    d: int              # head size of Q and K
+    dv: int             # head size of V and O
+    block_m: int        # query rows per CTA
+    block_n: int        # keys per main-loop step
+    warps_m: int
+    warps_n: int
+    masks: tuple = ALL_MASKS   # not in the name: all are instantiated in one TU
+
+    def __post_init__(self):
+        if self.family not in FAMILIES:
+            raise ValueError(f"unknown family {self.family!r} (known: {', '.join(FAMILIES)})")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r} (known: {', '.join(DTYPES)})")
+        if self.acc not in ACCS:
+            raise ValueError(f"unknown accumulation {self.acc!r} (known: {', '.join(ACCS)})")
+        for field in ("sm", "d", "dv", "block_m", "block_n", "warps_m", "warps_n"):
+            value = getattr(self, field)
+            if type(value) is not int or value <= 0:
+                raise ValueError(f"{field} must be a positive int, got {value!r}")
+        # Accept any iterable of masks but store a tuple so specs stay hashable.
+        object.__setattr__(self, "masks", tuple(self.masks))
+        unknown = [m for m in self.masks if m not in MASKS]
+        if unknown:
+            raise ValueError(f"unknown masks {unknown} (known: {', '.join(MASKS)})")
+
+    @property
+    def dtype_token(self) -> str:
+        if self.acc == DEFAULT_ACC[self.dtype]:
+            return self.dtype
+        return f"{self.dtype}_{self.acc}"
+
+    @property
+    def name(self) -> str:
+        head = f"d{self.d}" if self.dv == self.d else f"d{self.d}_dv{self.dv}"
+        return (
+            f"{PREFIX}_{self.family}_{self.dtype_token}_{head}"
+            f"_{self.block_m}x{self.block_n}_w{self.warps_m}x{self.warps_n}_sm{self.sm}"
+        )
+
+    @classmethod
+    def parse(cls, name: str, masks=ALL_MASKS) -> "KernelSpec":
+        """The spec named `name`. Masks are not part of a name, so they come as an argument."""
+        match = _NAME_RE.fullmatch(name)
+        if match is None:
+            raise ValueError(f"not a kernel name: {name!r}")
+        g = match.groupdict()
+        dtype = g["dtype"]
+        d = int(g["d"])
+        spec = cls(
+            family=g["family"],
+            sm=int(g["sm"]),
+            dtype=dtype,
+            acc=g["acc"] or DEFAULT_ACC[dtype],
+            d=d,
+            dv=int(g["dv"]) if g["dv"] else d,
+            block_m=int(g["block_m"]),
+            block_n=int(g["block_n"]),
+            warps_m=int(g["warps_m"]),
+            warps_n=int(g["warps_n"]),
+            masks=masks,
+        )
+        # Reject spellings that parse but are not canonical (d128_dv128, bf16_fp32, d0128):
+        # one kernel, one name.
+        if spec.name != name:
+            raise ValueError(f"not a canonical kernel name: {name!r} (did you mean {spec.name!r}?)")
+        return spec
+
+    def to_dict(self) -> dict:
+        """The spec as plain JSON values, with its name (generated/manifest.json)."""
+        out = asdict(self)
+        out["masks"] = list(self.masks)
+        out["name"] = self.name
+        return out

@@ -1,0 +1,162 @@
+"""The build: generated code compiles, make is incremental, fmha.exe lists its kernels.
+
+Runs in a temporary copy of the repository so the developer's generated/ and obj/ are left
+alone. The full build compiles one small kernel for sm80 (a few minutes on 2 cores).
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD_INPUTS = ("setup.py", "generator", "templates", "src", "Makefile", "requirements.txt")
+FLAGS = ("TORCH_CUDA_ARCH_LIST", "ENABLE_HMMA_FP32", "ENABLE_SM89_QMMA", "ENABLE_SM100",
+         "ENABLE_SM120", "SCHEDULING_MODE", "USE_CCACHE", "FMHA_FILTER")
+FAMILY_HEADER = "src/fmha/kernel/flash_sm80.h"
+DRIVER = "src/fused_multihead_attention.cpp"
+SMALL_FILTER = "*_fp16_d64_*"     # one kernel: d=64 compiles fastest of the 2-mask TUs
+
+needs_make = pytest.mark.skipif(shutil.which("make") is None, reason="make not found")
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not found")
+
+
+def copy_tree(dest: Path, inputs=BUILD_INPUTS) -> Path:
+    for name in inputs:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+        elif src.exists():
+            shutil.copy2(src, dest / name)
+    return dest
+
+
+def run(cmd, cwd, timeout=900, **flags):
+    env = {k: v for k, v in os.environ.items() if k not in FLAGS and not k.startswith("MAKE")}
+    env.update(flags)
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def setup(cwd, **flags):
+    result = run([sys.executable, "setup.py"], cwd, **flags)
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def objects(make_output: str) -> set:
+    """The objects (and the exe) a `make -n` would build."""
+    return set(re.findall(r" -o (\S+)", make_output))
+
+
+# --- the Makefile without compiling ------------------------------------------------------
+
+@needs_make
+def test_make_without_generated_says_what_to_do(tmp_path):
+    copy_tree(tmp_path, ("Makefile",))
+    for goal in ([], ["list"]):
+        result = run(["make", *goal], tmp_path)
+        assert result.returncode != 0
+        assert "generated/ is missing: run python3 setup.py first" in result.stderr
+    assert run(["make", "clean"], tmp_path).returncode == 0
+    assert run(["make", "distclean"], tmp_path).returncode == 0
+
+
+@needs_make
+def test_make_dry_run_picks_up_sources_and_gencode(tmp_path):
+    copy_tree(tmp_path)
+    (tmp_path / "src" / "reference" / "extra_check.cu").write_text("// a new reference file\n")
+    setup(tmp_path, TORCH_CUDA_ARCH_LIST="8.0;9.0a", FMHA_FILTER=SMALL_FILTER)
+    result = run(["make", "-n"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    kernel = next(l for l in lines if "-c generated/kernels/fmha_v2_flash_fp16_d64_" in l)
+    extra = next(l for l in lines if "-c src/reference/extra_check.cu" in l)
+    for line in (kernel, extra):
+        assert "-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90a,code=sm_90a" in line
+        assert "-MMD -MP" in line and "-std=c++17" in line
+    assert "obj/src/reference/extra_check.o" in objects(result.stdout)
+    assert "bin/fmha.exe" in objects(result.stdout)
+    assert "fmha_v2_flash_fp16_d64_128x64_w4x1_sm80" in run(["make", "list"], tmp_path).stdout
+
+
+@needs_make
+def test_make_checks_use_ccache(tmp_path):
+    copy_tree(tmp_path)
+    setup(tmp_path, FMHA_FILTER=SMALL_FILTER)
+    result = run(["make", "-n", "USE_CCACHE=maybe"], tmp_path)
+    assert result.returncode != 0 and "USE_CCACHE=maybe: expected one of 0/1/true/false/on/off" in result.stderr
+    if shutil.which("ccache"):
+        assert "ccache nvcc" in run(["make", "-n"], tmp_path, USE_CCACHE="1").stdout
+    assert "ccache" not in run(["make", "-n"], tmp_path, USE_CCACHE="0").stdout
+
+
+# --- compiling ---------------------------------------------------------------------------
+
+@pytest.mark.build
+@needs_nvcc
+@pytest.mark.parametrize("globs", ["nothing*", "*_d64_*"], ids=["zero_kernels", "two_kernels"])
+def test_registry_compiles(tmp_path, globs):
+    copy_tree(tmp_path, ("setup.py", "generator", "templates"))
+    setup(tmp_path, FMHA_FILTER=globs)
+    result = run(["nvcc", "-std=c++17", f"-I{ROOT / 'src'}", "-c", "generated/registry.cpp",
+                  "-o", "registry.o"], tmp_path)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """A tree with bin/fmha.exe built from one small kernel. The tests below share it and
+    run in file order: the ones that leave it out of date (touch, new arch list) come last."""
+    if shutil.which("nvcc") is None or shutil.which("make") is None:
+        pytest.skip("nvcc or make not found")
+    for path in (FAMILY_HEADER, DRIVER):
+        if not (ROOT / path).is_file():
+            pytest.skip(f"{path} does not exist yet")
+    tree = copy_tree(tmp_path_factory.mktemp("build"))
+    setup(tree, TORCH_CUDA_ARCH_LIST="8.0", FMHA_FILTER=SMALL_FILTER)
+    result = run(["make", "-j2"], tree, TORCH_CUDA_ARCH_LIST="8.0")
+    if result.returncode != 0:
+        pytest.fail(f"make failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}", pytrace=False)
+    return tree
+
+
+@pytest.mark.build
+def test_exe_lists_its_kernels(built):
+    result = run([str(built / "bin" / "fmha.exe"), "-list-kernels"], built)
+    assert result.returncode == 0, result.stderr
+    assert "fmha_v2_flash_fp16_d64_128x64_w4x1_sm80" in result.stdout
+    assert "fmha_v2_flash_bf16" not in result.stdout
+
+
+@pytest.mark.build
+def test_setup_again_leaves_make_nothing_to_do(built):
+    setup(built, TORCH_CUDA_ARCH_LIST="8.0", FMHA_FILTER=SMALL_FILTER)
+    assert run(["make", "-q"], built).returncode == 0
+
+
+@pytest.mark.build
+def test_touching_a_header_rebuilds_exactly_its_users(built):
+    users = {
+        str(d.relative_to(built).with_suffix(".o"))
+        for d in (built / "obj").rglob("*.d")
+        if re.search(rf"(^|\s){re.escape(FAMILY_HEADER)}(\s|\\|:|$)", d.read_text(), re.MULTILINE)
+    }
+    assert any("/kernels/" in u for u in users)
+    os.utime(built / FAMILY_HEADER)
+    assert objects(run(["make", "-n"], built).stdout) == users | {"bin/fmha.exe"}
+
+
+@pytest.mark.build
+def test_new_arch_list_rebuilds_device_objects_only(built):
+    setup(built, TORCH_CUDA_ARCH_LIST="8.0;9.0", FMHA_FILTER=SMALL_FILTER)
+    try:
+        rebuilt = objects(run(["make", "-n"], built).stdout)
+        device = {str(d.relative_to(built).with_suffix(".o")) for d in (built / "obj").rglob("*.d")
+                  if (built / d.relative_to(built / "obj")).with_suffix(".cu").exists()}
+        assert device and rebuilt == device | {"bin/fmha.exe"}
+    finally:
+        setup(built, TORCH_CUDA_ARCH_LIST="8.0", FMHA_FILTER=SMALL_FILTER)

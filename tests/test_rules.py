@@ -1,0 +1,73 @@
+"""Each validity rule rejects what it should, and says why in words."""
+
+import pytest
+
+from generator.env import Config, parse
+from generator.enumerate import candidates
+from generator.rules import RULES, broken
+from generator.spec import KernelSpec
+
+GOOD = KernelSpec(family="flash", sm=80, dtype="fp16", acc="fp16", d=128, dv=128,
+                  block_m=128, block_n=64, warps_m=4, warps_n=1)
+DEFAULT = parse({})
+
+# rule name -> (spec changes, config, the reason -v prints). Each breaks exactly that rule.
+CASES = {
+    "head_size": [
+        ({"d": 100, "dv": 100}, DEFAULT, "head size must be a multiple of 8 and <= 256"),
+        ({"d": 512, "dv": 512}, DEFAULT, "head size must be a multiple of 8 and <= 256"),
+        ({"dv": 260}, DEFAULT, "head size must be a multiple of 8 and <= 256"),
+    ],
+    "fp16_acc": [
+        ({"dtype": "bf16"}, DEFAULT, "fp16 accumulation only with fp16 inputs"),
+    ],
+    "hmma_fp32": [
+        ({"acc": "fp32"}, DEFAULT, "fp16 inputs with fp32 accumulation need ENABLE_HMMA_FP32=1"),
+    ],
+    "block_m": [
+        ({"block_m": 96}, DEFAULT, "block_m must be a multiple of 16*warps_m"),
+        ({"block_m": 64, "warps_m": 8}, DEFAULT, "block_m must be a multiple of 16*warps_m"),
+    ],
+    "block_n": [
+        ({"block_n": 40}, DEFAULT, "block_n must be a multiple of 16*warps_n"),
+        ({"block_n": 16, "warps_n": 2}, DEFAULT, "block_n must be a multiple of 16*warps_n"),
+    ],
+    "family_sm": [
+        ({"sm": 90}, DEFAULT, "family flash is built for base arch 8.0: sm must match"),
+    ],
+    "masks": [
+        ({"masks": ()}, DEFAULT, "a kernel must support at least one mask"),
+    ],
+    "arch": [
+        # The env parser refuses archs below 8.0, so only a hand-made Config gets here.
+        ({}, Config(archs=()), "family flash needs an arch >= 8.0 in TORCH_CUDA_ARCH_LIST"),
+    ],
+}
+
+
+def test_every_rule_is_tested():
+    assert set(CASES) == {rule.name for rule in RULES}
+    assert len({rule.name for rule in RULES}) == len(RULES)
+
+
+def test_good_spec_breaks_nothing():
+    assert broken(GOOD, DEFAULT) == []
+
+
+@pytest.mark.parametrize("rule, changes, config, reason",
+                         [(rule, *case) for rule, cases in CASES.items() for case in cases])
+def test_rule_rejects_with_reason(rule, changes, config, reason):
+    spec = KernelSpec(**{**GOOD.__dict__, **changes})
+    rejected = broken(spec, config)
+    assert [r.name for r in rejected] == [rule]
+    assert rejected[0].why(spec) == reason
+
+
+def test_hmma_fp32_flag_lets_fp32_accumulation_through():
+    spec = KernelSpec(**{**GOOD.__dict__, "acc": "fp32"})
+    assert broken(spec, parse({"ENABLE_HMMA_FP32": "1"})) == []
+
+
+def test_default_candidates_are_rejected_only_for_the_flag():
+    for spec in candidates(DEFAULT)["flash"]:
+        assert [r.name for r in broken(spec, DEFAULT)] == (["hmma_fp32"] if spec.acc == "fp32" and spec.dtype == "fp16" else [])

@@ -1,0 +1,96 @@
+"""KernelSpec: the name is derived from the fields, parses back, and is unique."""
+
+import json
+
+import pytest
+
+from generator import enumerate as enum
+from generator.env import parse
+from generator.spec import ALL_MASKS, KernelSpec
+
+CONFIGS = {
+    "default": {},
+    "hmma_fp32": {"ENABLE_HMMA_FP32": "1"},
+    "sm90_only": {"TORCH_CUDA_ARCH_LIST": "9.0", "ENABLE_HMMA_FP32": "1"},
+    "all_archs": {"TORCH_CUDA_ARCH_LIST": "8.0;8.6;8.9;9.0a;10.0;12.0+PTX"},
+}
+
+SPEC = KernelSpec(family="flash", sm=80, dtype="fp16", acc="fp16", d=128, dv=128,
+                  block_m=128, block_n=64, warps_m=4, warps_n=1)
+
+
+def all_candidates(environ, extended=False, monkeypatch=None):
+    if extended:
+        monkeypatch.setattr(enum, "USE_EXTENDED_HEAD_SIZES", True)
+    return [s for specs in enum.candidates(parse(environ)).values() for s in specs]
+
+
+@pytest.mark.parametrize("extended", [False, True], ids=["head_sizes", "extended_head_sizes"])
+@pytest.mark.parametrize("config", CONFIGS)
+def test_every_candidate_round_trips_and_is_unique(config, extended, monkeypatch):
+    specs = all_candidates(CONFIGS[config], extended, monkeypatch)
+    assert specs
+    for spec in specs:
+        assert KernelSpec.parse(spec.name, masks=spec.masks) == spec
+    names = [s.name for s in specs]
+    assert len(set(names)) == len(names)
+
+
+@pytest.mark.parametrize("changes, name", [
+    ({}, "fmha_v2_flash_fp16_d128_128x64_w4x1_sm80"),
+    ({"acc": "fp32"}, "fmha_v2_flash_fp16_fp32_d128_128x64_w4x1_sm80"),
+    ({"dtype": "bf16", "acc": "fp32"}, "fmha_v2_flash_bf16_d128_128x64_w4x1_sm80"),
+    # Nonsense pairings still have a name that parses, so -v can print why they are rejected.
+    ({"dtype": "bf16"}, "fmha_v2_flash_bf16_fp16_d128_128x64_w4x1_sm80"),
+    ({"dv": 64}, "fmha_v2_flash_fp16_d128_dv64_128x64_w4x1_sm80"),
+    ({"block_m": 64, "block_n": 32, "warps_m": 2, "warps_n": 2}, "fmha_v2_flash_fp16_d128_64x32_w2x2_sm80"),
+])
+def test_name_format(changes, name):
+    spec = KernelSpec(**{**SPEC.__dict__, **changes})
+    assert spec.name == name
+    assert KernelSpec.parse(name) == spec
+
+
+def test_masks_are_not_part_of_the_name():
+    causal_only = KernelSpec(**{**SPEC.__dict__, "masks": ["causal"]})
+    assert causal_only.name == SPEC.name
+    assert causal_only.masks == ("causal",)            # stored as a tuple: hashable
+    assert KernelSpec.parse(SPEC.name).masks == ALL_MASKS
+    assert KernelSpec.parse(SPEC.name, masks=("causal",)) == causal_only
+
+
+@pytest.mark.parametrize("name", [
+    "",
+    "fmha_v2_flash",
+    "fmha_v2_flash_fp16_d128_128x64_w4x1_sm80_extra",
+    "xfmha_v2_flash_fp16_d128_128x64_w4x1_sm80",
+    "fmha_v2_hopper_fp16_d128_128x64_w4x1_sm80",        # no such family
+    "fmha_v2_flash_e4m3_d128_128x64_w4x1_sm80",         # no such dtype
+    "fmha_v2_flash_fp16_fp64_d128_128x64_w4x1_sm80",    # no such accumulation
+    "fmha_v2_flash_fp16_d128_128x64_w4_sm80",
+    "fmha_v2_flash_fp16_d0_128x64_w4x1_sm80",           # sizes must be positive
+    "fmha_v2_flash_fp16_d128_dv128_128x64_w4x1_sm80",   # canonical: dv only when it differs
+    "fmha_v2_flash_bf16_fp32_d128_128x64_w4x1_sm80",    # canonical: bf16 accumulates in fp32
+    "fmha_v2_flash_fp16_d0128_128x64_w4x1_sm80",        # canonical: no leading zeros
+    "FMHA_V2_FLASH_FP16_D128_128X64_W4X1_SM80",
+])
+def test_parse_rejects_garbage(name):
+    with pytest.raises(ValueError):
+        KernelSpec.parse(name)
+
+
+@pytest.mark.parametrize("changes", [
+    {"family": "hopper"}, {"dtype": "fp8"}, {"acc": "int32"}, {"d": 0}, {"block_m": -64},
+    {"warps_m": 4.0}, {"masks": ("padding", "sliding")},
+])
+def test_constructor_rejects_unknown_vocabulary(changes):
+    with pytest.raises(ValueError):
+        KernelSpec(**{**SPEC.__dict__, **changes})
+
+
+def test_to_dict_is_json_with_the_name():
+    data = json.loads(json.dumps(SPEC.to_dict()))
+    assert data["name"] == SPEC.name
+    assert data["masks"] == list(ALL_MASKS)
+    fields = {k: v for k, v in data.items() if k != "name"}
+    assert KernelSpec(**fields) == SPEC
