@@ -1,0 +1,135 @@
+#include "check.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+namespace fmha {
+namespace {
+
+constexpr int kMaxReported = 10;  // mismatches (and touched elements) printed
+
+template <class... Args>
+std::string format(const char* fmt, Args... args) {
+    char buf[512];
+    std::snprintf(buf, sizeof(buf), fmt, args...);
+    return buf;
+}
+
+struct Verdict {
+    bool fail;
+    double error;  // relative, or absolute where |a| + |b| <= eps
+};
+
+// SPEC.md: fails when |a-b|/(|a|+|b|) > eps, |a-b| > eps where |a|+|b| <= eps, or NaN.
+Verdict compare(float a, float b, double eps) {
+    if (!std::isfinite(a) || !std::isfinite(b)) return {true, INFINITY};
+    const double diff = std::fabs(double(a) - double(b));
+    const double mag = std::fabs(double(a)) + std::fabs(double(b));
+    if (mag <= eps) return {diff > eps, diff};
+    return {diff / mag > eps, diff / mag};
+}
+
+std::string describe_row(const Problem& p, const SeqLens& lens, int64_t storage_row) {
+    if (storage_row < 0) return "guard row before the first token";
+    if (storage_row >= lens.q_storage_tokens) return "guard row after the last token";
+    const int64_t seq = storage_row / p.s_q;  // only padded storage has rows between sequences
+    return "padding row of sequence " + std::to_string(seq) + " (position " +
+           std::to_string(storage_row % p.s_q) + ", length " + std::to_string(lens.q_lens[seq]) + ")";
+}
+
+}  // namespace
+
+float half_bits_to_float(uint16_t bits) {
+    const uint32_t sign = uint32_t(bits & 0x8000u) << 16;
+    const uint32_t exponent = (bits >> 10) & 0x1fu;
+    const uint32_t mantissa = bits & 0x3ffu;
+    uint32_t out;
+    if (exponent == 0x1fu) {
+        out = sign | 0x7f800000u | (mantissa << 13);  // inf / NaN
+    } else if (exponent == 0) {
+        const float f = std::ldexp(static_cast<float>(mantissa), -24);  // zero / subnormal
+        return sign ? -f : f;
+    } else {
+        out = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
+    }
+    float f;
+    std::memcpy(&f, &out, sizeof(f));
+    return f;
+}
+
+float bf16_bits_to_float(uint16_t bits) {
+    const uint32_t out = uint32_t(bits) << 16;
+    float f;
+    std::memcpy(&f, &out, sizeof(f));
+    return f;
+}
+
+CheckResult check_output(const Problem& p, const SeqLens& lens, const std::vector<uint16_t>& o_raw,
+                         const std::vector<float>& o_ref) {
+    CheckResult r;
+    const int64_t row = int64_t(p.h) * p.dv;  // elements per token
+    auto to_float = p.dtype == DataType::kBf16 ? bf16_bits_to_float : half_bits_to_float;
+    int reported = 0;
+
+    std::vector<char> covered(static_cast<size_t>(lens.q_storage_tokens), 0);
+    for (int seq = 0; seq < p.b; ++seq) {
+        for (int pos = 0; pos < lens.q_lens[seq]; ++pos) {
+            const int64_t token = int64_t(lens.q_offsets[seq]) + pos;
+            covered[token] = 1;
+            const uint16_t* got = o_raw.data() + (token + kGuardRows) * row;
+            const float* want = o_ref.data() + token * row;
+            for (int64_t e = 0; e < row; ++e) {
+                const float a = to_float(got[e]), b = want[e];
+                const Verdict v = compare(a, b, p.epsilon);
+                ++r.checked;
+                if (std::isfinite(a)) {
+                    const double diff = std::fabs(double(a) - double(b));
+                    const double mag = std::fabs(double(a)) + std::fabs(double(b));
+                    r.max_abs_err = std::fmax(r.max_abs_err, diff);
+                    if (mag > p.epsilon) r.max_rel_err = std::fmax(r.max_rel_err, diff / mag);
+                } else {
+                    ++r.non_finite;
+                }
+                if (!v.fail) continue;
+                ++r.failures;
+                if (reported++ < kMaxReported)
+                    r.report.push_back(format(
+                        "mismatch at (b=%d, s=%d, h=%d, d=%d): found %.6g, expected %.6g, error %.3g",
+                        seq, pos, static_cast<int>(e / p.dv), static_cast<int>(e % p.dv), a, b,
+                        v.error));
+            }
+        }
+    }
+
+    // Everything else in the allocation must still hold the poison pattern, bit for bit.
+    int touched_reported = 0;
+    const int64_t rows_total = lens.q_storage_tokens + 2 * kGuardRows;
+    for (int64_t a = 0; a < rows_total; ++a) {
+        const int64_t token = a - kGuardRows;
+        if (token >= 0 && token < lens.q_storage_tokens && covered[token]) continue;
+        const uint16_t* got = o_raw.data() + a * row;
+        for (int64_t e = 0; e < row; ++e) {
+            ++r.untouched_checked;
+            if (got[e] == kPoisonBits) continue;
+            ++r.touched;
+            if (touched_reported++ < kMaxReported)
+                r.report.push_back(format(
+                    "written outside the sequences: %s, h=%d, d=%d: bits 0x%04x (poison 0x%04x)",
+                    describe_row(p, lens, token).c_str(), static_cast<int>(e / p.dv),
+                    static_cast<int>(e % p.dv), got[e], kPoisonBits));
+        }
+    }
+    return r;
+}
+
+std::string check_summary(const Problem& p, const CheckResult& r) {
+    return format("errors: %lld of %lld elements fail (epsilon %g; %lld NaN/inf), max abs err %.6g, "
+                  "max rel err %.6g; %lld of %lld elements outside the sequences were written",
+                  static_cast<long long>(r.failures), static_cast<long long>(r.checked), p.epsilon,
+                  static_cast<long long>(r.non_finite), r.max_abs_err, r.max_rel_err,
+                  static_cast<long long>(r.touched), static_cast<long long>(r.untouched_checked));
+}
+
+}  // namespace fmha

@@ -1,0 +1,38 @@
+// Host-side comparison of the kernel's output with the fp32 reference, and the check
+// that O rows outside the real sequence lengths were left untouched (still poisoned).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "tensors.h"
+
+namespace fmha {
+
+struct CheckResult {
+    int64_t checked = 0;           // elements compared with the reference
+    int64_t failures = 0;          // of those, elements outside epsilon (or NaN / inf)
+    int64_t non_finite = 0;        // of the failures, NaN or inf in the kernel's output
+    double max_abs_err = 0.0;
+    double max_rel_err = 0.0;      // over elements with |a| + |b| > epsilon (where it is used)
+    int64_t untouched_checked = 0; // elements outside the sequences (padding and guard rows)
+    int64_t touched = 0;           // of those, elements that no longer hold kPoisonBits
+    std::vector<std::string> report;  // the first few mismatches and touched elements
+    bool passed() const { return failures == 0 && touched == 0; }
+};
+
+// o_raw: the whole O allocation (kGuardRows before and after), fp16/bf16 bits.
+// o_ref: the reference, dense [q storage tokens, h, dv].
+CheckResult check_output(const Problem& p, const SeqLens& lens, const std::vector<uint16_t>& o_raw,
+                         const std::vector<float>& o_ref);
+
+// One line with the failure count and the error statistics.
+std::string check_summary(const Problem& p, const CheckResult& r);
+
+// fp16 / bf16 bit patterns to float, on the host.
+float half_bits_to_float(uint16_t bits);
+float bf16_bits_to_float(uint16_t bits);
+
+}  // namespace fmha

@@ -1,0 +1,351 @@
+// Flag parsing and validation. Flags keep fmha_v2's single-dash spelling (SPEC.md).
+// Every option lives in one of the tables below; validation that involves several
+// flags runs after the whole command line has been read.
+#include "cli.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <set>
+
+namespace fmha {
+namespace {
+
+constexpr int kMaxRuns = 1000000;
+constexpr float kDefaultEpsilonFp16 = 0.015f;
+constexpr float kDefaultEpsilonBf16 = 0.025f;
+
+const char kUsage[] = R"(usage: fmha.exe [flags]      (single-dash flags, fmha_v2 spelling)
+
+Runs one fused multi-head-attention kernel from the generated registry on a random
+problem, checks it against an fp32 GPU reference and prints its time.
+
+sizes
+  -b N              batch (default 4)
+  -h N              query heads (default 16)
+  -d N              head size of Q and K, 1..512 (default 128); also sets dv unless -dv
+  -dv N             head size of V and O, 1..512 (default: d)
+  -s N              max sequence length of K/V, 1..1048576 (default 1024)
+  -min-s N          lengths are uniform in [min-s, s], drawn from -seed (default: s)
+  -fix-s            every length is s
+  -s-q N            query length: q_len = min(N, kv_len), the last q_len positions
+                    (causal masks are bottom-right aligned) (default: s)
+  -pad-s            padded storage: sequence i starts at token i*s (default: packed)
+dtype
+  -fp16             fp16 in/out, P*V accumulated in fp16 (default)
+  -fp16-fp32        fp16 in/out, P*V accumulated in fp32
+  -bf16             bf16 in/out (fp32 accumulation)
+mask
+  (default)         padding: key j is visible iff j < kv_len
+  -causal-mask      also j <= r + kv_len - q_len for query row r (bottom-right aligned)
+heads and layout
+  -mqa              one KV head
+  -gqa N            N KV heads; h must be a multiple of N
+  (default)         packed QKV [tokens, h + 2*h_kv, d] (needs s_q == s and dv == d)
+  -contiguous-q-kv  Q [tokens, h, d] and KV [tokens, 2*h_kv, d] (needs dv == d)
+  -separate-q-k-v   Q [tokens, h, d], K [tokens, h_kv, d], V [tokens, h_kv, dv]
+kernel choice
+  -list-kernels     print the kernel registry and exit (no GPU needed)
+  -kernel NAME      run this registry row (exit 2 if it does not exist or does not fit)
+  -force-non-warp-specialization   only consider kernels that are not warp-specialised
+numerics
+  -scale-bmm1 X     S = X * Q K^T (default 1/sqrt(d))
+  -scale-softmax X  O = scale_softmax * scale_bmm2 * softmax(S) V (default 1)
+  -scale-bmm2 X     (default 1)
+inputs and checks
+  -range-q/-range-k/-range-v R   uniform in [-R, R] (default 1); std R with -randn
+  -scale-q/-scale-k/-scale-v X   multiply the inputs by X (default 1)
+  -randn            normal instead of uniform inputs (Box-Muller)
+  -1s               every input element is its -scale-q/-k/-v (1 by default)
+  -seed N           seed of the inputs and of the sequence lengths (default 1234)
+  -epsilon E        an element fails when |a-b|/(|a|+|b|) > E, or |a-b| > E when
+                    |a|+|b| <= E, or either is NaN (default fp16 0.015, bf16 0.025)
+  -skip-checks      Checks is DISABLED; the reference is not run (unless -save-tensors),
+                    so the speed-up in the Elapsed line reads (n/a)
+  -save-tensors DIR write q, k, v, o, o_ref (float32 .npy, logical padded layout),
+                    seqlens_q, seqlens_kv (int32) and meta.json into DIR
+timing and output
+  -runs N           timed launches, averaged (default 10)
+  -warm-up-runs N   untimed launches before them (default 10)
+  -v 0|1            1 adds labelled details before the summary (default 0)
+  -help, --help     this text
+
+limits: b and h <= 65535; b*s*(h + 2*h_kv) (token, head) rows must fit in int32;
+element offsets are 64-bit.
+exit codes: 0 passed or checks disabled, 1 check failed, 2 bad arguments or no kernel
+fits, 3 no CUDA device, CUDA error or out of memory.
+)";
+
+// Flags of SPEC.md that no kernel family implements yet, with the missing feature.
+struct Unsupported {
+    const char* flag;
+    const char* feature;
+};
+const Unsupported kUnsupported[] = {
+    {"-e4m3", "FP8 (e4m3) inputs"},
+    {"-e4m3-fp32", "FP8 (e4m3) inputs"},
+    {"-fp16-output", "an output dtype different from the input dtype"},
+    {"-bf16-output", "an output dtype different from the input dtype"},
+    {"-sliding-window-size", "sliding-window masks"},
+    {"-chunked-attention-size", "chunked attention"},
+    {"-bidirectional-sliding-window-mask", "sliding-window masks"},
+    {"-custom-mask", "custom masks"},
+    {"-paged-kv", "a paged KV cache"},
+    {"-tokens-per-block", "a paged KV cache"},
+    {"-use-tma", "TMA loads"},
+    {"-softcapping-scale-bmm1", "softcapping"},
+    {"-alibi", "ALiBi"},
+    {"-use-attention-sinks", "attention sinks"},
+    {"-save-softmax", "saving the softmax statistics"},
+};
+
+struct IntOption {
+    const char* flag;
+    int Problem::*field;
+    int lo, hi;
+};
+const IntOption kIntOptions[] = {
+    {"-b", &Problem::b, 1, kMaxBatchOrHeads},
+    {"-h", &Problem::h, 1, kMaxBatchOrHeads},
+    {"-d", &Problem::d, 1, kMaxHeadSize},
+    {"-dv", &Problem::dv, 1, kMaxHeadSize},
+    {"-s", &Problem::s, 1, kMaxSeqLen},
+    {"-min-s", &Problem::min_s, 1, kMaxSeqLen},
+    {"-s-q", &Problem::s_q, 1, kMaxSeqLen},
+    {"-gqa", &Problem::h_kv, 1, kMaxBatchOrHeads},
+    {"-runs", &Problem::runs, 1, kMaxRuns},
+    {"-warm-up-runs", &Problem::warm_up_runs, 0, kMaxRuns},
+    {"-v", &Problem::verbose, 0, 1},
+};
+
+struct FloatOption {
+    const char* flag;
+    float Problem::*field;
+    bool positive;  // must be > 0 (else: any finite value)
+};
+const FloatOption kFloatOptions[] = {
+    {"-scale-bmm1", &Problem::scale_bmm1, false},
+    {"-scale-softmax", &Problem::scale_softmax, false},
+    {"-scale-bmm2", &Problem::scale_bmm2, false},
+    {"-range-q", &Problem::range_q, true},
+    {"-range-k", &Problem::range_k, true},
+    {"-range-v", &Problem::range_v, true},
+    {"-scale-q", &Problem::scale_q, false},
+    {"-scale-k", &Problem::scale_k, false},
+    {"-scale-v", &Problem::scale_v, false},
+    {"-epsilon", &Problem::epsilon, true},
+};
+
+struct StringOption {
+    const char* flag;
+    std::string Problem::*field;
+};
+const StringOption kStringOptions[] = {
+    {"-kernel", &Problem::kernel_name},
+    {"-save-tensors", &Problem::save_dir},
+};
+
+struct Switch {
+    const char* flag;
+    void (*apply)(Problem&);
+};
+const Switch kSwitches[] = {
+    {"-fix-s", [](Problem& p) { p.fix_s = true; }},
+    {"-pad-s", [](Problem& p) { p.pad_s = true; }},
+    {"-fp16", [](Problem& p) { p.dtype = DataType::kFp16; p.acc = DataType::kFp16; }},
+    {"-fp16-fp32", [](Problem& p) { p.dtype = DataType::kFp16; p.acc = DataType::kFp32; }},
+    {"-bf16", [](Problem& p) { p.dtype = DataType::kBf16; p.acc = DataType::kFp32; }},
+    {"-causal-mask", [](Problem& p) { p.mask = MaskType::kCausal; }},
+    {"-mqa", [](Problem& p) { p.h_kv = 1; }},
+    {"-contiguous-q-kv", [](Problem& p) { p.layout = Layout::kContiguousQKv; }},
+    {"-separate-q-k-v", [](Problem& p) { p.layout = Layout::kSeparateQKv; }},
+    {"-force-non-warp-specialization", [](Problem& p) { p.force_non_warp_specialized = true; }},
+    {"-list-kernels", [](Problem& p) { p.list_kernels = true; }},
+    {"-1s", [](Problem& p) { p.ones = true; }},
+    {"-randn", [](Problem& p) { p.randn = true; }},
+    {"-skip-checks", [](Problem& p) { p.skip_checks = true; }},
+};
+
+// Groups of flags of which at most one may be given.
+const char* const kExclusive[][3] = {
+    {"-fp16", "-fp16-fp32", "-bf16"},
+    {"-contiguous-q-kv", "-separate-q-k-v", nullptr},
+    {"-mqa", "-gqa", nullptr},
+    {"-1s", "-randn", nullptr},
+};
+
+template <class T, size_t N>
+const T* find_option(const T (&table)[N], const std::string& flag) {
+    for (const T& o : table)
+        if (flag == o.flag) return &o;
+    return nullptr;
+}
+
+int parse_int(const std::string& flag, const std::string& text, int lo, int hi) {
+    const char* s = text.c_str();
+    char* end = nullptr;
+    errno = 0;
+    long long v = std::strtoll(s, &end, 10);
+    if (text.empty() || *end != '\0' || std::isspace(static_cast<unsigned char>(s[0])))
+        fail_args(flag + " expects an integer, got '" + text + "'");
+    if (errno == ERANGE || v < lo || v > hi)
+        fail_args(flag + " must be between " + std::to_string(lo) + " and " + std::to_string(hi) +
+                  ", got " + text);
+    return static_cast<int>(v);
+}
+
+uint64_t parse_u64(const std::string& flag, const std::string& text) {
+    const char* s = text.c_str();
+    char* end = nullptr;
+    errno = 0;
+    unsigned long long v = std::strtoull(s, &end, 10);
+    if (text.empty() || *end != '\0' || !std::isdigit(static_cast<unsigned char>(s[0])))
+        fail_args(flag + " expects a non-negative integer, got '" + text + "'");
+    if (errno == ERANGE) fail_args(flag + " does not fit in 64 bits: " + text);
+    return v;
+}
+
+float parse_float(const std::string& flag, const std::string& text, bool positive) {
+    const char* s = text.c_str();
+    char* end = nullptr;
+    errno = 0;
+    double v = std::strtod(s, &end);
+    if (text.empty() || *end != '\0' || std::isspace(static_cast<unsigned char>(s[0])) ||
+        !std::isfinite(v) || std::fabs(v) > std::numeric_limits<float>::max())
+        fail_args(flag + " expects a finite number, got '" + text + "'");
+    if (positive && !(v > 0.0)) fail_args(flag + " must be > 0, got " + text);
+    return static_cast<float>(v);
+}
+
+// Cross-flag rules and defaults that depend on other flags.
+void resolve_and_validate(Problem& p, const std::set<std::string>& seen) {
+    auto given = [&](const char* f) { return seen.count(f) != 0; };
+
+    for (const auto& group : kExclusive) {
+        std::string first;
+        for (const char* f : group) {
+            if (f == nullptr || !given(f)) continue;
+            if (!first.empty()) fail_args(first + " and " + f + " cannot be combined");
+            first = f;
+        }
+    }
+
+    if (!given("-mqa") && !given("-gqa")) p.h_kv = p.h;
+    if (!given("-dv")) p.dv = p.d;
+    if (!given("-min-s")) p.min_s = p.s;
+    if (!given("-s-q")) p.s_q = p.s;
+    if (p.min_s > p.s)
+        fail_args("-min-s " + std::to_string(p.min_s) + " is larger than -s " + std::to_string(p.s));
+    if (p.fix_s && p.min_s != p.s)
+        fail_args("-fix-s makes every length -s " + std::to_string(p.s) + "; drop -min-s " +
+                  std::to_string(p.min_s));
+    if (p.fix_s) p.min_s = p.s;
+    if (p.s_q > p.s)
+        fail_args("-s-q " + std::to_string(p.s_q) + " is larger than -s " + std::to_string(p.s));
+
+    if (p.h % p.h_kv != 0)
+        fail_args("-h " + std::to_string(p.h) + " is not a multiple of the KV head count " +
+                  std::to_string(p.h_kv) + " (-gqa)");
+
+    if (p.layout == Layout::kPackedQkv && (p.s_q != p.s || p.dv != p.d))
+        fail_args("packed QKV needs s_q == s and dv == d; use -contiguous-q-kv or -separate-q-k-v");
+    if (p.layout == Layout::kContiguousQKv && p.dv != p.d)
+        fail_args("contiguous Q + KV needs dv == d; use -separate-q-k-v");
+
+    // Every (token, head) row of every tensor must be addressable with an int32 index.
+    const int64_t rows = int64_t(p.b) * p.s * (int64_t(p.h) + 2 * int64_t(p.h_kv));
+    if (rows > std::numeric_limits<int32_t>::max())
+        fail_args("problem too large: b*s*(h + 2*h_kv) = " + std::to_string(rows) +
+                  " (token, head) rows overflow 32-bit indexing");
+
+    if (!given("-scale-bmm1")) p.scale_bmm1 = 1.f / std::sqrt(static_cast<float>(p.d));
+    if (!given("-epsilon"))
+        p.epsilon = p.dtype == DataType::kBf16 ? kDefaultEpsilonBf16 : kDefaultEpsilonFp16;
+}
+
+}  // namespace
+
+[[noreturn]] void fail_args(const std::string& message) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "error: %s\n", message.c_str());
+    std::exit(kExitBadArgs);
+}
+
+Problem parse_cli(int argc, char** argv) {
+    for (int i = 1; i < argc; ++i) {
+        if (std::strcmp(argv[i], "-help") == 0 || std::strcmp(argv[i], "--help") == 0) {
+            std::fputs(kUsage, stdout);
+            std::exit(kExitOk);
+        }
+    }
+
+    Problem p;
+    std::set<std::string> seen;
+    for (int i = 1; i < argc; ++i) {
+        const std::string flag = argv[i];
+        auto value = [&]() -> std::string {
+            if (i + 1 >= argc) fail_args(flag + " needs a value");
+            return argv[++i];
+        };
+        seen.insert(flag);
+
+        if (const Switch* o = find_option(kSwitches, flag)) {
+            o->apply(p);
+        } else if (const IntOption* o = find_option(kIntOptions, flag)) {
+            p.*(o->field) = parse_int(flag, value(), o->lo, o->hi);
+        } else if (const FloatOption* o = find_option(kFloatOptions, flag)) {
+            p.*(o->field) = parse_float(flag, value(), o->positive);
+        } else if (const StringOption* o = find_option(kStringOptions, flag)) {
+            p.*(o->field) = value();
+            if ((p.*(o->field)).empty()) fail_args(flag + " needs a non-empty value");
+        } else if (flag == "-seed") {
+            p.seed = parse_u64(flag, value());
+        } else if (const Unsupported* u = find_option(kUnsupported, flag)) {
+            fail_args(flag + " is not supported yet: no kernel family implements " + u->feature);
+        } else {
+            fail_args("unknown flag '" + flag + "' (see -help)");
+        }
+    }
+    resolve_and_validate(p, seen);
+    return p;
+}
+
+const char* dtype_name(DataType t) {
+    switch (t) {
+        case DataType::kFp16: return "fp16";
+        case DataType::kBf16: return "bf16";
+        case DataType::kFp32: return "fp32";
+        case DataType::kE4m3: return "e4m3";
+    }
+    return "?";
+}
+
+const char* dtype_label(const Problem& p) {
+    if (p.dtype == DataType::kBf16) return "BF16";
+    return p.acc == DataType::kFp32 ? "FP16_FP32" : "FP16";
+}
+
+const char* output_dtype_label(const Problem& p) {
+    return p.dtype == DataType::kBf16 ? "BF16" : "FP16";
+}
+
+const char* mask_label(MaskType m) { return m == MaskType::kCausal ? "causal" : "padding"; }
+
+const char* layout_label(Layout l) {
+    switch (l) {
+        case Layout::kPackedQkv: return "packed_qkv";
+        case Layout::kContiguousQKv: return "contiguous_q_kv";
+        case Layout::kSeparateQKv: return "separate_q_k_v";
+    }
+    return "?";
+}
+
+const char* attn_label(const Problem& p) {
+    if (p.h_kv == p.h) return "mha";
+    return p.h_kv == 1 ? "mqa" : "gqa";
+}
+
+}  // namespace fmha

@@ -1,0 +1,141 @@
+// Dispatch is the generated table plus this lookup: the first row that fits wins, so
+// the generator's row order is the preference order.
+#include "dispatch.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace fmha {
+namespace {
+
+constexpr int kClosestShown = 5;
+
+std::string masks_text(uint32_t masks) {
+    std::string s;
+    for (MaskType m : {MaskType::kPadding, MaskType::kCausal}) {
+        if (!(masks & mask_bit(m))) continue;
+        if (!s.empty()) s += ",";
+        s += mask_label(m);
+    }
+    return s.empty() ? "-" : s;
+}
+
+// Everything that disqualifies a row without asking the device, joined; empty = fits.
+std::string static_mismatch(const KernelMeta& k, const Problem& p) {
+    std::vector<std::string> why;
+    auto need = [&](const char* what, const std::string& has, const std::string& wants) {
+        why.push_back(std::string(what) + " " + has + " (need " + wants + ")");
+    };
+    if (k.dtype != p.dtype) need("dtype", dtype_name(k.dtype), dtype_name(p.dtype));
+    if (k.acc != p.acc) need("acc", dtype_name(k.acc), dtype_name(p.acc));
+    if (k.d != p.d) need("d", std::to_string(k.d), std::to_string(p.d));
+    if (k.dv != p.dv) need("dv", std::to_string(k.dv), std::to_string(p.dv));
+    if (!(k.masks & mask_bit(p.mask))) need("masks", masks_text(k.masks), mask_label(p.mask));
+    if (p.force_non_warp_specialized && k.warp_specialized)
+        why.push_back("warp-specialised (-force-non-warp-specialization)");
+    std::string s;
+    for (const std::string& w : why) s += (s.empty() ? "" : ", ") + w;
+    return s;
+}
+
+// Whether the row can run on the current device: arch and a loadable image for the mask.
+std::string device_mismatch(const KernelMeta& k, MaskType mask, int device_sm) {
+    if (k.sm > device_sm)
+        return "needs sm_" + std::to_string(k.sm) + ", device is sm_" + std::to_string(device_sm);
+    const void* fn = k.entry != nullptr ? k.entry(mask) : nullptr;
+    if (fn == nullptr || k.launch == nullptr) return "no entry point in the registry";
+    cudaFuncAttributes attr;
+    cudaError_t err = cudaFuncGetAttributes(&attr, fn);
+    if (err != cudaSuccess) {
+        cudaGetLastError();  // not sticky: clear it so later calls do not report it
+        return "no image for sm_" + std::to_string(device_sm) + " (" + cudaGetErrorString(err) + ")";
+    }
+    return "";
+}
+
+std::string problem_text(const Problem& p) {
+    return std::string("dtype=") + dtype_name(p.dtype) + " acc=" + dtype_name(p.acc) +
+           " d=" + std::to_string(p.d) + " dv=" + std::to_string(p.dv) +
+           " mask=" + mask_label(p.mask) +
+           (p.force_non_warp_specialized ? " non-warp-specialised" : "");
+}
+
+// No row fits: one line of reason, then the rows that come closest and why each fails.
+[[noreturn]] void fail_no_kernel(const Problem& p, int device_sm) {
+    std::vector<std::pair<int, int>> ranked;  // (score, row)
+    for (int i = 0; i < kNumKernels; ++i) {
+        const KernelMeta& k = kKernels[i];
+        int score = 4 * (k.dtype == p.dtype) + 4 * (k.d == p.d) + 2 * (k.dv == p.dv) +
+                    (k.acc == p.acc) + ((k.masks & mask_bit(p.mask)) != 0);
+        ranked.push_back({-score, i});
+    }
+    std::stable_sort(ranked.begin(), ranked.end());
+
+    std::fflush(stdout);
+    std::fprintf(stderr, "error: no kernel fits %s on sm_%d (%d kernels in the registry%s)\n",
+                 problem_text(p).c_str(), device_sm, kNumKernels,
+                 kNumKernels == 0 ? "; check TORCH_CUDA_ARCH_LIST and FMHA_FILTER" : "");
+    const int shown = std::min<int>(kClosestShown, static_cast<int>(ranked.size()));
+    if (shown > 0) std::fprintf(stderr, "closest kernels:\n");
+    for (int i = 0; i < shown; ++i) {
+        const KernelMeta& k = kKernels[ranked[i].second];
+        std::string why = static_mismatch(k, p);
+        if (why.empty()) why = device_mismatch(k, p.mask, device_sm);
+        std::fprintf(stderr, "  %s: %s\n", k.name, why.c_str());
+    }
+    std::exit(kExitBadArgs);
+}
+
+}  // namespace
+
+void print_kernel_table(std::FILE* out) {
+    int name_w = 4;
+    for (int i = 0; i < kNumKernels; ++i)
+        name_w = std::max(name_w, static_cast<int>(std::strlen(kKernels[i].name)));
+    std::fprintf(out, "%-*s  %-6s  %-4s  %-5s  %-4s  %4s  %4s  %-9s  %-5s  %-14s  %s\n", name_w,
+                 "name", "family", "sm", "dtype", "acc", "d", "dv", "tile", "warps", "masks",
+                 "warp_spec");
+    for (int i = 0; i < kNumKernels; ++i) {
+        const KernelMeta& k = kKernels[i];
+        const std::string tile = std::to_string(k.block_m) + "x" + std::to_string(k.block_n);
+        const std::string warps = std::to_string(k.warps_m) + "x" + std::to_string(k.warps_n);
+        std::fprintf(out, "%-*s  %-6s  %-4d  %-5s  %-4s  %4d  %4d  %-9s  %-5s  %-14s  %s\n", name_w,
+                     k.name, k.family, k.sm, dtype_name(k.dtype), dtype_name(k.acc), k.d, k.dv,
+                     tile.c_str(), warps.c_str(), masks_text(k.masks).c_str(),
+                     k.warp_specialized ? "true" : "false");
+    }
+    std::fprintf(out, "%d kernels\n", kNumKernels);
+}
+
+const KernelMeta* find_forced_kernel(const Problem& p) {
+    if (p.kernel_name.empty()) return nullptr;
+    for (int i = 0; i < kNumKernels; ++i) {
+        const KernelMeta& k = kKernels[i];
+        if (p.kernel_name != k.name) continue;
+        const std::string why = static_mismatch(k, p);
+        if (!why.empty())
+            fail_args("-kernel " + p.kernel_name + " does not fit " + problem_text(p) + ": " + why);
+        return &k;
+    }
+    fail_args("-kernel " + p.kernel_name + ": no such kernel in the registry (see -list-kernels)");
+}
+
+const KernelMeta& select_kernel(const Problem& p, const KernelMeta* forced, int device_sm) {
+    if (forced != nullptr) {
+        const std::string why = device_mismatch(*forced, p.mask, device_sm);
+        if (!why.empty()) fail_args("-kernel " + p.kernel_name + " cannot run here: " + why);
+        return *forced;
+    }
+    for (int i = 0; i < kNumKernels; ++i) {
+        const KernelMeta& k = kKernels[i];
+        if (static_mismatch(k, p).empty() && device_mismatch(k, p.mask, device_sm).empty())
+            return k;
+    }
+    fail_no_kernel(p, device_sm);
+}
+
+}  // namespace fmha

@@ -1,0 +1,22 @@
+// Kernel choice: a small lookup over the generated registry (kernel_meta.h).
+#pragma once
+
+#include <cstdio>
+
+#include "cli.h"
+#include "kernel_meta.h"
+
+namespace fmha {
+
+// `fmha.exe -list-kernels`: one line per registry row. Needs no GPU.
+void print_kernel_table(std::FILE* out);
+
+// -kernel NAME: the row with that name, checked against everything that does not need
+// a device (dtype, acc, d, dv, mask, warp specialisation). Exits 2 with the reason.
+const KernelMeta* find_forced_kernel(const Problem& p);
+
+// The first row that fits the problem and has an image for the current device (or the
+// forced row, which must have one). Exits 2 with the reason and the closest rows.
+const KernelMeta& select_kernel(const Problem& p, const KernelMeta* forced, int device_sm);
+
+}  // namespace fmha

@@ -1,0 +1,220 @@
+// bin/fmha.exe: parse -> problem -> (list kernels) -> device -> dispatch -> data ->
+// reference -> runs -> checks -> print -> exit code. The contract is SPEC.md.
+#include <cuda_runtime.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "check.h"
+#include "cli.h"
+#include "cuda_check.h"
+#include "dispatch.h"
+#include "kernel_meta.h"
+#include "reference/reference.h"
+#include "save_tensors.h"
+#include "tensors.h"
+
+namespace fmha {
+namespace {
+
+constexpr int kLabelWidth = 14;  // "Kernel........: " -- label and dots, then ": "
+constexpr int kBytesPerElement = 2;  // fp16 and bf16
+
+struct Device {
+    std::string name;
+    int sm = 0;
+    int num_sms = 0;
+};
+
+Device open_device() {
+    int count = 0;
+    const cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess) cuda_fail(err, "cudaGetDeviceCount");
+    if (count == 0) cuda_fail(cudaErrorNoDevice, "cudaGetDeviceCount");
+    CUDA_CHECK(cudaSetDevice(0));
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    return {prop.name, prop.major * 10 + prop.minor, prop.multiProcessorCount};
+}
+
+// Elapsed milliseconds of the work `fn` enqueues on `stream`, measured with one event pair.
+template <class Fn>
+float time_on_stream(cudaStream_t stream, Fn fn) {
+    cudaEvent_t start, stop;
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventCreate(&stop));
+    CUDA_CHECK(cudaEventRecord(start, stream));
+    fn();
+    CUDA_CHECK(cudaEventRecord(stop, stream));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0.f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    CUDA_CHECK(cudaEventDestroy(start));
+    CUDA_CHECK(cudaEventDestroy(stop));
+    return ms;
+}
+
+void launch(const KernelMeta& kernel, const Params& params, cudaStream_t stream) {
+    const cudaError_t err = kernel.launch(params, stream);
+    if (err != cudaSuccess) cuda_fail(err, (std::string("launch ") + kernel.name).c_str());
+}
+
+void print_field(const char* label, const std::string& value) {
+    std::string dots(kLabelWidth - std::string(label).size(), '.');
+    std::printf("%s%s: %s\n", label, dots.c_str(), value.c_str());
+}
+
+template <class... Args>
+std::string format(const char* fmt, Args... args) {
+    char buf[512];
+    std::snprintf(buf, sizeof(buf), fmt, args...);
+    return buf;
+}
+
+std::string checks_word(const char* word, const char* colour) {
+    const bool use_colour = isatty(fileno(stdout)) && std::getenv("NO_COLOR") == nullptr;
+    return use_colour && colour != nullptr ? std::string(colour) + word + "\033[0m" : word;
+}
+
+std::string header_line(const Problem& p, const KernelMeta& k) {
+    return format("v1=0 il=0 s_q=%d, s=%d b=%d h=%d/%d d=%d/%d dtype=%s, output_dtype=%s, "
+                  "flash_attn=true, warp_spec=%s, mask=%s, alibi=false, attn=%s, qkv_layout=%s, "
+                  "wm=%d wn=%d",
+                  p.s_q, p.s, p.b, p.h, p.h_kv, p.d, p.dv, dtype_label(p), output_dtype_label(p),
+                  k.warp_specialized ? "true" : "false", mask_label(p.mask), attn_label(p),
+                  layout_label(p.layout), k.warps_m, k.warps_n);
+}
+
+struct Timing {
+    bool reference_ran;
+    float reference_ms;  // one run of the reference
+    double us;           // one launch of the kernel
+};
+
+// Verbose details (-v 1), then the four summary lines of SPEC.md, then on failure the
+// first mismatches and the error statistics.
+void print_results(const Problem& p, const Device& dev, const KernelMeta& kernel,
+                   const SeqLens& lens, const CheckResult& check, const Timing& t) {
+    const double flops = double(allowed_pairs(p, lens)) * p.h * 2.0 * (p.d + p.dv);
+    const double bytes = double(kBytesPerElement) *
+                         (double(lens.q_total) * p.h * (p.d + p.dv) +  // Q read, O written
+                          double(lens.kv_total) * p.h_kv * (p.d + p.dv));  // K, V once per KV head
+    const std::string speedup =
+        t.reference_ran ? format("(%.2fx)", 1e3 * t.reference_ms / t.us) : "(n/a)";
+
+    if (p.verbose) {
+        print_field("Device", format("%s, sm_%d, %d SMs", dev.name.c_str(), dev.sm, dev.num_sms));
+        print_field("Problem", format("b=%d h=%d h_kv=%d d=%d dv=%d s=%d s_q=%d min_s=%d, %s storage",
+                                      p.b, p.h, p.h_kv, p.d, p.dv, p.s, p.s_q, p.min_s,
+                                      p.pad_s ? "padded" : "packed"));
+        print_field("Tokens", format("q %lld (max %d), kv %lld (max %d)", (long long)lens.q_total,
+                                     lens.s_q_max, (long long)lens.kv_total, lens.s_kv_max));
+        print_field("Scales", format("bmm1 %g, softmax %g, bmm2 %g", p.scale_bmm1, p.scale_softmax,
+                                     p.scale_bmm2));
+        print_field("Inputs", format("%s, range q/k/v %g/%g/%g, scale q/k/v %g/%g/%g",
+                                     p.ones ? "ones" : p.randn ? "normal" : "uniform", p.range_q,
+                                     p.range_k, p.range_v, p.scale_q, p.scale_k, p.scale_v));
+        print_field("Seed", std::to_string(p.seed));
+        print_field("Runs", format("%d warm-up, %d timed", p.warm_up_runs, p.runs));
+        print_field("Reference", t.reference_ran ? format("%.3f ms", t.reference_ms) : "not run");
+        if (!p.skip_checks) {
+            print_field("Epsilon", format("%g", p.epsilon));
+            print_field("Max abs err", format("%.6g", check.max_abs_err));
+            print_field("Max rel err", format("%.6g", check.max_rel_err));
+            print_field("Failures", format("%lld of %lld elements", (long long)check.failures,
+                                           (long long)check.checked));
+            print_field("Untouched", format("%lld of %lld elements outside the sequences written",
+                                            (long long)check.touched, (long long)check.untouched_checked));
+        }
+    }
+
+    std::printf("%s\n", header_line(p, kernel).c_str());
+    print_field("Kernel", kernel.name);
+    print_field("Checks", p.skip_checks      ? "DISABLED"
+                          : check.passed() ? checks_word("SUCCESS", "\033[32m")
+                                           : checks_word("FAILED", "\033[31m"));
+    std::printf("Elapsed ......: %.6f us %s, %.2f Tflop/s, %.2f GB/s\n", t.us, speedup.c_str(),
+                flops / (t.us * 1e-6) / 1e12, bytes / (t.us * 1e-6) / 1e9);
+    if (!p.skip_checks && !check.passed()) {
+        for (const std::string& line : check.report) std::printf("%s\n", line.c_str());
+        std::printf("%s\n", check_summary(p, check).c_str());
+    }
+}
+
+int run(int argc, char** argv) {
+    const Problem p = parse_cli(argc, argv);
+    if (p.list_kernels) {
+        print_kernel_table(stdout);
+        return kExitOk;
+    }
+    const KernelMeta* forced = find_forced_kernel(p);
+    if (!p.save_dir.empty()) prepare_save_dir(p.save_dir);
+
+    const Device dev = open_device();
+    const KernelMeta& kernel = select_kernel(p, forced, dev.sm);
+
+    const SeqLens lens = make_seqlens(p);
+    DeviceTensors t = make_tensors(p, lens);
+    t.params.num_sms = dev.num_sms;
+    cudaStream_t stream;
+    CUDA_CHECK(cudaStreamCreate(&stream));
+
+    // The unfused reference path, timed once (also needed by -save-tensors).
+    const bool run_reference_path = !p.skip_checks || !p.save_dir.empty();
+    const size_t o_elems = size_t(lens.q_storage_tokens) * p.h * p.dv;
+    DeviceBuffer<float> o_ref;
+    float ref_ms = 0.f;
+    if (run_reference_path) {
+        o_ref = DeviceBuffer<float>(o_elems);
+        CUDA_CHECK(prepare_reference(t.params, p.dtype));
+        ref_ms = time_on_stream(stream, [&] {
+            CUDA_CHECK(run_reference(t.params, p.dtype, o_ref.get(), nullptr, stream));
+        });
+    }
+
+    // One clean launch on a poisoned O: this is the output that is checked and saved.
+    poison_output(t, stream);
+    launch(kernel, t.params, stream);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::vector<uint16_t> o_raw;
+    std::vector<float> o_ref_host;
+    if (!p.skip_checks) {
+        o_raw.resize(t.o.size());
+        o_ref_host.resize(o_elems);
+        CUDA_CHECK(cudaMemcpy(o_raw.data(), t.o.get(), t.o.bytes(), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(o_ref_host.data(), o_ref.get(), o_ref.bytes(), cudaMemcpyDeviceToHost));
+    }
+    if (!p.save_dir.empty()) save_tensors(p, lens, t, o_ref.get(), kernel, stream);
+
+    for (int i = 0; i < p.warm_up_runs; ++i) launch(kernel, t.params, stream);
+    const float total_ms = time_on_stream(stream, [&] {
+        for (int i = 0; i < p.runs; ++i) launch(kernel, t.params, stream);
+    });
+    CUDA_CHECK(cudaGetLastError());
+    const double us = 1e3 * double(total_ms) / p.runs;
+
+    CheckResult check;
+    if (!p.skip_checks) check = check_output(p, lens, o_raw, o_ref_host);
+    print_results(p, dev, kernel, lens, check, Timing{run_reference_path, ref_ms, us});
+
+    CUDA_CHECK(cudaStreamDestroy(stream));
+    return p.skip_checks || check.passed() ? kExitOk : kExitCheckFailed;
+}
+
+}  // namespace
+}  // namespace fmha
+
+int main(int argc, char** argv) {
+    try {
+        return fmha::run(argc, argv);
+    } catch (const std::bad_alloc&) {
+        std::fflush(stdout);
+        std::fprintf(stderr, "error: out of memory (host allocation)\n");
+        return fmha::kExitCudaError;
+    }
+}

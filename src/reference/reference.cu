@@ -1,0 +1,245 @@
+// One CTA per (query-row block, head, sequence). Each warp owns kRowsPerWarp query rows.
+// Keys stream through shared memory kKeysPerTile at a time:
+//   1. the K tile is staged as fp32; lane j computes the scores of key j for its rows,
+//   2. online softmax per row: running max m, running sum l, rescale the accumulator,
+//   3. the V tile replaces K in shared memory; each lane accumulates its own output
+//      columns (lane, lane + 32, ...) over the tile's keys.
+// Everything is fp32; only the inputs are fp16/bf16.
+#include "reference/reference.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+
+namespace fmha {
+namespace {
+
+constexpr int kWarpSize = 32;
+constexpr int kKeysPerTile = kWarpSize;  // one key per lane in the score step
+constexpr int kRowsPerWarp = 4;          // query rows that share each K/V smem read
+constexpr int kMaxWarps = 8;
+constexpr int kVec = 4;                  // float4 reads of Q and K in shared memory
+constexpr int kMaxColChunks = 16;        // output columns per lane: dv <= 16 * 32 = 512
+
+template <class T> __device__ inline float load(const T* p);
+template <> __device__ inline float load<__half>(const __half* p) { return __half2float(*p); }
+template <> __device__ inline float load<__nv_bfloat16>(const __nv_bfloat16* p) {
+    return __bfloat162float(*p);
+}
+
+__device__ inline float warp_max(float x) {
+    for (int o = kWarpSize / 2; o > 0; o /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}
+__device__ inline float warp_sum(float x) {
+    for (int o = kWarpSize / 2; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+// Shared-memory geometry, shared by the host (size) and the kernel (carving).
+struct Smem {
+    int rows;       // query rows per CTA
+    int d_pad;      // d rounded up to kVec; Q and K columns past d are zero
+    int k_stride;   // K tile row stride: a multiple of kVec with k_stride / kVec odd, so
+                    // the float4 reads of 8 lanes (one quarter warp) hit distinct banks
+    int kv_stride;  // floats per key row of the shared K/V tile
+    __host__ __device__ size_t bytes() const {
+        return sizeof(float) *
+               (size_t(rows) * d_pad + size_t(kKeysPerTile) * kv_stride + size_t(rows) * kKeysPerTile);
+    }
+};
+
+Smem make_smem(int warps, int d, int dv) {
+    Smem s;
+    s.rows = warps * kRowsPerWarp;
+    s.d_pad = (d + kVec - 1) / kVec * kVec;
+    s.k_stride = (s.d_pad / kVec) % 2 == 1 ? s.d_pad : s.d_pad + kVec;
+    s.kv_stride = s.k_stride > dv ? s.k_stride : dv;
+    return s;
+}
+
+// kColChunks: columns per lane, ceil(dv / 32) rounded up to a power of two.
+template <class T, int kColChunks>
+__global__ void __launch_bounds__(kMaxWarps * kWarpSize)
+reference_kernel(Params p, Smem geo, float* o_ref, float* lse) {
+    const int seq = blockIdx.z, head = blockIdx.y;
+    const int q_len = p.q_lens[seq], kv_len = p.kv_lens[seq];
+    const int row0 = blockIdx.x * geo.rows;
+    if (row0 >= q_len) return;  // whole CTA: no barrier is skipped by part of it
+
+    const int warps = blockDim.x / kWarpSize;
+    const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+    const int kv_head = head / (p.h / p.h_kv);
+    const bool causal = p.mask == MaskType::kCausal;
+    const int shift = kv_len - q_len;  // causal: row r sees keys j <= r + shift
+
+    // Keys any row of this CTA may see: [0, key_end).
+    const int last_row = min(row0 + geo.rows, q_len) - 1;
+    const int key_end = causal ? min(kv_len, last_row + shift + 1) : kv_len;
+
+    const T* q = static_cast<const T*>(p.q) + int64_t(p.q_offsets[seq]) * p.q_row_stride +
+                 int64_t(head) * p.q_head_stride;
+    const T* k = static_cast<const T*>(p.k) + int64_t(p.kv_offsets[seq]) * p.k_row_stride +
+                 int64_t(kv_head) * p.k_head_stride;
+    const T* v = static_cast<const T*>(p.v) + int64_t(p.kv_offsets[seq]) * p.v_row_stride +
+                 int64_t(kv_head) * p.v_head_stride;
+
+    extern __shared__ float4 smem4[];
+    float* q_s = reinterpret_cast<float*>(smem4);     // [rows, d_pad]
+    float* kv_s = q_s + geo.rows * geo.d_pad;         // [kKeysPerTile, kv_stride]: K tile, then V tile
+    float* p_s = kv_s + kKeysPerTile * geo.kv_stride; // [rows, kKeysPerTile] probabilities
+
+    for (int r = warp; r < geo.rows; r += warps)
+        for (int c = lane; c < geo.d_pad; c += kWarpSize)
+            q_s[r * geo.d_pad + c] =
+                (row0 + r < q_len && c < p.d) ? load(q + int64_t(row0 + r) * p.q_row_stride + c) : 0.f;
+
+    const int my_row = warp * kRowsPerWarp;  // first of this warp's rows, CTA-local
+    float m[kRowsPerWarp], l[kRowsPerWarp], acc[kRowsPerWarp][kColChunks];
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+        m[i] = -INFINITY;
+        l[i] = 0.f;
+#pragma unroll
+        for (int c = 0; c < kColChunks; ++c) acc[i][c] = 0.f;
+    }
+
+    for (int tile = 0; tile < key_end; tile += kKeysPerTile) {
+        __syncthreads();  // the previous V tile is consumed (and Q is staged)
+        for (int j = warp; j < kKeysPerTile; j += warps)
+            for (int c = lane; c < geo.d_pad; c += kWarpSize)
+                kv_s[j * geo.k_stride + c] =
+                    (tile + j < kv_len && c < p.d) ? load(k + int64_t(tile + j) * p.k_row_stride + c) : 0.f;
+        __syncthreads();
+
+        // Scores of key `tile + lane` against this warp's rows.
+        float s[kRowsPerWarp] = {};
+        const float4* k_row = reinterpret_cast<const float4*>(kv_s + lane * geo.k_stride);
+        for (int c = 0; c < geo.d_pad / kVec; ++c) {
+            const float4 kk = k_row[c];
+#pragma unroll
+            for (int i = 0; i < kRowsPerWarp; ++i) {
+                const float4 qq = reinterpret_cast<const float4*>(q_s + (my_row + i) * geo.d_pad)[c];
+                s[i] += qq.x * kk.x + qq.y * kk.y + qq.z * kk.z + qq.w * kk.w;
+            }
+        }
+
+        const int key = tile + lane;
+#pragma unroll
+        for (int i = 0; i < kRowsPerWarp; ++i) {
+            const int r = row0 + my_row + i;
+            const bool visible = key < kv_len && (!causal || key <= r + shift);
+            const float score = visible ? s[i] * p.scale_bmm1 : -INFINITY;
+            const float m_new = fmaxf(m[i], warp_max(score));
+            // m_new == -inf: nothing visible yet, keep everything at zero.
+            const float prob = m_new == -INFINITY ? 0.f : expf(score - m_new);
+            const float alpha = m_new == -INFINITY ? 1.f : expf(m[i] - m_new);
+            l[i] = l[i] * alpha + warp_sum(prob);
+            m[i] = m_new;
+#pragma unroll
+            for (int c = 0; c < kColChunks; ++c) acc[i][c] *= alpha;
+            p_s[(my_row + i) * kKeysPerTile + lane] = prob;
+        }
+        __syncthreads();  // every warp is done with the K tile
+
+        for (int j = warp; j < kKeysPerTile; j += warps)
+            for (int c = lane; c < p.dv; c += kWarpSize)
+                kv_s[j * p.dv + c] =
+                    tile + j < kv_len ? load(v + int64_t(tile + j) * p.v_row_stride + c) : 0.f;
+        __syncthreads();
+
+        for (int j = 0; j < kKeysPerTile; j += kVec) {
+            float4 pr[kRowsPerWarp];
+#pragma unroll
+            for (int i = 0; i < kRowsPerWarp; ++i)
+                pr[i] = *reinterpret_cast<const float4*>(p_s + (my_row + i) * kKeysPerTile + j);
+#pragma unroll
+            for (int jj = 0; jj < kVec; ++jj) {
+                const float* v_row = kv_s + (j + jj) * p.dv;
+#pragma unroll
+                for (int c = 0; c < kColChunks; ++c) {
+                    const int col = lane + c * kWarpSize;
+                    const float vv = col < p.dv ? v_row[col] : 0.f;
+#pragma unroll
+                    for (int i = 0; i < kRowsPerWarp; ++i)
+                        acc[i][c] += reinterpret_cast<const float*>(&pr[i])[jj] * vv;
+                }
+            }
+        }
+    }
+
+    const float out_scale = p.scale_softmax * p.scale_bmm2;
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+        const int r = row0 + my_row + i;
+        if (r >= q_len) continue;
+        const float inv = l[i] > 0.f ? out_scale / l[i] : 0.f;
+        float* o_row = o_ref + (int64_t(p.q_offsets[seq]) + r) * (int64_t(p.h) * p.dv) +
+                       int64_t(head) * p.dv;
+#pragma unroll
+        for (int c = 0; c < kColChunks; ++c) {
+            const int col = lane + c * kWarpSize;
+            if (col < p.dv) o_row[col] = acc[i][c] * inv;
+        }
+        if (lse != nullptr && lane == 0)
+            lse[(int64_t(seq) * p.h + head) * p.s_q_max + r] = l[i] > 0.f ? m[i] + logf(l[i]) : -INFINITY;
+    }
+}
+
+using KernelFn = void (*)(Params, Smem, float*, float*);
+
+template <class T>
+KernelFn pick_kernel(int dv) {
+    const int chunks = (dv + kWarpSize - 1) / kWarpSize;
+    if (chunks <= 1) return reference_kernel<T, 1>;
+    if (chunks <= 2) return reference_kernel<T, 2>;
+    if (chunks <= 4) return reference_kernel<T, 4>;
+    if (chunks <= 8) return reference_kernel<T, 8>;
+    return reference_kernel<T, kMaxColChunks>;
+}
+
+struct Launch {
+    KernelFn fn;
+    Smem geo;
+    int warps;
+};
+
+// The largest CTA (most rows sharing each K/V tile) whose shared memory fits.
+cudaError_t plan(const Params& p, DataType dtype, Launch* out) {
+    if (dtype != DataType::kFp16 && dtype != DataType::kBf16) return cudaErrorInvalidValue;
+    if (p.dv > kMaxColChunks * kWarpSize || p.h_kv <= 0 || p.h % p.h_kv != 0) return cudaErrorInvalidValue;
+    int device = 0, smem_max = 0;
+    cudaError_t err = cudaGetDevice(&device);
+    if (err == cudaSuccess)
+        err = cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    if (err != cudaSuccess) return err;
+
+    out->fn = dtype == DataType::kBf16 ? pick_kernel<__nv_bfloat16>(p.dv) : pick_kernel<__half>(p.dv);
+    for (int warps = kMaxWarps; warps >= 1; warps /= 2) {
+        out->geo = make_smem(warps, p.d, p.dv);
+        out->warps = warps;
+        if (out->geo.bytes() <= size_t(smem_max))
+            return cudaFuncSetAttribute(out->fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(out->geo.bytes()));
+    }
+    return cudaErrorInvalidConfiguration;  // d, dv too large for this device's shared memory
+}
+
+}  // namespace
+
+cudaError_t prepare_reference(const Params& p, DataType dtype) {
+    Launch l;
+    return plan(p, dtype, &l);
+}
+
+cudaError_t run_reference(const Params& p, DataType dtype, float* o_ref, float* lse, cudaStream_t stream) {
+    Launch l;
+    cudaError_t err = plan(p, dtype, &l);
+    if (err != cudaSuccess) return err;
+    const dim3 grid((p.s_q_max + l.geo.rows - 1) / l.geo.rows, p.h, p.b);
+    l.fn<<<grid, l.warps * kWarpSize, l.geo.bytes(), stream>>>(p, l.geo, o_ref, lse);
+    return cudaGetLastError();
+}
+
+}  // namespace fmha

@@ -1,0 +1,24 @@
+// The fp32 GPU reference: streams over keys with an online softmax, so its memory is
+// O(s) for any sequence length. It reads the same Params as the kernels (layouts,
+// strides, offsets, lengths, GQA mapping, masks, scales) and writes fp32.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "params.h"
+
+namespace fmha {
+
+// o_ref: dense fp32 [q storage tokens, h, dv]; row q_offsets[b] + r holds query row r
+//        of sequence b (the same rows as Params::o). Rows past a length are not written.
+// lse:   optional fp32 [b, h, s_q_max], natural-log sum of exp of the scaled scores
+//        (nullptr: not written).
+// Inputs are fp16 or bf16 (dtype); Params::o is ignored.
+cudaError_t run_reference(const Params& p, DataType dtype, float* o_ref, float* lse,
+                          cudaStream_t stream);
+
+// Loads the reference kernel and sets its shared-memory limit, so that a following
+// timed run_reference measures the kernel only. Idempotent; run_reference calls it too.
+cudaError_t prepare_reference(const Params& p, DataType dtype);
+
+}  // namespace fmha

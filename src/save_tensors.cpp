@@ -1,0 +1,103 @@
+#include "save_tensors.h"
+
+#include <filesystem>
+#include <system_error>
+#include <vector>
+
+#include "npy.h"
+
+namespace fmha {
+namespace {
+
+// Gathers one strided tensor into [b, s_cap, heads, cols] float32 and writes it.
+void save_one(const std::string& dir, const char* name, const void* src, DataType type,
+              int64_t row_stride, int64_t head_stride, int heads, int cols, const int* offsets,
+              const int* lens, int b, int s_cap, cudaStream_t stream) {
+    const size_t n = size_t(b) * s_cap * heads * cols;
+    DeviceBuffer<float> dense(n);
+    gather_logical(src, type, row_stride, head_stride, heads, cols, offsets, lens, b, s_cap,
+                   dense.get(), stream);
+    std::vector<float> host(n);
+    CUDA_CHECK(cudaMemcpyAsync(host.data(), dense.get(), dense.bytes(), cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    const std::string path = dir + "/" + name;
+    if (!write_npy(path, host.data(), {b, s_cap, heads, cols}))
+        fail_args("-save-tensors: cannot write " + path);
+}
+
+void save_ints(const std::string& dir, const char* name, const std::vector<int>& values) {
+    const std::string path = dir + "/" + name;
+    if (!write_npy(path, values.data(), {static_cast<int64_t>(values.size())}))
+        fail_args("-save-tensors: cannot write " + path);
+}
+
+}  // namespace
+
+void prepare_save_dir(const std::string& dir) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec || !std::filesystem::is_directory(dir, ec))
+        fail_args("-save-tensors: cannot create directory '" + dir + "'" +
+                  (ec ? ": " + ec.message() : std::string()));
+}
+
+void save_tensors(const Problem& p, const SeqLens& lens, const DeviceTensors& t,
+                  const float* o_ref, const KernelMeta& kernel, cudaStream_t stream) {
+    const Params& q = t.params;
+    const std::string& dir = p.save_dir;
+    save_one(dir, "q.npy", q.q, p.dtype, q.q_row_stride, q.q_head_stride, p.h, p.d, q.q_offsets,
+             q.q_lens, p.b, p.s_q, stream);
+    save_one(dir, "k.npy", q.k, p.dtype, q.k_row_stride, q.k_head_stride, p.h_kv, p.d,
+             q.kv_offsets, q.kv_lens, p.b, p.s, stream);
+    save_one(dir, "v.npy", q.v, p.dtype, q.v_row_stride, q.v_head_stride, p.h_kv, p.dv,
+             q.kv_offsets, q.kv_lens, p.b, p.s, stream);
+    save_one(dir, "o.npy", q.o, p.dtype, q.o_row_stride, q.o_head_stride, p.h, p.dv, q.q_offsets,
+             q.q_lens, p.b, p.s_q, stream);
+    if (o_ref != nullptr)  // dense [q storage tokens, h, dv]
+        save_one(dir, "o_ref.npy", o_ref, DataType::kFp32, int64_t(p.h) * p.dv, p.dv, p.h, p.dv,
+                 q.q_offsets, q.q_lens, p.b, p.s_q, stream);
+    save_ints(dir, "seqlens_q.npy", lens.q_lens);
+    save_ints(dir, "seqlens_kv.npy", lens.kv_lens);
+
+    JsonObject meta;
+    meta.add("kernel", kernel.name)
+        .add("dtype", dtype_name(p.dtype))
+        .add("acc", dtype_name(p.acc))
+        .add("output_dtype", dtype_name(p.dtype))
+        .add("mask", mask_label(p.mask))
+        .add("layout", layout_label(p.layout))
+        .add("attn", attn_label(p))
+        .add("b", p.b)
+        .add("h", p.h)
+        .add("h_kv", p.h_kv)
+        .add("d", p.d)
+        .add("dv", p.dv)
+        .add("s", p.s)
+        .add("s_q", p.s_q)
+        .add("min_s", p.min_s)
+        .add("pad_s", p.pad_s)
+        .add("scale_bmm1", double(p.scale_bmm1))
+        .add("scale_softmax", double(p.scale_softmax))
+        .add("scale_bmm2", double(p.scale_bmm2))
+        .add("seed", p.seed)
+        .add("inputs", p.ones ? "ones" : p.randn ? "randn" : "uniform")
+        .add("range_q", double(p.range_q))
+        .add("range_k", double(p.range_k))
+        .add("range_v", double(p.range_v))
+        .add("scale_q", double(p.scale_q))
+        .add("scale_k", double(p.scale_k))
+        .add("scale_v", double(p.scale_v))
+        .add("epsilon", double(p.epsilon))
+        .add("o_ref_saved", o_ref != nullptr)
+        .null("sliding_window_size")
+        .null("chunked_attention_size")
+        .add("bidirectional_sliding_window", false)
+        .null("softcapping_scale_bmm1")
+        .add("alibi", false)
+        .add("attention_sinks", false)
+        .add("save_softmax", false);
+    const std::string path = dir + "/meta.json";
+    if (!meta.write(path)) fail_args("-save-tensors: cannot write " + path);
+}
+
+}  // namespace fmha

@@ -1,0 +1,22 @@
+// -save-tensors DIR: float32 .npy files in the logical padded layout and meta.json.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "cli.h"
+#include "kernel_meta.h"
+#include "tensors.h"
+
+namespace fmha {
+
+// Creates DIR (and its parents) before any GPU work; exits 2 when it cannot.
+void prepare_save_dir(const std::string& dir);
+
+// Writes q, k, v, o (the kernel's current O) and, when o_ref is not null, o_ref, plus
+// seqlens_q, seqlens_kv and meta.json. Exits 2 when a file cannot be written.
+void save_tensors(const Problem& p, const SeqLens& lens, const DeviceTensors& t,
+                  const float* o_ref, const KernelMeta& kernel, cudaStream_t stream);
+
+}  // namespace fmha

@@ -1,0 +1,282 @@
+// Layouts, lengths and the fill / poison / gather kernels.
+#include "tensors.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+namespace fmha {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarpSize = 32;
+constexpr int kMaxGridBlocks = 65536;  // grid-stride loops cover the rest
+constexpr float kTwoPi = 6.28318530717958647692f;
+constexpr float kInv2Pow24 = 1.0f / 16777216.0f;
+
+// Streams of the counter-based RNG; each tensor (and the lengths) draws from its own.
+enum Stream : uint64_t { kStreamQ = 1, kStreamK = 2, kStreamV = 3, kStreamLens = 4 };
+
+// splitmix64's finaliser: a bijective mix, good enough to turn a counter into bits.
+__host__ __device__ inline uint64_t mix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+__host__ __device__ inline uint64_t hash(uint64_t seed, uint64_t stream, uint64_t index) {
+    return mix64(mix64(seed ^ mix64(stream)) ^ index);
+}
+
+// Top 24 bits as a float in [0, 1).
+__device__ inline float unit_float(uint64_t bits) {
+    return static_cast<float>(bits >> 40) * kInv2Pow24;
+}
+
+struct FillSpec {
+    uint64_t seed, stream;
+    float range, scale;
+    bool ones, randn;
+};
+
+__device__ inline float random_value(const FillSpec& f, uint64_t index) {
+    if (f.ones) return f.scale;
+    const uint64_t h1 = hash(f.seed, f.stream, index);
+    if (!f.randn) return (2.f * unit_float(h1) - 1.f) * f.range * f.scale;
+    // Box-Muller from two hashes; u1 in (0, 1] keeps the log finite.
+    const float u1 = 1.f - unit_float(h1);
+    const float u2 = unit_float(mix64(h1));
+    return sqrtf(-2.f * logf(u1)) * cosf(kTwoPi * u2) * f.range * f.scale;
+}
+
+template <class T> __device__ inline T from_float(float x);
+template <> __device__ inline __half from_float<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+    return __float2bfloat16_rn(x);
+}
+
+template <class T> __device__ inline float to_float(T x) { return static_cast<float>(x); }
+template <> __device__ inline float to_float<__half>(__half x) { return __half2float(x); }
+template <> __device__ inline float to_float<__nv_bfloat16>(__nv_bfloat16 x) {
+    return __bfloat162float(x);
+}
+
+// One warp per (sequence, position, head) row of the logical [b, s_cap, heads, cols]
+// view. The value depends on the logical index only, so the same seed gives the same
+// tensors in every layout and storage mode.
+template <class T>
+__global__ void fill_kernel(T* base, int64_t row_stride, int64_t head_stride, int heads, int cols,
+                            const int* offsets, const int* lens, int b, int s_cap, FillSpec f) {
+    const int64_t rows = int64_t(b) * s_cap * heads;
+    const int64_t warps = int64_t(gridDim.x) * blockDim.x / kWarpSize;
+    const int lane = threadIdx.x % kWarpSize;
+    for (int64_t r = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kWarpSize; r < rows;
+         r += warps) {
+        const int head = static_cast<int>(r % heads);
+        const int pos = static_cast<int>((r / heads) % s_cap);
+        const int seq = static_cast<int>(r / (int64_t(heads) * s_cap));
+        if (pos >= lens[seq]) continue;
+        T* row = base + (int64_t(offsets[seq]) + pos) * row_stride + head * head_stride;
+        for (int c = lane; c < cols; c += kWarpSize) row[c] = from_float<T>(random_value(f, r * cols + c));
+    }
+}
+
+__global__ void poison_kernel(uint16_t* data, int64_t n) {
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+         i += int64_t(gridDim.x) * blockDim.x)
+        data[i] = kPoisonBits;
+}
+
+template <class T>
+__global__ void gather_kernel(const T* src, int64_t row_stride, int64_t head_stride, int heads,
+                              int cols, const int* offsets, const int* lens, int b, int s_cap,
+                              float* dst) {
+    const int64_t n = int64_t(b) * s_cap * heads * cols;
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+         i += int64_t(gridDim.x) * blockDim.x) {
+        const int c = static_cast<int>(i % cols);
+        const int64_t r = i / cols;
+        const int head = static_cast<int>(r % heads);
+        const int pos = static_cast<int>((r / heads) % s_cap);
+        const int seq = static_cast<int>(r / (int64_t(heads) * s_cap));
+        float x = 0.f;
+        if (pos < lens[seq])
+            x = to_float(src[(int64_t(offsets[seq]) + pos) * row_stride + head * head_stride + c]);
+        dst[i] = x;
+    }
+}
+
+int grid_for(int64_t work_items, int per_block) {
+    return static_cast<int>(std::min<int64_t>((work_items + per_block - 1) / per_block, kMaxGridBlocks));
+}
+
+// Fills one [token, head, col] view of Q, K or V.
+struct View {
+    uint16_t* base;
+    int64_t row_stride, head_stride;
+    int heads, cols;
+};
+
+void fill(const Problem& p, const View& v, const DeviceBuffer<int>& offsets,
+          const DeviceBuffer<int>& lens, int s_cap, uint64_t stream, float range, float scale) {
+    const FillSpec f{p.seed, stream, range, scale, p.ones, p.randn};
+    const int64_t rows = int64_t(p.b) * s_cap * v.heads;
+    const int grid = std::max(1, grid_for(rows, kThreads / kWarpSize));
+    if (p.dtype == DataType::kBf16)
+        fill_kernel<<<grid, kThreads>>>(reinterpret_cast<__nv_bfloat16*>(v.base), v.row_stride,
+                                        v.head_stride, v.heads, v.cols, offsets.get(), lens.get(),
+                                        p.b, s_cap, f);
+    else
+        fill_kernel<<<grid, kThreads>>>(reinterpret_cast<__half*>(v.base), v.row_stride,
+                                        v.head_stride, v.heads, v.cols, offsets.get(), lens.get(),
+                                        p.b, s_cap, f);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// Zeroed allocation of `rows` x `width` 16-bit elements (padding rows stay zero).
+DeviceBuffer<uint16_t> zeroed(int64_t rows, int64_t width) {
+    DeviceBuffer<uint16_t> buf(static_cast<size_t>(rows * width));
+    CUDA_CHECK(cudaMemset(buf.get(), 0, buf.bytes()));
+    return buf;
+}
+
+}  // namespace
+
+SeqLens make_seqlens(const Problem& p) {
+    SeqLens l;
+    const int span = p.s - p.min_s + 1;
+    for (int i = 0; i < p.b; ++i) {
+        const int kv = p.min_s + static_cast<int>(hash(p.seed, kStreamLens, i) % uint64_t(span));
+        const int q = std::min(p.s_q, kv);
+        l.kv_lens.push_back(kv);
+        l.q_lens.push_back(q);
+        l.kv_offsets.push_back(static_cast<int>(p.pad_s ? int64_t(i) * p.s : l.kv_total));
+        l.q_offsets.push_back(static_cast<int>(p.pad_s ? int64_t(i) * p.s_q : l.q_total));
+        l.kv_total += kv;
+        l.q_total += q;
+        l.s_kv_max = std::max(l.s_kv_max, kv);
+        l.s_q_max = std::max(l.s_q_max, q);
+    }
+    l.kv_storage_tokens = p.pad_s ? int64_t(p.b) * p.s : l.kv_total;
+    l.q_storage_tokens = p.pad_s ? int64_t(p.b) * p.s_q : l.q_total;
+    return l;
+}
+
+int64_t allowed_pairs(const Problem& p, const SeqLens& lens) {
+    int64_t pairs = 0;
+    for (int i = 0; i < p.b; ++i) {
+        const int64_t lq = lens.q_lens[i], lk = lens.kv_lens[i];
+        // Causal, bottom-right aligned: row r sees r + lk - lq + 1 keys (lq <= lk).
+        pairs += p.mask == MaskType::kCausal ? lq * lk - lq * (lq - 1) / 2 : lq * lk;
+    }
+    return pairs;
+}
+
+DeviceTensors make_tensors(const Problem& p, const SeqLens& lens) {
+    DeviceTensors t;
+    t.q_offsets = to_device(lens.q_offsets);
+    t.q_lens = to_device(lens.q_lens);
+    t.kv_offsets = to_device(lens.kv_offsets);
+    t.kv_lens = to_device(lens.kv_lens);
+
+    const int64_t tq = lens.q_storage_tokens, tkv = lens.kv_storage_tokens;
+    const int64_t d = p.d, dv = p.dv, h = p.h, hkv = p.h_kv;
+    View q{}, k{}, v{};
+    switch (p.layout) {
+        case Layout::kPackedQkv: {  // one row per token: Q heads, then K heads, then V heads
+            const int64_t row = (h + 2 * hkv) * d;
+            t.qkv = zeroed(tq, row);
+            q = {t.qkv.get(), row, d, p.h, p.d};
+            k = {t.qkv.get() + h * d, row, d, p.h_kv, p.d};
+            v = {t.qkv.get() + (h + hkv) * d, row, d, p.h_kv, p.d};
+            break;
+        }
+        case Layout::kContiguousQKv: {  // Q, and KV with K heads then V heads per token
+            t.q = zeroed(tq, h * d);
+            t.kv = zeroed(tkv, 2 * hkv * d);
+            q = {t.q.get(), h * d, d, p.h, p.d};
+            k = {t.kv.get(), 2 * hkv * d, d, p.h_kv, p.d};
+            v = {t.kv.get() + hkv * d, 2 * hkv * d, d, p.h_kv, p.d};
+            break;
+        }
+        case Layout::kSeparateQKv: {
+            t.q = zeroed(tq, h * d);
+            t.k = zeroed(tkv, hkv * d);
+            t.v = zeroed(tkv, hkv * dv);
+            q = {t.q.get(), h * d, d, p.h, p.d};
+            k = {t.k.get(), hkv * d, d, p.h_kv, p.d};
+            v = {t.v.get(), hkv * dv, dv, p.h_kv, p.dv};
+            break;
+        }
+    }
+    t.o = DeviceBuffer<uint16_t>(static_cast<size_t>((tq + 2 * kGuardRows) * h * dv));
+
+    fill(p, q, t.q_offsets, t.q_lens, p.s_q, kStreamQ, p.range_q, p.scale_q);
+    fill(p, k, t.kv_offsets, t.kv_lens, p.s, kStreamK, p.range_k, p.scale_k);
+    fill(p, v, t.kv_offsets, t.kv_lens, p.s, kStreamV, p.range_v, p.scale_v);
+    CUDA_CHECK(cudaDeviceSynchronize());
+
+    Params& prm = t.params;
+    prm.q = q.base;
+    prm.k = k.base;
+    prm.v = v.base;
+    prm.o = t.o.get() + kGuardRows * h * dv;
+    prm.q_row_stride = q.row_stride;
+    prm.q_head_stride = q.head_stride;
+    prm.k_row_stride = k.row_stride;
+    prm.k_head_stride = k.head_stride;
+    prm.v_row_stride = v.row_stride;
+    prm.v_head_stride = v.head_stride;
+    prm.o_row_stride = h * dv;
+    prm.o_head_stride = dv;
+    prm.q_offsets = t.q_offsets.get();
+    prm.q_lens = t.q_lens.get();
+    prm.kv_offsets = t.kv_offsets.get();
+    prm.kv_lens = t.kv_lens.get();
+    prm.b = p.b;
+    prm.h = p.h;
+    prm.h_kv = p.h_kv;
+    prm.d = p.d;
+    prm.dv = p.dv;
+    prm.s_q_max = lens.s_q_max;
+    prm.s_kv_max = lens.s_kv_max;
+    prm.mask = p.mask;
+    prm.scale_bmm1 = p.scale_bmm1;
+    prm.scale_softmax = p.scale_softmax;
+    prm.scale_bmm2 = p.scale_bmm2;
+    return t;
+}
+
+void poison_output(DeviceTensors& t, cudaStream_t stream) {
+    const int64_t n = static_cast<int64_t>(t.o.size());
+    poison_kernel<<<std::max(1, grid_for(n, kThreads)), kThreads, 0, stream>>>(t.o.get(), n);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+void gather_logical(const void* src, DataType type, int64_t row_stride, int64_t head_stride,
+                    int heads, int cols, const int* offsets, const int* lens, int b, int s_cap,
+                    float* dst, cudaStream_t stream) {
+    const int grid = std::max(1, grid_for(int64_t(b) * s_cap * heads * cols, kThreads));
+    switch (type) {
+        case DataType::kFp16:
+            gather_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const __half*>(src), row_stride,
+                                                         head_stride, heads, cols, offsets, lens, b,
+                                                         s_cap, dst);
+            break;
+        case DataType::kBf16:
+            gather_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(src),
+                                                         row_stride, head_stride, heads, cols,
+                                                         offsets, lens, b, s_cap, dst);
+            break;
+        default:
+            gather_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const float*>(src), row_stride,
+                                                         head_stride, heads, cols, offsets, lens, b,
+                                                         s_cap, dst);
+            break;
+    }
+    CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace fmha

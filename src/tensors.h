@@ -1,0 +1,101 @@
+// Device tensors of one run: RAII buffers, sequence lengths and offsets, the layout
+// builder that turns a Problem into Params pointers and strides, and the fill kernels.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "cli.h"
+#include "cuda_check.h"
+#include "params.h"
+
+namespace fmha {
+
+// A NaN in both fp16 and bf16 (exponent bits all set in both encodings, mantissa not
+// zero) that neither format produces as its canonical NaN (0x7fff / 0x7fc0), so a
+// kernel that writes a NaN still shows up as "touched".
+constexpr uint16_t kPoisonBits = 0x7fa5;
+// O rows allocated before and after the real storage; a write there is a bug.
+constexpr int kGuardRows = 16;
+
+template <class T>
+class DeviceBuffer {
+public:
+    DeviceBuffer() = default;
+    explicit DeviceBuffer(size_t count) : count_(count) {
+        if (count > 0) CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr_), count * sizeof(T)));
+    }
+    ~DeviceBuffer() {
+        if (ptr_ != nullptr) cudaFree(ptr_);
+    }
+    DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), count_(o.count_) {
+        o.ptr_ = nullptr;
+        o.count_ = 0;
+    }
+    DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+        std::swap(ptr_, o.ptr_);
+        std::swap(count_, o.count_);
+        return *this;
+    }
+    DeviceBuffer(const DeviceBuffer&) = delete;
+    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+    T* get() const { return ptr_; }
+    size_t size() const { return count_; }
+    size_t bytes() const { return count_ * sizeof(T); }
+
+private:
+    T* ptr_ = nullptr;
+    size_t count_ = 0;
+};
+
+template <class T>
+DeviceBuffer<T> to_device(const std::vector<T>& host) {
+    DeviceBuffer<T> buf(host.size());
+    if (!host.empty())
+        CUDA_CHECK(cudaMemcpy(buf.get(), host.data(), buf.bytes(), cudaMemcpyHostToDevice));
+    return buf;
+}
+
+// Real lengths and storage offsets of every sequence (host side).
+struct SeqLens {
+    std::vector<int> q_lens, kv_lens, q_offsets, kv_offsets;
+    int64_t q_storage_tokens = 0;   // rows of Q / O storage (b*s_q with -pad-s)
+    int64_t kv_storage_tokens = 0;  // rows of K / V storage
+    int64_t q_total = 0, kv_total = 0;  // sums of the real lengths
+    int s_q_max = 0, s_kv_max = 0;
+};
+SeqLens make_seqlens(const Problem& p);
+
+// (query, key) pairs the mask leaves, summed over sequences (for Tflop/s).
+int64_t allowed_pairs(const Problem& p, const SeqLens& lens);
+
+// Everything on the device for one run. Params point into these buffers.
+struct DeviceTensors {
+    DeviceBuffer<uint16_t> qkv;  // packed QKV [tokens, h + 2*h_kv, d]
+    DeviceBuffer<uint16_t> q;    // [tokens_q, h, d]        (Q + KV and separate layouts)
+    DeviceBuffer<uint16_t> kv;   // [tokens_kv, 2*h_kv, d]  (Q + KV)
+    DeviceBuffer<uint16_t> k;    // [tokens_kv, h_kv, d]    (separate)
+    DeviceBuffer<uint16_t> v;    // [tokens_kv, h_kv, dv]   (separate)
+    DeviceBuffer<uint16_t> o;    // [kGuardRows + tokens_q + kGuardRows, h, dv]
+    DeviceBuffer<int> q_offsets, q_lens, kv_offsets, kv_lens;
+    Params params;
+};
+
+// Allocates the layout's buffers, sets Params (everything but num_sms) and fills Q, K, V
+// from the counter-based RNG. O is not filled: call poison_output before each checked run.
+DeviceTensors make_tensors(const Problem& p, const SeqLens& lens);
+
+// Writes kPoisonBits over the whole O allocation, guard rows included.
+void poison_output(DeviceTensors& t, cudaStream_t stream);
+
+// Gathers a strided [token, head, col] tensor of fp16/bf16/fp32 into a dense float
+// [b, s_cap, heads, cols] in the logical padded layout; rows past a length are zero.
+void gather_logical(const void* src, DataType type, int64_t row_stride, int64_t head_stride,
+                    int heads, int cols, const int* offsets, const int* lens, int b, int s_cap,
+                    float* dst, cudaStream_t stream);
+
+}  // namespace fmha

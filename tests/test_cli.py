@@ -1,0 +1,128 @@
+"""bin/fmha.exe's command line without a GPU: -help, bad arguments, no-device exit, -list-kernels.
+
+Builds nothing: it runs bin/fmha.exe (or $FMHA_EXE) and skips with a reason when it is not
+built. SPEC.md's exit codes: 0 ok, 1 check failed, 2 bad arguments / no kernel fits,
+3 no CUDA device / CUDA error.
+"""
+
+import os
+import shutil
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXE = Path(os.environ.get("FMHA_EXE", ROOT / "bin" / "fmha.exe"))
+
+pytestmark = pytest.mark.skipif(not EXE.exists(), reason=f"{EXE} is not built (python3 setup.py && make -j)")
+
+
+@lru_cache(maxsize=None)
+def gpu_present() -> bool:
+    if shutil.which("nvidia-smi") is None:
+        return False
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.returncode == 0 and "GPU" in out.stdout
+
+
+def fmha(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, NO_COLOR="1")
+    return subprocess.run([str(EXE), *args], capture_output=True, text=True, timeout=120, env=env)
+
+
+@pytest.mark.parametrize("flag", ["-help", "--help"])
+def test_help_prints_usage_and_exits_0(flag):
+    r = fmha(flag)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("usage: fmha.exe")
+    for documented in ("-causal-mask", "-gqa", "-separate-q-k-v", "-save-tensors", "-skip-checks", "(n/a)"):
+        assert documented in r.stdout
+
+
+def test_help_wins_over_bad_flags():
+    assert fmha("-b", "0", "-help").returncode == 0
+
+
+BAD_ARGS = {
+    "unknown flag": (["-no-such-flag"], "unknown flag"),
+    "missing value": (["-b"], "needs a value"),
+    "non-numeric": (["-s", "abc"], "expects an integer"),
+    "trailing junk": (["-d", "64x"], "expects an integer"),
+    "zero batch": (["-b", "0"], "-b must be between"),
+    "negative heads": (["-h", "-4"], "-h must be between"),
+    "head size too big": (["-d", "513"], "-d must be between"),
+    "min-s above s": (["-s", "128", "-min-s", "256"], "-min-s 256 is larger than -s 128"),
+    "s-q above s": (["-s", "128", "-s-q", "256", "-separate-q-k-v"], "-s-q 256 is larger"),
+    "h not a multiple of h_kv": (["-h", "16", "-gqa", "3"], "not a multiple"),
+    "packed QKV with s_q < s": (["-s", "128", "-s-q", "64"], "packed QKV needs s_q == s and dv == d"),
+    "packed QKV with dv != d": (["-d", "128", "-dv", "64"], "packed QKV needs"),
+    "Q+KV with dv != d": (["-d", "128", "-dv", "64", "-contiguous-q-kv"], "contiguous Q + KV needs dv == d"),
+    "verbosity": (["-v", "2"], "-v must be between 0 and 1"),
+    "two dtypes": (["-fp16", "-bf16"], "cannot be combined"),
+    "two layouts": (["-contiguous-q-kv", "-separate-q-k-v"], "cannot be combined"),
+    "mqa and gqa": (["-mqa", "-gqa", "2"], "cannot be combined"),
+    "epsilon not positive": (["-epsilon", "0"], "-epsilon must be > 0"),
+    "scale not finite": (["-scale-bmm1", "inf"], "expects a finite number"),
+    "negative seed": (["-seed", "-1"], "non-negative integer"),
+    "zero runs": (["-runs", "0"], "-runs must be between"),
+    "32-bit overflow": (["-b", "65535", "-s", "1048576"], "overflow 32-bit indexing"),
+    "fix-s against min-s": (["-fix-s", "-min-s", "4"], "-fix-s"),
+    "unknown kernel": (["-kernel", "no_such_kernel"], "no such kernel"),
+    "alibi": (["-alibi"], "-alibi is not supported yet: no kernel family implements ALiBi"),
+    "e4m3": (["-e4m3"], "not supported yet"),
+    "e4m3-fp32": (["-e4m3-fp32"], "not supported yet"),
+    "fp16 output": (["-fp16-output"], "not supported yet"),
+    "bf16 output": (["-bf16-output"], "not supported yet"),
+    "sliding window": (["-sliding-window-size", "128"], "not supported yet"),
+    "chunked attention": (["-chunked-attention-size", "128"], "not supported yet"),
+    "bidirectional window": (["-bidirectional-sliding-window-mask"], "not supported yet"),
+    "custom mask": (["-custom-mask"], "not supported yet"),
+    "paged kv": (["-paged-kv"], "not supported yet"),
+    "tokens per block": (["-tokens-per-block", "64"], "not supported yet"),
+    "tma": (["-use-tma"], "not supported yet"),
+    "softcapping": (["-softcapping-scale-bmm1", "30"], "not supported yet"),
+    "attention sinks": (["-use-attention-sinks"], "not supported yet"),
+    "save softmax": (["-save-softmax"], "not supported yet"),
+}
+
+
+@pytest.mark.parametrize("args,message", BAD_ARGS.values(), ids=BAD_ARGS.keys())
+def test_bad_arguments_exit_2_with_one_line(args, message):
+    r = fmha(*args)
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1, r.stderr
+    assert message in lines[0]
+    assert r.stdout == ""
+
+
+def test_unwritable_save_dir_exits_2(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    r = fmha("-save-tensors", str(blocker / "sub"))
+    assert r.returncode == 2, r.stderr
+    assert "-save-tensors: cannot create directory" in r.stderr
+
+
+def test_list_kernels_needs_no_gpu():
+    r = fmha("-list-kernels")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].split()[:4] == ["name", "family", "sm", "dtype"]
+    assert lines[-1].endswith(" kernels")
+    assert int(lines[-1].split()[0]) == len(lines) - 2
+
+
+@pytest.mark.skipif(gpu_present(), reason="a GPU is present: this checks the no-device path")
+@pytest.mark.parametrize("args", [[], ["-d", "64", "-causal-mask", "-b", "2", "-s", "256", "-v", "1"]])
+def test_gpu_run_without_gpu_exits_3(args):
+    r = fmha(*args)
+    assert r.returncode == 3, (r.returncode, r.stdout, r.stderr)
+    assert r.stderr.startswith("CUDA error: ")
+    assert r.stderr.rstrip().endswith("(cudaGetDeviceCount)")
+    assert len(r.stderr.splitlines()) == 1
