@@ -1,0 +1,565 @@
+"""End-to-end GPU tier: every generated kernel through bin/fmha.exe.
+
+The kernels come from generated/manifest.json (written by `python3 setup.py`), never from a
+list kept here. Each kernel is crossed with a case table built by the rules below (masks it
+supports x layouts x attention types x sequence shapes), pruned deterministically so the
+suite stays a few minutes long while every pairing is covered by some kernel.
+
+Every run parses the four `-v 0` lines (SPEC.md "Console output"), asserts the checks passed
+and the Kernel line names the requested kernel, and records Tflop/s and GB/s (written as CSV
+with `--perf-csv PATH`). `-save-tensors` runs are re-checked against a float64 attention
+written here in NumPy, independent of the driver's own reference.
+"""
+
+import json
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from generator.spec import FAMILIES
+
+REPO = Path(__file__).resolve().parent
+RUN_TIMEOUT_S = 120
+
+# ---------------------------------------------------------------------------------------------
+# Output parsing (SPEC.md "Console output"), compiled once.
+
+def line_re(pattern: str) -> re.Pattern:
+    """A regex for one whole line, searchable in multi-line output."""
+    return re.compile(rf"^{pattern}$", re.M)
+
+
+FIRST_LINE_RE = line_re(
+    r"v1=(?P<v1>\d+) il=(?P<il>\d+) s_q=(?P<s_q>\d+), s=(?P<s>\d+) b=(?P<b>\d+)"
+    r" h=(?P<h>\d+)/(?P<h_kv>\d+) d=(?P<d>\d+)/(?P<dv>\d+)"
+    r" dtype=(?P<dtype>\w+), output_dtype=(?P<output_dtype>\w+),"
+    r" flash_attn=(?P<flash_attn>true|false), warp_spec=(?P<warp_spec>true|false),"
+    r" mask=(?P<mask>\w+), alibi=(?P<alibi>true|false), attn=(?P<attn>\w+),"
+    r" qkv_layout=(?P<qkv_layout>\w+), wm=(?P<wm>\d+) wn=(?P<wn>\d+)"
+)
+KERNEL_RE = line_re(r"Kernel\.{8}: (?P<kernel>\S+)")
+CHECKS_RE = line_re(r"Checks\.{8}: (?P<checks>SUCCESS|FAILED|DISABLED)")
+ELAPSED_RE = line_re(
+    r"Elapsed \.{6}: (?P<us>\d+\.\d{6}) us \((?:(?P<speedup>\d+\.\d{2})x|n/a)\),"
+    r" (?P<tflops>\d+\.\d{2}) Tflop/s, (?P<gbs>\d+\.\d{2}) GB/s"
+)
+# -v 0 prints exactly these, in this order.
+COMPACT_LINES = (FIRST_LINE_RE, KERNEL_RE, CHECKS_RE, ELAPSED_RE)
+
+
+def parse_output(stdout: str) -> dict:
+    """The fields of the four compact lines, wherever they are in `stdout` (a failed check
+    prints mismatches after them). Raises AssertionError naming the missing line."""
+    fields = {}
+    for regex in COMPACT_LINES:
+        match = regex.search(stdout)
+        assert match, f"no line matching /{regex.pattern}/ in:\n{stdout}"
+        fields.update({k: v for k, v in match.groupdict().items() if v is not None})
+    return fields
+
+
+def run_fmha(exe: Path, args: list[str], timeout: float = RUN_TIMEOUT_S) -> subprocess.CompletedProcess:
+    env = dict(os.environ, NO_COLOR="1")  # stdout is a pipe anyway; be explicit
+    return subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def describe(proc: subprocess.CompletedProcess) -> str:
+    return f"$ {' '.join(proc.args)}\nexit {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernels: the manifest of the build under test.
+
+def manifest_path() -> Path:
+    """generated/manifest.json beside the binary under test ($FMHA_EXE's tree, else the repo's)."""
+    if os.environ.get("FMHA_EXE"):
+        beside = Path(os.environ["FMHA_EXE"]).resolve().parent.parent / "generated" / "manifest.json"
+        if beside.is_file():
+            return beside
+    return REPO / "generated" / "manifest.json"
+
+
+def load_kernels() -> list[dict]:
+    path = manifest_path()
+    if not path.is_file():
+        return []
+    return json.loads(path.read_text())["kernels"]
+
+
+KERNELS = load_kernels()
+if not KERNELS:  # one skipped entry that says why, rather than hundreds
+    pytest.skip(f"{manifest_path()} not found: run `python3 setup.py && make -j` first", allow_module_level=True)
+
+
+def dtype_flag(kernel: dict) -> str:
+    if kernel["dtype"] == "bf16":
+        return "-bf16"
+    return "-fp16-fp32" if kernel["acc"] == "fp32" else "-fp16"
+
+
+def warp_spec(kernel: dict) -> str:
+    """The first line's warp_spec= value, a property of the kernel's family."""
+    return "true" if FAMILIES[kernel["family"]].warp_specialized else "false"
+
+
+def dtype_label(kernel: dict) -> str:
+    """The first line's dtype= value: FP16, FP16_FP32 or BF16 (bf16 always accumulates in fp32)."""
+    return "FP16_FP32" if kernel["dtype"] == "fp16" and kernel["acc"] == "fp32" else kernel["dtype"].upper()
+
+
+# ---------------------------------------------------------------------------------------------
+# The case table.
+
+LAYOUT_FLAGS = {
+    "packed_qkv": [],                      # the default
+    "contiguous_q_kv": ["-contiguous-q-kv"],
+    "separate_q_k_v": ["-separate-q-k-v"],
+}
+# attention type -> (default h, h_kv (None: h), flags)
+ATTENTION = {
+    "mha": (4, None, []),
+    "gqa": (8, 2, ["-gqa", "2"]),
+    "mqa": (4, 1, ["-mqa"]),
+}
+# Every (layout, attention) pair; the rotation below walks through it.
+PAIRS = [(layout, attn) for layout in LAYOUT_FLAGS for attn in ATTENTION]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Batch and sequence lengths of one run."""
+
+    b: int
+    s: int                   # max key/value length
+    s_q: int | None = None   # query length < s (not with packed QKV, which needs s_q == s)
+    min_s: int | None = None # var-len: lengths uniform in [min_s, s]
+    pad_s: bool = False      # var-len stored padded to s instead of packed
+
+    @property
+    def large(self) -> bool:
+        return self.s >= 1000
+
+    def flags(self) -> list[str]:
+        out = ["-b", str(self.b), "-s", str(self.s)]
+        if self.s_q is not None:
+            out += ["-s-q", str(self.s_q)]
+        if self.min_s is not None:
+            out += ["-min-s", str(self.min_s)]
+        if self.pad_s:
+            out.append("-pad-s")
+        return out
+
+    @property
+    def tag(self) -> str:
+        parts = [f"b{self.b}", f"s{self.s}"]
+        if self.s_q is not None:
+            parts.append(f"sq{self.s_q}")
+        if self.min_s is not None:
+            parts.append(f"min{self.min_s}")
+        if self.pad_s:
+            parts.append("pad")
+        return "_".join(parts)
+
+
+# Lengths that hit the edges: a single token, less than one tile, a ragged last tile, exact
+# tiles, many tiles with a tail, var-len packed and padded, and s_q < s (decode-like too).
+SHAPES = (
+    Shape(1, 1),
+    Shape(3, 7),
+    Shape(3, 77),
+    Shape(1, 128),
+    Shape(3, 128),
+    Shape(3, 257),
+    Shape(2, 1000),
+    Shape(1, 4097),
+    Shape(3, 256, min_s=16),
+    Shape(3, 200, min_s=50, pad_s=True),
+    Shape(3, 300, s_q=37),
+    Shape(3, 513, s_q=1),
+    Shape(2, 190, s_q=126, min_s=150),  # var-len K/V with s_q < s
+)
+# Input and scale variations, each run once per kernel on a small problem.
+NUMERICS = (
+    ("randn", ["-randn", "-seed", "7"]),
+    ("scales", ["-scale-bmm1", "0.05", "-scale-softmax", "1.5", "-scale-bmm2", "0.5"]),
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    kernel: dict
+    mask: str
+    layout: str
+    attn: str
+    shape: Shape
+    extra: tuple = ()
+    tag: str = ""
+    heads: int = 0  # query heads; 0 = the attention type's default
+
+    @property
+    def h(self) -> int:
+        return self.heads or ATTENTION[self.attn][0]
+
+    @property
+    def h_kv(self) -> int:
+        return ATTENTION[self.attn][1] or self.h
+
+    def args(self) -> list[str]:
+        k = self.kernel
+        out = ["-d", str(k["d"]), "-dv", str(k["dv"]), dtype_flag(k), "-h", str(self.h)]
+        out += ATTENTION[self.attn][2] + LAYOUT_FLAGS[self.layout] + self.shape.flags()
+        if self.mask == "causal":
+            out.append("-causal-mask")
+        return out + list(self.extra)
+
+    @property
+    def id(self) -> str:
+        parts = [self.kernel["name"], self.mask, self.layout, self.attn, self.shape.tag]
+        return "-".join(parts + ([self.tag] if self.tag else []))
+
+
+def valid(kernel: dict, layout: str, shape: Shape) -> bool:
+    # Packed QKV stores a token's q, k and v side by side, so it needs s_q == s and dv == d;
+    # contiguous Q + KV stores k and v side by side, so it needs dv == d.
+    if layout == "packed_qkv" and shape.s_q is not None:
+        return False
+    return layout == "separate_q_k_v" or kernel["dv"] == kernel["d"]
+
+
+def cases_for(kernel: dict, index: int) -> list[Case]:
+    """The runs of one kernel. Each (mask, shape) takes the next valid (layout, attention)
+    pair from PAIRS, starting at an offset that depends on the kernel's index, so that across
+    kernels every shape meets every pair. Large shapes run under one mask per kernel,
+    alternating between kernels."""
+    masks = kernel["masks"]
+    step = index * 4  # 4 is coprime with len(PAIRS) == 9: kernels start at different pairs
+
+    def next_pair(shape: Shape) -> tuple:
+        nonlocal step
+        while not valid(kernel, PAIRS[step % len(PAIRS)][0], shape):
+            step += 1
+        step += 1
+        return PAIRS[(step - 1) % len(PAIRS)]
+
+    cases = []
+    for mi, mask in enumerate(masks):
+        for si, shape in enumerate(SHAPES):
+            if not shape.large or (index + si) % len(masks) == mi:
+                cases.append(Case(kernel, mask, *next_pair(shape), shape))
+    small = Shape(2, 160)
+    for ni, (tag, flags) in enumerate(NUMERICS):
+        cases.append(Case(kernel, masks[ni % len(masks)], *next_pair(small), small, tuple(flags), tag))
+    return cases
+
+
+def build_cases(kernels: list[dict]) -> list[Case]:
+    seen, cases = set(), []
+    for index, kernel in enumerate(sorted(kernels, key=lambda k: k["name"])):
+        for case in cases_for(kernel, index):
+            key = (kernel["name"], tuple(case.args()))
+            if key not in seen:  # the same command line twice tests nothing new
+                seen.add(key)
+                cases.append(case)
+    return cases
+
+
+CASES = build_cases(KERNELS)
+
+
+def slow_if_large(case: Case):
+    return [pytest.mark.slow] if case.shape.large else []
+
+
+# ---------------------------------------------------------------------------------------------
+# Fixtures.
+
+# A -list-kernels row starts with the kernel's name.
+LIST_ROW_RE = re.compile(r"^(fmha_v2_\w+)\s", re.M)
+
+
+def registry_names(exe: Path) -> set[str]:
+    proc = run_fmha(exe, ["-list-kernels"])
+    assert proc.returncode == 0, describe(proc)
+    return set(LIST_ROW_RE.findall(proc.stdout))
+
+
+@pytest.fixture(scope="module")
+def exe() -> Path:
+    """The binary of the build the manifest describes ($FMHA_EXE, else bin/ beside generated/),
+    checked to hold exactly the manifest's kernels: a stale binary would make every result
+    here mean something else. (conftest's fmha_exe may build a small subset instead; that
+    one cannot match the manifest, so this tier does not use it.)"""
+    path = Path(os.environ.get("FMHA_EXE") or manifest_path().parent.parent / "bin" / "fmha.exe")
+    if not path.is_file():
+        pytest.skip(f"{path} is not built: run `make -j`")
+    built, listed = registry_names(path), {k["name"] for k in KERNELS}
+    if built != listed:
+        pytest.fail(f"{path} and {manifest_path()} disagree (only in the binary: {sorted(built - listed)}, "
+                    f"only in the manifest: {sorted(listed - built)}): run `make -j`", pytrace=False)
+    return path
+
+
+@pytest.fixture(scope="session")
+def perf_record(perf_rows):
+    """Appends one run to the session's perf table (conftest.py writes it with --perf-csv)."""
+
+    def record(test_id: str, case: Case, fields: dict):
+        k = case.kernel
+        perf_rows.append({
+            "test": test_id, "kernel": k["name"], "dtype": k["dtype"], "acc": k["acc"],
+            "d": k["d"], "dv": k["dv"], "mask": case.mask, "layout": case.layout, "attn": case.attn,
+            "b": case.shape.b, "h": case.h, "h_kv": case.h_kv, "s": case.shape.s,
+            "s_q": case.shape.s_q or case.shape.s, "min_s": case.shape.min_s, "pad_s": case.shape.pad_s,
+            "extra": " ".join(case.extra), "us": float(fields["us"]),
+            "tflops": float(fields["tflops"]), "gbs": float(fields["gbs"]),
+            "speedup": float(fields["speedup"]) if "speedup" in fields else float("nan"),
+        })
+    return record
+
+
+ARCH_RE = re.compile(r"(?P<major>\d+)\.(?P<minor>\d)(?P<suffix>[af]?)(?P<ptx>\+PTX)?")
+
+
+def loads_on(arch: str, gpu_sm: int) -> bool:
+    """Whether code built for `arch` (a TORCH_CUDA_ARCH_LIST entry) runs on an sm_<gpu_sm>:
+    SASS runs on the same major at an equal or higher minor ('a' archs: that one GPU only),
+    PTX on anything at or above it."""
+    m = ARCH_RE.fullmatch(arch)
+    number = int(m["major"]) * 10 + int(m["minor"])
+    if m["ptx"] and number <= gpu_sm:
+        return True
+    if m["suffix"] == "a":
+        return number == gpu_sm
+    return number // 10 == gpu_sm // 10 and number <= gpu_sm
+
+
+def require_arch(kernel: dict, gpu_sm: int):
+    archs = kernel.get("archs") or [f"{kernel['sm'] // 10}.{kernel['sm'] % 10}+PTX"]
+    if kernel["sm"] > gpu_sm or not any(loads_on(a, gpu_sm) for a in archs):
+        pytest.skip(f"{kernel['name']} was built for {', '.join(archs)}: nothing runs on sm_{gpu_sm}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The kernel x case matrix.
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=slow_if_large(c)) for c in CASES])
+def test_kernel(case: Case, exe, gpu_sm, perf_record, request):
+    require_arch(case.kernel, gpu_sm)
+    proc = run_fmha(exe, [*case.args(), "-kernel", case.kernel["name"],
+                          "-v", "0", "-runs", "1", "-warm-up-runs", "0"])
+    assert proc.returncode == 0, describe(proc)
+    fields = parse_output(proc.stdout)
+    assert fields["checks"] == "SUCCESS", describe(proc)
+    assert fields["kernel"] == case.kernel["name"], describe(proc)
+    # The first line reports the problem we asked for.
+    k, shape = case.kernel, case.shape
+    expected = {
+        "s": shape.s, "s_q": shape.s_q or shape.s, "b": shape.b, "h": case.h, "h_kv": case.h_kv,
+        "d": k["d"], "dv": k["dv"], "dtype": dtype_label(k), "mask": case.mask,
+        "attn": case.attn, "qkv_layout": case.layout, "wm": k["warps_m"], "wn": k["warps_n"],
+        "warp_spec": warp_spec(k),
+    }
+    got = {key: type(value)(fields[key]) for key, value in expected.items()}
+    assert got == expected, describe(proc)
+    perf_record(request.node.name, case, fields)
+
+
+# ---------------------------------------------------------------------------------------------
+# Registry, output format, exit code 1.
+
+def test_binary_holds_the_manifest_kernels(exe):
+    # Needs no GPU: -list-kernels prints the registry. The check itself is in the fixture.
+    assert registry_names(exe) == {k["name"] for k in KERNELS}
+
+
+def pick_kernel(dtype: str = "fp16", acc: str | None = None, mask: str = "causal") -> dict | None:
+    """The smallest-head kernel of a dtype that supports `mask` (deterministic)."""
+    fits = [k for k in KERNELS if k["dtype"] == dtype and (acc is None or k["acc"] == acc) and mask in k["masks"]]
+    return min(fits, key=lambda k: (k["d"], k["dv"], k["name"])) if fits else None
+
+
+def kernel_or_skip(**kw) -> dict:
+    kernel = pick_kernel(**kw)
+    if kernel is None:
+        pytest.skip(f"no kernel in the build fits {kw}")
+    return kernel
+
+
+@pytest.mark.gpu
+def test_compact_output_is_exactly_the_spec_format(exe, gpu_sm):
+    kernel = kernel_or_skip(dtype="fp16", acc="fp16")
+    require_arch(kernel, gpu_sm)
+    d, wm, wn = kernel["d"], kernel["warps_m"], kernel["warps_n"]
+    proc = run_fmha(exe, ["-d", str(d), "-b", "2", "-h", "4", "-s", "128", "-fp16", "-causal-mask",
+                          "-kernel", kernel["name"], "-v", "0", "-runs", "2", "-warm-up-runs", "1"])
+    assert proc.returncode == 0, describe(proc)
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 4, describe(proc)
+    assert lines[0] == (
+        f"v1=0 il=0 s_q=128, s=128 b=2 h=4/4 d={d}/{d} dtype=FP16, output_dtype=FP16, flash_attn=true,"
+        f" warp_spec={warp_spec(kernel)}, mask=causal, alibi=false, attn=mha, qkv_layout=packed_qkv, wm={wm} wn={wn}"
+    )
+    for regex, line in zip(COMPACT_LINES[1:], lines[1:]):
+        assert regex.fullmatch(line), f"{line!r} does not match /{regex.pattern}/"
+    assert lines[1] == f"Kernel........: {kernel['name']}"
+    assert lines[2] == "Checks........: SUCCESS"
+
+
+@pytest.mark.gpu
+def test_skip_checks_prints_disabled_and_no_speedup(exe, gpu_sm):
+    kernel = kernel_or_skip(dtype="fp16")
+    require_arch(kernel, gpu_sm)
+    proc = run_fmha(exe, ["-d", str(kernel["d"]), "-b", "2", "-h", "4", "-s", "256", dtype_flag(kernel),
+                          "-kernel", kernel["name"], "-skip-checks", "-v", "0"])
+    assert proc.returncode == 0, describe(proc)
+    fields = parse_output(proc.stdout)
+    assert fields["checks"] == "DISABLED"
+    assert "(n/a)" in proc.stdout and "speedup" not in fields
+
+
+@pytest.mark.gpu
+def test_failed_check_exits_1(exe, gpu_sm):
+    # fp16 output can never be within 1e-9 of an fp32 reference on random data.
+    kernel = kernel_or_skip(dtype="fp16", acc="fp16")
+    require_arch(kernel, gpu_sm)
+    proc = run_fmha(exe, ["-d", str(kernel["d"]), "-b", "2", "-h", "4", "-s", "128", "-fp16",
+                          "-kernel", kernel["name"], "-epsilon", "1e-9", "-v", "0"])
+    assert proc.returncode == 1, describe(proc)
+    assert parse_output(proc.stdout)["checks"] == "FAILED", describe(proc)
+
+
+# ---------------------------------------------------------------------------------------------
+# -save-tensors, re-checked in float64 here.
+
+DEFAULT_EPSILON = {"fp16": 0.015, "bf16": 0.025}
+
+SAVE_CONFIGS = {
+    "padding_fixed": ["-b", "2", "-h", "4", "-s", "77"],
+    "causal_varlen": ["-b", "3", "-h", "4", "-s", "150", "-min-s", "20", "-causal-mask"],
+    "gqa_pad_s": ["-b", "3", "-h", "8", "-gqa", "2", "-s", "130", "-min-s", "40", "-pad-s", "-contiguous-q-kv"],
+    "causal_sq_lt_s": ["-b", "2", "-h", "4", "-s", "200", "-s-q", "33", "-causal-mask", "-separate-q-k-v"],
+    "mqa_causal_scales": ["-b", "2", "-h", "4", "-mqa", "-s", "96", "-causal-mask", "-randn",
+                          "-scale-bmm1", "0.07", "-scale-bmm2", "0.8"],
+}
+SAVE_DTYPES = sorted({(k["dtype"], k["acc"]) for k in KERNELS})
+
+
+def spec_error(found: np.ndarray, expected: np.ndarray, eps: float) -> np.ndarray:
+    """SPEC.md's per-element error: relative |a-b|/(|a|+|b|), absolute where |a|+|b| <= eps;
+    NaN anywhere counts as infinitely wrong."""
+    a, b = found.astype(np.float64), expected.astype(np.float64)
+    diff, size = np.abs(a - b), np.abs(a) + np.abs(b)
+    err = np.where(size <= eps, diff, diff / np.where(size == 0, 1, size))
+    return np.where(np.isnan(a) | np.isnan(b), np.inf, err)
+
+
+P_ROUNDOFF = {"fp16": 2.0**-11, "bf16": 2.0**-8}  # unit roundoff of the type P is fed in
+
+
+def round_to(x, dtype):
+    """x rounded to fp16 or bf16 (nearest even), returned as float64."""
+    if dtype == "fp16":
+        return x.astype(np.float16).astype(np.float64)
+    bits = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return bits.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def attention_fp64(q, k, v, q_lens, kv_lens, scale_bmm1, scale_out, causal, dtype):
+    """Plain softmax attention per sequence in float64. q [b, s_q, h, d], k [b, s, h_kv, d],
+    v [b, s, h_kv, dv]; query row r of a sequence sits at key position r + kv_len - q_len
+    (Q holds the last q_len tokens), which is also where the causal diagonal is.
+    The probabilities that multiply V are rounded to the input dtype, as a tensor-core
+    kernel feeds them to P·V (the normaliser uses them unrounded): otherwise a row that
+    averages a few nearly cancelling values fails bf16's relative check on that alone."""
+    b, s_q, h, _ = q.shape
+    group = h // k.shape[2]  # query head j reads kv head j // group
+    out = np.zeros((b, s_q, h, v.shape[3]))
+    for i in range(b):
+        lq, lk = int(q_lens[i]), int(kv_lens[i])
+        qi = q[i, :lq].astype(np.float64)
+        ki = np.repeat(k[i, :lk].astype(np.float64), group, axis=1)
+        vi = np.repeat(v[i, :lk].astype(np.float64), group, axis=1)
+        scores = scale_bmm1 * np.einsum("qhd,khd->hqk", qi, ki)
+        if causal:
+            rows, cols = np.arange(lq)[:, None], np.arange(lk)[None, :]
+            scores = np.where(cols <= rows + (lk - lq), scores, -np.inf)
+        scores -= scores.max(axis=-1, keepdims=True)
+        p = np.exp(scores)
+        norm = p.sum(axis=-1, keepdims=True)
+        out[i, :lq] = scale_out * np.einsum("hqk,khd->qhd", round_to(p, dtype) / norm, vi)
+    return out
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype_acc", SAVE_DTYPES, ids="_".join)
+@pytest.mark.parametrize("config", SAVE_CONFIGS)
+def test_save_tensors_match_float64(dtype_acc, config, exe, gpu_sm, tmp_path):
+    dtype, acc = dtype_acc
+    kernel = kernel_or_skip(dtype=dtype, acc=acc)
+    require_arch(kernel, gpu_sm)
+    args = ["-d", str(kernel["d"]), "-dv", str(kernel["dv"]), dtype_flag(kernel), *SAVE_CONFIGS[config]]
+    proc = run_fmha(exe, [*args, "-kernel", kernel["name"], "-save-tensors", str(tmp_path),
+                          "-v", "0", "-runs", "1", "-warm-up-runs", "0"])
+    assert proc.returncode == 0, describe(proc)
+
+    t = {name: np.load(tmp_path / f"{name}.npy") for name in ("q", "k", "v", "o", "o_ref", "seqlens_q", "seqlens_kv")}
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    assert meta["kernel"] == kernel["name"]
+    b, s_q, h, _ = t["q"].shape
+    assert t["o"].shape == t["o_ref"].shape == (b, s_q, h, kernel["dv"])
+    assert t["seqlens_q"].dtype == t["seqlens_kv"].dtype == np.int32
+
+    expected = attention_fp64(t["q"], t["k"], t["v"], t["seqlens_q"], t["seqlens_kv"],
+                              meta["scale_bmm1"], meta["scale_softmax"] * meta["scale_bmm2"],
+                              meta["mask"] == "causal", dtype)
+    # Rows past each sequence's length are zero in both outputs.
+    real = np.arange(s_q)[None, :] < t["seqlens_q"][:, None]  # [b, s_q]
+    for name in ("o", "o_ref"):
+        assert not np.any(t[name][~real]), f"{name}.npy has non-zero rows past a sequence's length"
+
+    # The kernel's output against float64, with the driver's own metric and epsilon.
+    eps = meta.get("epsilon", DEFAULT_EPSILON[dtype])
+    err = spec_error(t["o"][real], expected[real], eps)
+    bad = np.argwhere(err > eps)
+    assert bad.size == 0, f"{len(bad)} of {err.size} elements over eps={eps}; worst {err.max():.3g}"
+
+    # The driver's fp32 reference against float64, norm-wise (element-wise relative errors
+    # are meaningless near zero). Both round P to the input type, but relative to different
+    # running maxima, so they may differ by up to that type's unit roundoff.
+    ref, exp = t["o_ref"][real].astype(np.float64), expected[real]
+    rel = np.linalg.norm(ref - exp) / np.linalg.norm(exp)
+    assert rel < P_ROUNDOFF[dtype], f"o_ref.npy is {rel:.3g} (relative L2) from float64"
+
+
+# ---------------------------------------------------------------------------------------------
+# Performance numbers (-m perf): recorded, never asserted. Benchmarks against other libraries
+# live in bench/run.py.
+
+# FlashAttention-3's grid at s = 4k: batch = 16k tokens / s, hidden = h * d = 2048.
+PERF_S, PERF_TOKENS, PERF_HIDDEN = 4096, 16384, 2048
+PERF_CASES = [
+    Case(k, mask, "packed_qkv", "mha", Shape(PERF_TOKENS // PERF_S, PERF_S),
+         tag="perf", heads=PERF_HIDDEN // k["d"])
+    for k in sorted(KERNELS, key=lambda k: k["name"]) if k["d"] in (64, 128, 256) and k["d"] == k["dv"]
+    for mask in k["masks"]
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.perf
+@pytest.mark.parametrize("case", PERF_CASES, ids=lambda c: c.id)
+def test_perf(case: Case, exe, gpu_sm, perf_record, request):
+    require_arch(case.kernel, gpu_sm)
+    proc = run_fmha(exe, [*case.args(), "-kernel", case.kernel["name"], "-skip-checks",
+                          "-v", "0", "-runs", "20", "-warm-up-runs", "5"])
+    assert proc.returncode == 0, describe(proc)
+    fields = parse_output(proc.stdout)
+    assert fields["kernel"] == case.kernel["name"], describe(proc)
+    perf_record(request.node.name, case, fields)
