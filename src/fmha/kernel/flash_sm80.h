@@ -1,0 +1,301 @@
+// The "flash" family: FlashAttention-2 forward on SM80+ tensor cores (mma.sync m16n8k16).
+//
+// One CTA owns kBlockM query rows of one (batch, head); each warp owns kBlockM / kWarpsM
+// of them for the whole main loop, so softmax statistics never leave a warp. The CTA walks
+// the key blocks from the last one down: the blocks that need a mask (the key tail, the
+// causal diagonal) come first, every later block runs mask-free. Q stays in shared memory
+// and is re-read with ldmatrix each block (registers go to the accumulators).
+//
+// Two pipelines, chosen by kStages (auto: 2 while two CTAs of that size fit on an SM80):
+//   kStages == 2: K and V double-buffered; one barrier per key block j:
+//       wait, barrier; cp.async K[j-1], V[j-1] into the other buffers
+//       S = Q K[j]^T; mask; softmax -> P in registers; O += P V[j]
+//   kStages == 1: single K and V buffers (FA2's schedule), two barriers per block:
+//       wait, barrier; cp.async V[j]        (overlaps S = Q K[j]^T)
+//       S = Q K[j]^T; mask; wait, barrier; cp.async K[j-1]  (overlaps softmax, P V[j])
+//
+// What the template parameters allow (static_asserted in Traits):
+//   Element        __half or __nv_bfloat16
+//   kAccFp16       P V partials of one key block in f16 registers; __half only
+//   kHeadDim(V)    multiples of 8 in [16, 256]; padded to 16 in shared memory with zeros
+//   kBlockM        kWarpsM * 16 * kMmaM (each warp owns whole 16-row m-tiles)
+//   kBlockN        multiple of 16
+//   kWarpsN        1 (warps split only the query rows: no cross-warp softmax reductions)
+//   kStages        0 (auto), 1 or 2; not part of the generated kernel name
+//   resources      shared memory <= 227 KB; O + S accumulators <= 192 f32 registers per
+//                  thread, beyond which ptxas spills
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "fmha/epilogue/store_o.h"
+#include "fmha/mask/mask.h"
+#include "fmha/memory/gmem_tile.h"
+#include "fmha/memory/smem_layout.h"
+#include "fmha/mma/warp_gemm.h"
+#include "fmha/sched/tile_scheduler.h"
+#include "fmha/softmax/online_softmax.h"
+#include "fmha/utils.h"
+#include "params.h"
+
+namespace fmha {
+namespace flash_sm80 {
+
+template <typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockM_, int kBlockN_, int kWarpsM_,
+          int kWarpsN_, bool kAccFp16_, int kStages_ = 0>
+struct Traits {
+    using Element = Element_;
+    static constexpr int kHeadDim = kHeadDim_;
+    static constexpr int kHeadDimV = kHeadDimV_;
+    static constexpr int kBlockM = kBlockM_;
+    static constexpr int kBlockN = kBlockN_;
+    static constexpr int kWarpsM = kWarpsM_;
+    static constexpr int kWarpsN = kWarpsN_;
+    static constexpr bool kAccFp16 = kAccFp16_;
+
+    static constexpr int kThreads = kWarpsM * kWarpsN * kWarpSize;
+    static constexpr int kWarpRows = kBlockM / kWarpsM;  // query rows per warp
+    static constexpr int kMmaM = kWarpRows / 16;         // 16-row m-tiles per warp
+    static constexpr int kHeadDimPad = round_up(kHeadDim, 16);
+    static constexpr int kHeadDimVPad = round_up(kHeadDimV, 16);
+    static constexpr int kKSlices = kHeadDimPad / 16;  // k16 steps of Q K^T
+    static constexpr int kNTilesS = kBlockN / 8;       // 8-key n-tiles of S
+    static constexpr int kNTilesO = kHeadDimVPad / 8;  // 8-column n-tiles of O
+
+    using LayoutQ = memory::SmemLayout<kBlockM, kHeadDimPad>;   // [kBlockM, d]
+    using LayoutK = memory::SmemLayout<kBlockN, kHeadDimPad>;   // [kBlockN, d]
+    using LayoutV = memory::SmemLayout<kBlockN, kHeadDimVPad>;  // [kBlockN, dv]
+    using LayoutO = memory::SmemLayout<kBlockM, kHeadDimVPad>;  // [kBlockM, dv], epilogue
+    using LoaderQ = memory::TileLoader<LayoutQ, kHeadDim / kElemsPerChunk, kThreads>;
+    using LoaderK = memory::TileLoader<LayoutK, kHeadDim / kElemsPerChunk, kThreads>;
+    using LoaderV = memory::TileLoader<LayoutV, kHeadDimV / kElemsPerChunk, kThreads>;
+
+    static constexpr int kSmemQ = LayoutQ::kBytes;
+    static constexpr int kSmemK = LayoutK::kBytes;  // one stage
+    static constexpr int kSmemV = LayoutV::kBytes;  // one stage
+    // Auto: double-buffer only while two CTAs still fit on an SM80 (164 KB, 1 KB per CTA
+    // reserved). On H100 both schedules measured within noise at d <= 64, and the single
+    // buffer was as fast or faster at d >= 128 (tests/kernel_dev/NOTES.md).
+    static constexpr int kSmemTwoStagesMax = 81 * 1024;
+    static constexpr int kStages =
+        kStages_ != 0 ? kStages_ : (kSmemQ + 2 * (kSmemK + kSmemV) <= kSmemTwoStagesMax ? 2 : 1);
+    // The epilogue's staging tile reuses the main loop's space.
+    static constexpr int kSmemBytes = max_int(kSmemQ + kStages * (kSmemK + kSmemV), LayoutO::kBytes);
+    static constexpr int kMaxSmemBytes = 227 * 1024;  // SM80 163 KB, SM90 227 KB per CTA
+    static constexpr int kAccRegs = kMmaM * (kNTilesS + kNTilesO) * 4;
+    // Skip the O rescale when no row max grew: measured to pay from 128 O registers on.
+    static constexpr bool kSkipRescale = kMmaM * kNTilesO * 4 >= 128;
+    static constexpr int kMaxAccRegs = 192;
+
+    static_assert(kIsSupportedElement<Element>, "Element must be __half or __nv_bfloat16");
+    static_assert(!kAccFp16 || !ElementTraits<Element>::kIsBf16, "f16 accumulation needs f16 inputs");
+    static_assert(kHeadDim % 8 == 0 && kHeadDim >= 16 && kHeadDim <= 256, "d: multiple of 8 in [16, 256]");
+    static_assert(kHeadDimV % 8 == 0 && kHeadDimV >= 16 && kHeadDimV <= 256, "dv: multiple of 8 in [16, 256]");
+    static_assert(kWarpsN == 1, "warps split query rows only");
+    static_assert(kStages == 1 || kStages == 2, "kStages: 0 (auto), 1 or 2");
+    static_assert(kWarpsM >= 1 && kBlockM % (16 * kWarpsM) == 0, "each warp owns whole 16-row m-tiles");
+    static_assert(kBlockN % 16 == 0 && kBlockN >= 16, "kBlockN: multiple of 16");
+    static_assert(kSmemBytes <= kMaxSmemBytes, "tiles exceed shared memory");
+    static_assert(kAccRegs <= kMaxAccRegs, "O + S accumulators would spill: smaller tiles or more warps");
+};
+
+template <class Tr, bool kCausal>
+__global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_constant__ Params p) {
+    using Element = typename Tr::Element;
+    extern __shared__ __align__(128) char smem[];
+
+    const int tid = threadIdx.x;
+    const int lane = tid % kWarpSize;
+    const int warp = tid / kWarpSize;
+    const sched::Tile tile = sched::static_tile<kCausal>();
+
+    const int q_len = p.q_lens[tile.batch];
+    const int m0 = tile.m_block * Tr::kBlockM;
+    if (m0 >= q_len) return;
+    const int kv_len = p.kv_lens[tile.batch];
+    const int q_off = p.q_offsets[tile.batch];
+    const int kv_off = p.kv_offsets[tile.batch];
+    const int kv_head = tile.head / (p.h / p.h_kv);
+    const int q_rows = min_int(q_len - m0, Tr::kBlockM);
+
+    const Element* q = static_cast<const Element*>(p.q) + static_cast<int64_t>(q_off + m0) * p.q_row_stride +
+                       static_cast<int64_t>(tile.head) * p.q_head_stride;
+    const Element* k = static_cast<const Element*>(p.k) + static_cast<int64_t>(kv_off) * p.k_row_stride +
+                       static_cast<int64_t>(kv_head) * p.k_head_stride;
+    const Element* v = static_cast<const Element*>(p.v) + static_cast<int64_t>(kv_off) * p.v_row_stride +
+                       static_cast<int64_t>(kv_head) * p.v_head_stride;
+    Element* o = static_cast<Element*>(p.o) + static_cast<int64_t>(q_off + m0) * p.o_row_stride +
+                 static_cast<int64_t>(tile.head) * p.o_head_stride;
+
+    // Keys [0, key_end) are visible to some row of this tile; blocks below n_unmasked are
+    // visible to every row (the tile's first row is the most restricted one).
+    const int key_end = mask::key_limit<kCausal>(m0 + q_rows - 1, kv_len, q_len);
+    const int n_blocks = key_end > 0 ? ceil_div(key_end, Tr::kBlockN) : 0;
+    const int n_unmasked = max_int(0, mask::key_limit<kCausal>(m0, kv_len, q_len)) / Tr::kBlockN;
+
+    const uint32_t smem_q = smem_u32(smem);
+    const uint32_t smem_k = smem_q + Tr::kSmemQ;                  // kStages x [kBlockN, d]
+    const uint32_t smem_v = smem_k + Tr::kStages * Tr::kSmemK;    // kStages x [kBlockN, dv]
+    memory::LdsmAddr<typename Tr::LayoutQ> q_addr;
+    memory::LdsmAddr<typename Tr::LayoutK> k_addr;
+    memory::LdsmAddr<typename Tr::LayoutV> v_addr;
+    q_addr.init(smem_q, warp * Tr::kWarpRows + mma::lane_row_a(lane), mma::lane_chunk_a(lane));
+    k_addr.init(smem_k, mma::lane_row_b(lane), mma::lane_chunk_b(lane));
+    v_addr.init(smem_v, mma::lane_row_a(lane), mma::lane_chunk_a(lane));
+
+    float acc_o[Tr::kMmaM][Tr::kNTilesO][4];  // [warp rows, dv] f32
+#pragma unroll
+    for (int mi = 0; mi < Tr::kMmaM; ++mi) {
+#pragma unroll
+        for (int nt = 0; nt < Tr::kNTilesO; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc_o[mi][nt][e] = 0.f;
+        }
+    }
+    softmax::OnlineSoftmax<Tr::kMmaM> softmax;
+    softmax.init();
+
+    if (n_blocks > 0) {
+        const float scale_log2 = p.scale_bmm1 * kLog2e;
+        const int row0 = m0 + warp * Tr::kWarpRows + lane / 4;  // this lane's first query row
+        const int col0 = 2 * (lane % 4);                        // this lane's first key in an n-tile
+        // Key block nb's rows; only the top block can hold the key tail (zero-filled).
+        const auto load_k = [&](uint32_t dst, int nb, auto check_rows) {
+            const int n0 = nb * Tr::kBlockN;
+            Tr::LoaderK::template load<decltype(check_rows)::value>(dst, k + n0 * p.k_row_stride,
+                                                                   p.k_row_stride, kv_len - n0, tid);
+        };
+        const auto load_v = [&](uint32_t dst, int nb, auto check_rows) {
+            const int n0 = nb * Tr::kBlockN;
+            Tr::LoaderV::template load<decltype(check_rows)::value>(dst, v + n0 * p.v_row_stride,
+                                                                   p.v_row_stride, kv_len - n0, tid);
+        };
+        const int top = n_blocks - 1;
+
+        Tr::LoaderQ::template load<true>(smem_q, q, p.q_row_stride, q_rows, tid);
+        load_k(smem_k, top, std::true_type{});
+        if constexpr (Tr::kStages == 2) load_v(smem_v, top, std::true_type{});
+        memory::cp_async_commit();
+
+        // S = Q K^T for the K tile at k_off bytes past stage 0, masked on boundary blocks.
+        const auto scores = [&](float (&acc_s)[Tr::kMmaM][Tr::kNTilesS][4], uint32_t k_off, int nb,
+                                auto masked) {
+#pragma unroll
+            for (int mi = 0; mi < Tr::kMmaM; ++mi) {
+#pragma unroll
+                for (int ni = 0; ni < Tr::kNTilesS; ++ni) {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) acc_s[mi][ni][e] = 0.f;
+                }
+            }
+            memory::LdsmAddr<typename Tr::LayoutK> ka = k_addr;
+            ka.base += k_off;
+            mma::gemm_qk<Element, Tr::kMmaM, Tr::kNTilesS, Tr::kKSlices>(acc_s, q_addr, ka);
+            if constexpr (decltype(masked)::value) {
+                mask::apply<kCausal>(acc_s, row0, nb * Tr::kBlockN + col0, kv_len, q_len);
+            }
+        };
+        // O = O * rescale + softmax(S) V for the V tile at v_off bytes past stage 0.
+        const auto accumulate = [&](float (&acc_s)[Tr::kMmaM][Tr::kNTilesS][4], uint32_t v_off, auto masked) {
+            softmax.template update<decltype(masked)::value, Tr::kSkipRescale>(acc_s, acc_o, scale_log2);
+            uint32_t p_frag[Tr::kMmaM][Tr::kNTilesS / 2][4];  // P as A operand, [warp rows, kBlockN]
+            mma::s_to_p<Element>(p_frag, acc_s);
+            memory::LdsmAddr<typename Tr::LayoutV> va = v_addr;
+            va.base += v_off;
+            mma::gemm_pv<Element, Tr::kAccFp16>(acc_o, p_frag, va);
+        };
+
+        const auto step = [&](auto masked, int nb) {
+            float acc_s[Tr::kMmaM][Tr::kNTilesS][4];  // [warp rows, kBlockN] f32
+            if constexpr (Tr::kStages == 2) {
+                const uint32_t stage = static_cast<uint32_t>((top - nb) & 1);
+                memory::cp_async_wait<0>();
+                __syncthreads();  // K[nb], V[nb] landed; every warp is done with the other stage
+                if (nb > 0) {     // blocks below the top one are whole
+                    load_k(smem_k + (stage ^ 1) * Tr::kSmemK, nb - 1, std::false_type{});
+                    load_v(smem_v + (stage ^ 1) * Tr::kSmemV, nb - 1, std::false_type{});
+                    memory::cp_async_commit();
+                }
+                scores(acc_s, stage * Tr::kSmemK, nb, masked);
+                accumulate(acc_s, stage * Tr::kSmemV, masked);
+            } else {
+                memory::cp_async_wait<0>();
+                __syncthreads();  // K[nb] landed; every warp is done with the previous V
+                // P == 0 times uninitialised shared memory could still be NaN: the tail is zero-filled.
+                load_v(smem_v, nb, masked);
+                memory::cp_async_commit();
+                scores(acc_s, 0u, nb, masked);
+                memory::cp_async_wait<0>();
+                __syncthreads();  // V[nb] landed; every warp is done with K[nb]
+                if (nb > 0) {
+                    load_k(smem_k, nb - 1, std::false_type{});
+                    memory::cp_async_commit();
+                }
+                accumulate(acc_s, 0u, masked);
+            }
+        };
+
+        int nb = top;
+        for (; nb >= n_unmasked; --nb) step(std::true_type{}, nb);
+        for (; nb >= 0; --nb) step(std::false_type{}, nb);
+    }
+
+    float inv[Tr::kMmaM][2];
+    softmax.finalize(inv, p.scale_softmax * p.scale_bmm2);
+    epilogue::store_o<typename Tr::LayoutO, Tr::kHeadDimV / kElemsPerChunk, Tr::kThreads>(
+        acc_o, inv, smem, warp * Tr::kWarpRows, lane, o, p.o_row_stride, q_rows, tid);
+}
+
+// The __global__ for a mask, as the registry's EntryFn returns it.
+template <class Tr>
+const void* entry(MaskType m) {
+    switch (m) {
+        case MaskType::kPadding: return reinterpret_cast<const void*>(&fwd_kernel<Tr, false>);
+        case MaskType::kCausal: return reinterpret_cast<const void*>(&fwd_kernel<Tr, true>);
+    }
+    return nullptr;
+}
+
+// Returns cudaErrorInvalidValue without launching when the problem does not fit this
+// instantiation or the contract below; else the launch's own error.
+//   d == kHeadDim, dv == kHeadDimV; b, h, h_kv >= 1, h % h_kv == 0; s_q_max >= 1
+//   q/k/v/o 16-byte aligned, every stride a multiple of 8 elements (16-byte chunks)
+//   scale_bmm1 finite and > 0 (the softmax tracks the max of the unscaled scores)
+template <class Tr>
+cudaError_t launch(const Params& p, cudaStream_t stream) {
+    if (p.d != Tr::kHeadDim || p.dv != Tr::kHeadDimV) return cudaErrorInvalidValue;
+    if (p.b < 1 || p.h < 1 || p.h_kv < 1 || p.h % p.h_kv != 0 || p.s_q_max < 1) return cudaErrorInvalidValue;
+    if (p.h > 65535 || p.b > 65535) return cudaErrorInvalidValue;  // grid y, z limits
+    if (!(p.scale_bmm1 > 0.f) || !std::isfinite(p.scale_bmm1)) return cudaErrorInvalidValue;
+    const auto misaligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % kChunkBytes != 0; };
+    if (misaligned(p.q) || misaligned(p.k) || misaligned(p.v) || misaligned(p.o)) return cudaErrorInvalidValue;
+    const int64_t strides[] = {p.q_row_stride, p.q_head_stride, p.k_row_stride, p.k_head_stride,
+                               p.v_row_stride, p.v_head_stride, p.o_row_stride, p.o_head_stride};
+    for (const int64_t s : strides) {
+        if (s % kElemsPerChunk != 0) return cudaErrorInvalidValue;
+    }
+    const void* fn = entry<Tr>(p.mask);
+    if (fn == nullptr) return cudaErrorInvalidValue;
+
+    if (Tr::kSmemBytes > 48 * 1024) {
+        cudaError_t err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
+        // Ask for the largest carveout so that several CTAs of this size share an SM.
+        if (err == cudaSuccess) {
+            err = cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+        }
+        if (err != cudaSuccess) return err;
+    }
+    const dim3 grid = sched::static_grid(ceil_div(p.s_q_max, Tr::kBlockM), p.h, p.b);
+    if (p.mask == MaskType::kCausal) {
+        fwd_kernel<Tr, true><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p);
+    } else {
+        fwd_kernel<Tr, false><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p);
+    }
+    return cudaGetLastError();
+}
+
+}  // namespace flash_sm80
+}  // namespace fmha

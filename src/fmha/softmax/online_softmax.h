@@ -1,0 +1,116 @@
+// Online softmax over key blocks (FlashAttention-2): per query row a running max m and a
+// running sum l of exp(scale * (s - m)); when m grows, l and the O accumulator are
+// rescaled by exp(scale * (m_old - m_new)). The exponentials are exp2 with scale*log2(e)
+// folded into one FFMA per score. Division by l happens once, in the epilogue.
+//
+// A lane holds 2 rows per 16-row m-tile (mma C layout: rows g and g+8, g = lane / 4);
+// the 4 lanes of a quad share those rows, so row reductions are two xor-shuffles. The
+// running sum stays a per-lane partial sum until finalize() (sums commute; maxima are
+// reduced every block because they enter the exponent).
+#pragma once
+
+#include <math_constants.h>
+
+#include "fmha/utils.h"
+
+namespace fmha {
+namespace softmax {
+
+FMHA_DEVICE float quad_max(float v) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
+FMHA_DEVICE float quad_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+template <int kMmaM>
+struct OnlineSoftmax {
+    float row_max[kMmaM][2];  // raw (unscaled) running max of S per row
+    float row_sum[kMmaM][2];  // this lane's partial running sum of exp2(...)
+
+    FMHA_DEVICE void init() {
+#pragma unroll
+        for (int mi = 0; mi < kMmaM; ++mi) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                row_max[mi][h] = -CUDART_INF_F;
+                row_sum[mi][h] = 0.f;
+            }
+        }
+    }
+
+    // s: [kMmaM][kNTilesS] f32 scores of one key block, replaced by the unnormalised
+    // probabilities; o: [kMmaM][kNTilesO] the f32 output accumulator, rescaled.
+    // kCheckInf: a row may have no allowed key yet (masked blocks), so its max may be
+    // -inf; exponentials are then taken against 0 so that they give 0, never NaN.
+    // scale_log2 = scale_bmm1 * log2(e) > 0.
+    // kSkipRescale: once the running max settles (long rows) most blocks change no row's
+    // max; a warp vote then skips the O rescale, one multiply per accumulator register.
+    // Worth it for large accumulators only (the vote and branch cost ~10 instructions).
+    template <bool kCheckInf, bool kSkipRescale, int kNTilesS, int kNTilesO>
+    FMHA_DEVICE void update(float (&s)[kMmaM][kNTilesS][4], float (&o)[kMmaM][kNTilesO][4],
+                            float scale_log2) {
+        float alpha[kMmaM][2];  // per row: exp2(scale * (m_old - m_new)), 1 when the max held
+        bool grew = false;
+#pragma unroll
+        for (int mi = 0; mi < kMmaM; ++mi) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float mx = row_max[mi][h];
+#pragma unroll
+                for (int ni = 0; ni < kNTilesS; ++ni) {
+                    mx = fmaxf(mx, fmaxf(s[mi][ni][2 * h], s[mi][ni][2 * h + 1]));
+                }
+                mx = quad_max(mx);
+                const float max_scaled = (kCheckInf && mx == -CUDART_INF_F) ? 0.f : mx * scale_log2;
+                // exp2(-inf) == 0: the first block (row_max == -inf) rescales nothing.
+                const bool row_grew = mx != row_max[mi][h];
+                alpha[mi][h] = row_grew ? fast_exp2(row_max[mi][h] * scale_log2 - max_scaled) : 1.f;
+                grew |= row_grew;
+                row_max[mi][h] = mx;
+                float sum = 0.f;
+#pragma unroll
+                for (int ni = 0; ni < kNTilesS; ++ni) {
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const float pv = fast_exp2(fmaf(s[mi][ni][2 * h + e], scale_log2, -max_scaled));
+                        s[mi][ni][2 * h + e] = pv;
+                        sum += pv;
+                    }
+                }
+                row_sum[mi][h] = row_sum[mi][h] * alpha[mi][h] + sum;
+            }
+        }
+        if (!kSkipRescale || __any_sync(0xffffffffu, grew)) {
+#pragma unroll
+            for (int mi = 0; mi < kMmaM; ++mi) {
+#pragma unroll
+                for (int nd = 0; nd < kNTilesO; ++nd) {
+                    o[mi][nd][0] *= alpha[mi][0];
+                    o[mi][nd][1] *= alpha[mi][0];
+                    o[mi][nd][2] *= alpha[mi][1];
+                    o[mi][nd][3] *= alpha[mi][1];
+                }
+            }
+        }
+    }
+
+    // Per row: the factor the epilogue multiplies O by, out_scale / l, or 0 for a row
+    // that saw no allowed key (l == 0), whose output is defined as 0.
+    FMHA_DEVICE void finalize(float (&inv)[kMmaM][2], float out_scale) {
+#pragma unroll
+        for (int mi = 0; mi < kMmaM; ++mi) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const float l = quad_sum(row_sum[mi][h]);
+                inv[mi][h] = l > 0.f ? __fdividef(out_scale, l) : 0.f;
+            }
+        }
+    }
+};
+
+}  // namespace softmax
+}  // namespace fmha

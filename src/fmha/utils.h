@@ -1,0 +1,76 @@
+// Small helpers shared by every layer of the kernel headers: element traits, integer
+// arithmetic, named constants and the fast math the softmax relies on.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#define FMHA_DEVICE __device__ __forceinline__
+#define FMHA_HOST_DEVICE __host__ __device__ __forceinline__
+
+namespace fmha {
+
+constexpr float kLog2e = 1.4426950408889634f;  // log2(e): exp(x) == exp2(x * kLog2e)
+constexpr int kWarpSize = 32;
+constexpr int kChunkBytes = 16;                // one cp.async / ldmatrix row / vector store
+constexpr int kElemsPerChunk = 8;              // 16-bit elements in one chunk
+
+FMHA_HOST_DEVICE constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
+FMHA_HOST_DEVICE constexpr int round_up(int a, int b) { return ceil_div(a, b) * b; }
+FMHA_HOST_DEVICE constexpr int min_int(int a, int b) { return a < b ? a : b; }
+FMHA_HOST_DEVICE constexpr int max_int(int a, int b) { return a > b ? a : b; }
+
+// Element traits: the 16-bit input types the mma.sync kernels take.
+template <typename T>
+struct ElementTraits;
+
+template <>
+struct ElementTraits<__half> {
+    static constexpr bool kIsBf16 = false;
+    // Two floats -> one register holding {lo, hi} as f16x2 (round to nearest).
+    static FMHA_DEVICE uint32_t pack(float lo, float hi) {
+        uint32_t r;
+        asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+        return r;
+    }
+};
+
+template <>
+struct ElementTraits<__nv_bfloat16> {
+    static constexpr bool kIsBf16 = true;
+    static FMHA_DEVICE uint32_t pack(float lo, float hi) {
+        uint32_t r;
+        asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+        return r;
+    }
+};
+
+template <typename T>
+constexpr bool kIsSupportedElement =
+    std::is_same<T, __half>::value || std::is_same<T, __nv_bfloat16>::value;
+
+// exp2 on the special-function unit; ex2.approx(-inf) == +0, which the softmax uses
+// for masked scores and for the very first rescale.
+FMHA_DEVICE float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// Unpack an f16x2 register (e.g. an fp16 mma accumulator) into two floats.
+FMHA_DEVICE float2 unpack_half2(uint32_t v) {
+    __half2 h;
+    static_assert(sizeof(h) == sizeof(v), "f16x2 is one register");
+    memcpy(&h, &v, sizeof(v));
+    return __half22float2(h);
+}
+
+FMHA_DEVICE uint32_t smem_u32(const void* ptr) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
+}
+
+}  // namespace fmha
