@@ -61,14 +61,12 @@ def test_arch_list_changes_binaries_not_kernels():
         assert [str(a) for a in family_archs("flash", config)] == expect
 
 
-def test_extended_head_sizes_switch(monkeypatch):
-    monkeypatch.setattr(enum, "USE_EXTENDED_HEAD_SIZES", True)
-    assert len(names({})) == 2 * len(enum.EXTENDED_HEAD_SIZES)
-    assert set(enum.HEAD_SIZES) <= set(enum.EXTENDED_HEAD_SIZES)
+def test_head_sizes_cover_every_multiple_of_8_from_16_to_256():
+    assert enum.HEAD_SIZES == tuple(range(16, 257, 8))
+    assert {32, 40, 64, 72, 80, 96, 104, 128, 160, 192, 256} <= set(enum.HEAD_SIZES)
 
 
-def test_tiles_come_from_flash_tile_and_pass_the_rules(monkeypatch):
-    monkeypatch.setattr(enum, "USE_EXTENDED_HEAD_SIZES", True)
+def test_tiles_come_from_flash_tile_and_pass_the_rules():
     config = parse({"ENABLE_HMMA_FP32": "1"})
     for spec in enum.flash(config):
         assert (spec.block_m, spec.block_n, spec.warps_m, spec.warps_n) == enum.flash_tile(spec.d)

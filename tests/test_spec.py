@@ -19,16 +19,13 @@ SPEC = KernelSpec(family="flash", sm=80, dtype="fp16", acc="fp16", d=128, dv=128
                   block_m=128, block_n=64, warps_m=4, warps_n=1)
 
 
-def all_candidates(environ, extended=False, monkeypatch=None):
-    if extended:
-        monkeypatch.setattr(enum, "USE_EXTENDED_HEAD_SIZES", True)
+def all_candidates(environ):
     return [s for specs in enum.candidates(parse(environ)).values() for s in specs]
 
 
-@pytest.mark.parametrize("extended", [False, True], ids=["head_sizes", "extended_head_sizes"])
 @pytest.mark.parametrize("config", CONFIGS)
-def test_every_candidate_round_trips_and_is_unique(config, extended, monkeypatch):
-    specs = all_candidates(CONFIGS[config], extended, monkeypatch)
+def test_every_candidate_round_trips_and_is_unique(config):
+    specs = all_candidates(CONFIGS[config])
     assert specs
     for spec in specs:
         assert KernelSpec.parse(spec.name, masks=spec.masks) == spec
