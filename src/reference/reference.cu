@@ -8,7 +8,9 @@
 // path, which stores P) makes too: the inputs are fp16/bf16, and the probabilities that
 // multiply V are rounded to the input type (the row sum uses them unrounded). Without the
 // second one, rows that average a handful of nearly cancelling values would fail bf16's
-// relative check on the rounding of P alone.
+// relative check on the rounding of P alone. P is exp2(log2(e) * S - M) with M the running
+// max rounded up to an integer: rounding commutes with powers of two, so the rounded P does
+// not depend on which keys the running max had seen (nor on any kernel's tiling).
 #include "reference/reference.h"
 
 #include <cuda_bf16.h>
@@ -19,6 +21,8 @@
 namespace fmha {
 namespace {
 
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
 constexpr int kWarpSize = 32;
 constexpr int kKeysPerTile = kWarpSize;  // one key per lane in the score step
 constexpr int kRowsPerWarp = 4;          // query rows that share each K/V smem read
@@ -140,11 +144,12 @@ reference_kernel(Params p, Smem geo, float* o_ref, float* lse) {
         for (int i = 0; i < kRowsPerWarp; ++i) {
             const int r = row0 + my_row + i;
             const bool visible = key < kv_len && (!causal || key <= r + shift);
-            const float score = visible ? s[i] * p.scale_bmm1 : -INFINITY;
-            const float m_new = fmaxf(m[i], warp_max(score));
+            // Scores in log2 units; m is the integer-valued running max in those units.
+            const float score = visible ? s[i] * p.scale_bmm1 * kLog2e : -INFINITY;
+            const float m_new = fmaxf(m[i], ceilf(warp_max(score)));
             // m_new == -inf: nothing visible yet, keep everything at zero.
-            const float prob = m_new == -INFINITY ? 0.f : expf(score - m_new);
-            const float alpha = m_new == -INFINITY ? 1.f : expf(m[i] - m_new);
+            const float prob = m_new == -INFINITY ? 0.f : exp2f(score - m_new);
+            const float alpha = m_new == -INFINITY ? 1.f : exp2f(m[i] - m_new);
             l[i] = l[i] * alpha + warp_sum(prob);
             m[i] = m_new;
 #pragma unroll
@@ -193,7 +198,8 @@ reference_kernel(Params p, Smem geo, float* o_ref, float* lse) {
             if (col < p.dv) o_row[col] = acc[i][c] * inv;
         }
         if (lse != nullptr && lane == 0)
-            lse[(int64_t(seq) * p.h + head) * p.s_q_max + r] = l[i] > 0.f ? m[i] + logf(l[i]) : -INFINITY;
+            lse[(int64_t(seq) * p.h + head) * p.s_q_max + r] =
+                l[i] > 0.f ? (m[i] + log2f(l[i])) * kLn2 : -INFINITY;
     }
 }
 

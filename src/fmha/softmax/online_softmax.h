@@ -3,6 +3,13 @@
 // rescaled by exp(scale * (m_old - m_new)). The exponentials are exp2 with scale*log2(e)
 // folded into one FFMA per score. Division by l happens once, in the epilogue.
 //
+// The subtracted max is rounded up to an integer in log2 units (M = ceil(scale_log2 * m)):
+// P = exp2(scale_log2 * s - M) still lies in (0, 1], every rescale factor exp2(M_old - M_new)
+// is an exact power of two, and, since rounding to fp16/bf16 commutes with powers of two,
+// the P fed to P·V rounds to the same bits whatever block the running max came from. The
+// reference rounds P the same way, so kernel and reference differ by accumulation order
+// only, not by where each happened to see the row's max.
+//
 // A lane holds 2 rows per 16-row m-tile (mma C layout: rows g and g+8, g = lane / 4);
 // the 4 lanes of a quad share those rows, so row reductions are two xor-shuffles. The
 // running sum stays a per-lane partial sum until finalize() (sums commute; maxima are
@@ -28,7 +35,7 @@ FMHA_DEVICE float quad_sum(float v) {
 
 template <int kMmaM>
 struct OnlineSoftmax {
-    float row_max[kMmaM][2];  // raw (unscaled) running max of S per row
+    float row_max[kMmaM][2];  // running M = ceil(scale_log2 * max S) per row (integer-valued)
     float row_sum[kMmaM][2];  // this lane's partial running sum of exp2(...)
 
     FMHA_DEVICE void init() {
@@ -59,16 +66,17 @@ struct OnlineSoftmax {
         for (int mi = 0; mi < kMmaM; ++mi) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                float mx = row_max[mi][h];
+                float mx = -CUDART_INF_F;
 #pragma unroll
                 for (int ni = 0; ni < kNTilesS; ++ni) {
                     mx = fmaxf(mx, fmaxf(s[mi][ni][2 * h], s[mi][ni][2 * h + 1]));
                 }
-                mx = quad_max(mx);
-                const float max_scaled = (kCheckInf && mx == -CUDART_INF_F) ? 0.f : mx * scale_log2;
+                // scale_log2 > 0, so ceil(scale_log2 * max) == max of the ceilings.
+                mx = fmaxf(row_max[mi][h], ceilf(quad_max(mx) * scale_log2));
+                const float max_scaled = (kCheckInf && mx == -CUDART_INF_F) ? 0.f : mx;
                 // exp2(-inf) == 0: the first block (row_max == -inf) rescales nothing.
                 const bool row_grew = mx != row_max[mi][h];
-                alpha[mi][h] = row_grew ? fast_exp2(row_max[mi][h] * scale_log2 - max_scaled) : 1.f;
+                alpha[mi][h] = row_grew ? fast_exp2(row_max[mi][h] - max_scaled) : 1.f;
                 grew |= row_grew;
                 row_max[mi][h] = mx;
                 float sum = 0.f;
