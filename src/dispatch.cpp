@@ -76,15 +76,16 @@ std::string problem_text(const Problem& p) {
     std::stable_sort(ranked.begin(), ranked.end());
 
     std::fflush(stdout);
-    std::fprintf(stderr, "error: no kernel fits %s on sm_%d (%d kernels in the registry%s)\n",
-                 problem_text(p).c_str(), device_sm, kNumKernels,
+    const std::string where = device_sm > 0 ? " on sm_" + std::to_string(device_sm) : "";
+    std::fprintf(stderr, "error: no kernel fits %s%s (%d kernels in the registry%s)\n",
+                 problem_text(p).c_str(), where.c_str(), kNumKernels,
                  kNumKernels == 0 ? "; check TORCH_CUDA_ARCH_LIST and FMHA_FILTER" : "");
     const int shown = std::min<int>(kClosestShown, static_cast<int>(ranked.size()));
     if (shown > 0) std::fprintf(stderr, "closest kernels:\n");
     for (int i = 0; i < shown; ++i) {
         const KernelMeta& k = kKernels[ranked[i].second];
         std::string why = static_mismatch(k, p);
-        if (why.empty()) why = device_mismatch(k, p.mask, device_sm);
+        if (why.empty() && device_sm > 0) why = device_mismatch(k, p.mask, device_sm);
         std::fprintf(stderr, "  %s: %s\n", k.name, why.c_str());
     }
     std::exit(kExitBadArgs);
@@ -122,6 +123,12 @@ const KernelMeta* find_forced_kernel(const Problem& p) {
         return &k;
     }
     fail_args("-kernel " + p.kernel_name + ": no such kernel in the registry (see -list-kernels)");
+}
+
+void require_static_fit(const Problem& p) {
+    for (int i = 0; i < kNumKernels; ++i)
+        if (static_mismatch(kKernels[i], p).empty()) return;
+    fail_no_kernel(p, 0);
 }
 
 const KernelMeta& select_kernel(const Problem& p, const KernelMeta* forced, int device_sm) {

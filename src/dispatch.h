@@ -15,6 +15,10 @@ void print_kernel_table(std::FILE* out);
 // a device (dtype, acc, d, dv, mask, warp specialisation). Exits 2 with the reason.
 const KernelMeta* find_forced_kernel(const Problem& p);
 
+// Exits 2 (with the closest rows) when no row fits the problem whatever the device: decided
+// before the GPU is touched, so a machine without one still gets the real reason.
+void require_static_fit(const Problem& p);
+
 // The first row that fits the problem and has an image for the current device (or the
 // forced row, which must have one). Exits 2 with the reason and the closest rows.
 const KernelMeta& select_kernel(const Problem& p, const KernelMeta* forced, int device_sm);

@@ -154,6 +154,7 @@ int run(int argc, char** argv) {
     }
     const KernelMeta* forced = find_forced_kernel(p);
     if (!p.save_dir.empty()) prepare_save_dir(p.save_dir);
+    if (forced == nullptr) require_static_fit(p);
 
     const Device dev = open_device();
     const KernelMeta& kernel = select_kernel(p, forced, dev.sm);

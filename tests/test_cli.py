@@ -119,10 +119,22 @@ def test_list_kernels_needs_no_gpu():
 
 
 @pytest.mark.skipif(gpu_present(), reason="a GPU is present: this checks the no-device path")
-@pytest.mark.parametrize("args", [[], ["-d", "64", "-causal-mask", "-b", "2", "-s", "256", "-v", "1"]])
+# d=64: a head size every build has (the fallback subset builds only that one).
+@pytest.mark.parametrize("args", [["-d", "64"], ["-d", "64", "-causal-mask", "-b", "2", "-s", "256", "-v", "1"]])
 def test_gpu_run_without_gpu_exits_3(args):
     r = fmha(*args)
     assert r.returncode == 3, (r.returncode, r.stdout, r.stderr)
     assert r.stderr.startswith("CUDA error: ")
     assert r.stderr.rstrip().endswith("(cudaGetDeviceCount)")
     assert len(r.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("args", [["-d", "100"], ["-d", "64", "-dv", "40", "-separate-q-k-v"]],
+                         ids=["head size without a kernel", "dv without a kernel"])
+def test_no_kernel_fits_exits_2_before_touching_the_gpu(args):
+    r = fmha(*args)
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.splitlines()
+    assert lines[0].startswith("error: no kernel fits dtype=fp16"), r.stderr
+    assert "sm_" not in lines[0]  # decided without a device
+    assert lines[1] == "closest kernels:" and lines[2].startswith("  fmha_v2_flash_")
