@@ -1,0 +1,417 @@
+// The "flash_sm90" family: FlashAttention-3-style forward for Hopper (sm_90a: wgmma, TMA,
+// setmaxnreg). Build with -gencode arch=compute_90a,code=sm_90a.
+//
+// One CTA owns kBlockM = 128 query rows of one (batch, head) and runs three warpgroups:
+//   warpgroup 0, producer (setmaxnreg down to kProducerRegs): one thread issues TMA loads,
+//     Q once, then K[j] and V[j] for every key block into a kStages-deep ring; "full"
+//     mbarriers complete on the TMA bytes, "empty" ones on one arrival per consumer warp.
+//   warpgroups 1, 2, consumers (setmaxnreg up to kConsumerRegs): each owns 64 query rows
+//     and keeps S, P and O in registers. Per key block j, walked from the last one down
+//     (the masked blocks, key tail and causal diagonal, come first, as in flash_sm80):
+//       issue S[j] = Q K[j]^T (wgmma SS); issue O += P[j+1] V[j+1] (wgmma RS, P from
+//       registers); wait for S[j] -> release K[j], mask, softmax; wait for the P.V ->
+//       release V[j+1], rescale O; pack P[j]. Softmax of one block thus runs while the
+//       tensor cores do the other block's P.V (FA3's intra-warpgroup overlap).
+// Causal: key blocks past the tile's last row are never loaded (block skipping); the
+// m-blocks are launched heaviest first (sched::static_tile). SCHEDULING_MODE 0 (static
+// grid) only. Ping-pong (kPingPong, default on): the two consumer warpgroups alternate
+// their wgmma issue through named barriers, so one's softmax overlaps the other's GEMMs.
+//
+// What an instantiation supports (static_asserted in Traits; launch checks the rest):
+//   Element      __half or __nv_bfloat16, f32 accumulation only (kAccFp16 == false)
+//   kHeadDim     64, 128 or 256, kHeadDimV == kHeadDim
+//   kBlockM 128, kWarpsM 8 (two consumer warpgroups of 64 rows), kWarpsN 1
+//   kBlockN      64 or 128 (a wgmma N), shared memory <= 227 KB
+//   run time     padding and causal (bottom-right) masks, var-len packed or padded
+//                storage via offsets/lens, GQA/MQA, s_q != s_kv, any row/head strides
+//                that are multiples of 8 elements, 16-byte aligned bases
+// Storage extent: the TMA maps need the number of tokens each tensor holds, which Params
+// does not carry. launch() reads offsets and lengths back (a synchronous copy: not
+// capturable in a CUDA graph); launch_with_extents() takes them from the caller.
+// K/V rows between a sequence's end and its last key block's end are read (masked to
+// P = 0) and must hold finite values (padding rows zeroed, or the next sequence).
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "fmha/epilogue/store_o_sm90.h"
+#include "fmha/mask/mask.h"
+#include "fmha/memory/mbarrier_sm90.h"
+#include "fmha/memory/tma_sm90.h"
+#include "fmha/mma/warp_gemm.h"
+#include "fmha/mma/wgmma_sm90.h"
+#include "fmha/sched/tile_scheduler.h"
+#include "fmha/softmax/online_softmax_sm90.h"
+#include "fmha/utils.h"
+#include "params.h"
+
+namespace fmha {
+namespace flash_sm90 {
+
+constexpr int kWarpgroupThreads = 128;
+constexpr int kWarpgroupRows = 64;  // wgmma M
+
+template <typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockM_, int kBlockN_, int kWarpsM_,
+          int kWarpsN_, bool kAccFp16_, int kStages_ = 0, bool kPingPong_ = true>
+struct Traits {
+    using Element = Element_;
+    static constexpr bool kBf16 = ElementTraits<Element>::kIsBf16;
+    static constexpr int kHeadDim = kHeadDim_;
+    static constexpr int kHeadDimV = kHeadDimV_;
+    static constexpr int kBlockM = kBlockM_;
+    static constexpr int kBlockN = kBlockN_;
+    static constexpr int kWarpsM = kWarpsM_;
+    static constexpr int kWarpsN = kWarpsN_;
+    static constexpr bool kAccFp16 = kAccFp16_;
+
+    static constexpr int kConsumerWarpgroups = kWarpsM / 4;
+    static constexpr int kConsumerWarps = kWarpsM;
+    static constexpr int kThreads = (kConsumerWarpgroups + 1) * kWarpgroupThreads;
+    static constexpr int kStages = kStages_ != 0 ? kStages_ : 2;
+    // Ping-pong: the consumer warpgroups take turns issuing their wgmmas (named barriers),
+    // so that one's softmax runs while the other's GEMMs own the tensor cores.
+    static constexpr bool kPingPong = kPingPong_ && kConsumerWarpgroups == 2;
+
+    static constexpr int kNTilesS = kBlockN / 8;     // n8 tiles of S per thread row pair
+    static constexpr int kNTilesO = kHeadDimV / 8;   // n8 tiles of O
+    static constexpr int kKSlicesQK = kHeadDim / 16; // k16 steps of Q K^T
+    static constexpr int kKSlicesPV = kBlockN / 16;  // k16 steps of P V
+
+    static constexpr int kRowBytes = memory::kTmaPanelRowBytes;
+    static constexpr int kPanelBytesQ = kBlockM * kRowBytes;   // one 64-column panel of Q
+    static constexpr int kPanelBytesKV = kBlockN * kRowBytes;  // ... of a K or V stage
+    static constexpr int kSmemQ = kBlockM * kHeadDim * 2;      // [kBlockM, d]
+    static constexpr int kSmemK = kBlockN * kHeadDim * 2;      // [kBlockN, d], one stage
+    static constexpr int kSmemV = kBlockN * kHeadDimV * 2;     // [kBlockN, dv], one stage
+    static constexpr int kNumBarriers = 1 + 4 * kStages;       // Q; K full/empty; V full/empty
+    static constexpr int kSmemAlign = 1024;                    // SW128 tiles: one swizzle period
+    static constexpr int kSmemBytes = kSmemAlign + kSmemQ + kStages * (kSmemK + kSmemV) + 8 * kNumBarriers;
+    static constexpr int kMaxSmemBytes = 227 * 1024;
+
+    // 128 * 24 + 256 * 240 = 64512 of the SM's 65536 registers.
+    static constexpr int kProducerRegs = 24;
+    static constexpr int kConsumerRegs = 240;
+
+    static_assert(kIsSupportedElement<Element>, "Element must be __half or __nv_bfloat16");
+    static_assert(!kAccFp16, "flash_sm90: f32 accumulation only");
+    static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "flash_sm90: d in {64, 128, 256}");
+    static_assert(kHeadDimV == kHeadDim, "flash_sm90: dv == d");
+    static_assert(kBlockM == 128 && kWarpsM == 8, "flash_sm90: 128 rows over two consumer warpgroups");
+    static_assert(kBlockM == kConsumerWarpgroups * kWarpgroupRows, "one 64-row slab per consumer warpgroup");
+    static_assert(kWarpsN == 1, "warps split query rows only");
+    static_assert(kBlockN == 64 || kBlockN == 128, "flash_sm90: kBlockN in {64, 128}");
+    static_assert(kStages >= 2 && kStages <= 4, "kStages: 0 (auto = 2) .. 4");
+    static_assert(kSmemBytes <= kMaxSmemBytes, "tiles exceed shared memory");
+    static_assert(kProducerRegs * kWarpgroupThreads + kConsumerRegs * kConsumerWarpgroups * kWarpgroupThreads <= 65536,
+                  "register split exceeds the register file");
+};
+
+// The kernel's TMA descriptors, by value in parameter space.
+struct TmaMaps {
+    CUtensorMap q, k, v;
+};
+
+// Named barriers 1 and 2 (0 is __syncthreads): consumer c waits on barrier 1 + c for its
+// turn and hands the turn over with an arrival on the other's.
+constexpr int kPingPongBarrier0 = 1;
+constexpr int kPingPongThreads = 2 * kWarpgroupThreads;
+FMHA_DEVICE void named_barrier_sync(int id) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kPingPongThreads) : "memory");
+}
+FMHA_DEVICE void named_barrier_arrive(int id) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(kPingPongThreads) : "memory");
+}
+
+template <int kRegs>
+FMHA_DEVICE void setmaxnreg_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+FMHA_DEVICE void setmaxnreg_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
+template <class Tr, bool kCausal>
+__global__ void __launch_bounds__(Tr::kThreads, 1)
+    fwd_kernel(const __grid_constant__ Params p, const __grid_constant__ TmaMaps maps) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using Element = typename Tr::Element;
+    constexpr int S = Tr::kStages;
+    extern __shared__ char smem_raw[];
+    const uint32_t smem_q = (smem_u32(smem_raw) + Tr::kSmemAlign - 1) & ~uint32_t(Tr::kSmemAlign - 1);
+    const uint32_t smem_k = smem_q + Tr::kSmemQ;      // S x [kBlockN, d]
+    const uint32_t smem_v = smem_k + S * Tr::kSmemK;  // S x [kBlockN, dv]
+    const uint32_t bar_q = smem_v + S * Tr::kSmemV;
+    const auto k_full = [&](int st) { return bar_q + 8u * (1 + st); };
+    const auto k_empty = [&](int st) { return bar_q + 8u * (1 + S + st); };
+    const auto v_full = [&](int st) { return bar_q + 8u * (1 + 2 * S + st); };
+    const auto v_empty = [&](int st) { return bar_q + 8u * (1 + 3 * S + st); };
+
+    const sched::Tile tile = sched::static_tile<kCausal>();
+    const int q_len = p.q_lens[tile.batch];
+    const int m0 = tile.m_block * Tr::kBlockM;
+    if (m0 >= q_len) return;  // the whole CTA, before any barrier
+    const int kv_len = p.kv_lens[tile.batch];
+    const int q_off = p.q_offsets[tile.batch];
+    const int kv_off = p.kv_offsets[tile.batch];
+    const int kv_head = tile.head / (p.h / p.h_kv);
+    // Keys [0, key_end) are visible to some row of the tile: the blocks above are skipped.
+    const int key_end = mask::key_limit<kCausal>(m0 + min_int(q_len - m0, Tr::kBlockM) - 1, kv_len, q_len);
+    const int n_blocks = key_end > 0 ? ceil_div(key_end, Tr::kBlockN) : 0;
+
+    const int tid = threadIdx.x;
+    const int warpgroup = __shfl_sync(0xffffffffu, tid / kWarpgroupThreads, 0);
+    if (tid == 0) {
+        memory::mbar_init(bar_q, 1);
+        for (int st = 0; st < S; ++st) {
+            memory::mbar_init(k_full(st), 1);
+            memory::mbar_init(v_full(st), 1);
+            memory::mbar_init(k_empty(st), Tr::kConsumerWarps);
+            memory::mbar_init(v_empty(st), Tr::kConsumerWarps);
+        }
+        memory::mbar_fence_init();
+    }
+    __syncthreads();
+
+    if (warpgroup == 0) {
+        // Producer: key blocks from the last one down, the order the consumers take them.
+        setmaxnreg_dec<Tr::kProducerRegs>();
+        if (tid == 0 && n_blocks > 0) {
+            memory::tma_prefetch_map(&maps.q);
+            memory::tma_prefetch_map(&maps.k);
+            memory::tma_prefetch_map(&maps.v);
+            memory::mbar_arrive_expect_tx(bar_q, Tr::kSmemQ);
+            memory::tma_load_head_tile(smem_q, &maps.q, bar_q, q_off + m0, tile.head);
+            for (int it = 0; it < n_blocks; ++it) {
+                const int st = it % S;
+                const uint32_t phase = (it / S) & 1;
+                const int token = kv_off + (n_blocks - 1 - it) * Tr::kBlockN;
+                memory::mbar_wait(k_empty(st), phase ^ 1);
+                memory::mbar_arrive_expect_tx(k_full(st), Tr::kSmemK);
+                memory::tma_load_head_tile(smem_k + st * Tr::kSmemK, &maps.k, k_full(st), token, kv_head);
+                memory::mbar_wait(v_empty(st), phase ^ 1);
+                memory::mbar_arrive_expect_tx(v_full(st), Tr::kSmemV);
+                memory::tma_load_head_tile(smem_v + st * Tr::kSmemV, &maps.v, v_full(st), token, kv_head);
+            }
+        }
+        return;
+    }
+
+    setmaxnreg_inc<Tr::kConsumerRegs>();
+    const int lane = tid % kWarpSize;
+    const int consumer = warpgroup - 1;
+    const int wg_row0 = m0 + consumer * kWarpgroupRows;             // first query row of this warpgroup
+    const int row_g = (tid / kWarpSize) % 4 * 16 + lane / 4;        // this thread's first row in it
+    // Blocks below n_unmasked are visible to every row of this warpgroup.
+    const int n_unmasked = max_int(0, mask::key_limit<kCausal>(wg_row0, kv_len, q_len)) / Tr::kBlockN;
+
+    // Descriptors at stage 0 / k-slice 0; slices and stages add (bytes >> 4).
+    const uint64_t desc_q = mma::make_smem_desc_sw128(smem_q + consumer * kWarpgroupRows * Tr::kRowBytes, 16,
+                                                      mma::kSw128AtomBytes);
+    const uint64_t desc_k = mma::make_smem_desc_sw128(smem_k, 16, mma::kSw128AtomBytes);
+    const uint64_t desc_v = mma::make_smem_desc_sw128(smem_v, Tr::kPanelBytesKV, mma::kSw128AtomBytes);
+    constexpr int kSliceBytesK = 16 * 2;                    // k16 inside a 128-byte row
+    constexpr int kSliceBytesV = 16 * Tr::kRowBytes;        // 16 key rows
+    constexpr int kSlicesPerPanel = memory::kTmaPanelCols / 16;
+
+    float acc_o[1][Tr::kNTilesO][4];  // [64 rows, dv] f32 of this warpgroup
+#pragma unroll
+    for (int nt = 0; nt < Tr::kNTilesO; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc_o[0][nt][e] = 0.f;
+    }
+    uint32_t p_frag[1][Tr::kKSlicesPV][4];  // P of the previous block as wgmma A, [64 rows, kBlockN]
+    softmax::OnlineSoftmaxSm90 softmax;
+    softmax.init();
+
+    const auto release = [&](uint32_t bar) {
+        __syncwarp();
+        if (lane == 0) memory::mbar_arrive(bar);
+    };
+    const auto issue_qk = [&](float (&acc_s)[1][Tr::kNTilesS][4], int st) {
+        mma::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < Tr::kKSlicesQK; ++kk) {
+            const uint32_t off_q = (kk / kSlicesPerPanel) * Tr::kPanelBytesQ + (kk % kSlicesPerPanel) * kSliceBytesK;
+            const uint32_t off_k =
+                st * Tr::kSmemK + (kk / kSlicesPerPanel) * Tr::kPanelBytesKV + (kk % kSlicesPerPanel) * kSliceBytesK;
+            mma::wgmma_ss<Tr::kBf16, Tr::kBlockN>(mma::flat(acc_s), desc_q + (off_q >> 4), desc_k + (off_k >> 4),
+                                                  kk > 0);
+        }
+        mma::wgmma_commit();
+    };
+    const auto issue_pv = [&](int st) {
+        mma::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < Tr::kKSlicesPV; ++kk) {
+            const uint32_t off_v = st * Tr::kSmemV + kk * kSliceBytesV;
+            mma::wgmma_rs<Tr::kBf16, Tr::kHeadDimV>(mma::flat(acc_o), p_frag[0][kk], desc_v + (off_v >> 4), true);
+        }
+        mma::wgmma_commit();
+    };
+    const float scale_log2 = p.scale_bmm1 * kLog2e;
+    // Mask (boundary blocks only) and softmax of block nb; alpha: the O rescale it needs.
+    const auto softmax_block = [&](float (&acc_s)[1][Tr::kNTilesS][4], int nb, float (&alpha)[2]) {
+        if (nb >= n_unmasked) {
+            mask::apply<kCausal>(acc_s, wg_row0 + row_g, nb * Tr::kBlockN + 2 * (lane % 4), kv_len, q_len);
+            softmax.template scale<true>(acc_s, alpha, scale_log2);
+        } else {
+            softmax.template scale<false>(acc_s, alpha, scale_log2);
+        }
+    };
+
+    // Turns: n_blocks + 1 issue phases per warpgroup; consumer 0 goes first, and consumer 1
+    // skips its last hand-over so that every arrival is matched by a wait.
+    const auto my_turn = [&] {
+        if constexpr (Tr::kPingPong) named_barrier_sync(kPingPongBarrier0 + consumer);
+    };
+    const auto your_turn = [&] {
+        if constexpr (Tr::kPingPong) named_barrier_arrive(kPingPongBarrier0 + (consumer ^ 1));
+    };
+
+    if (n_blocks > 0) {
+        if (consumer == 1) your_turn();
+        memory::mbar_wait(bar_q, 0);
+        {
+            float acc_s[1][Tr::kNTilesS][4];
+            float alpha[2];
+            memory::mbar_wait(k_full(0), 0);
+            my_turn();
+            issue_qk(acc_s, 0);
+            your_turn();
+            mma::wgmma_wait<0>();
+            mma::fence_operands(acc_s);
+            release(k_empty(0));
+            softmax_block(acc_s, n_blocks - 1, alpha);  // O is still zero: alpha unused
+            mma::s_to_p<Element>(p_frag, acc_s);
+        }
+        for (int it = 1; it < n_blocks; ++it) {
+            const int st = it % S, prev = (it - 1) % S;
+            float acc_s[1][Tr::kNTilesS][4];
+            float alpha[2];
+            memory::mbar_wait(k_full(st), (it / S) & 1);
+            memory::mbar_wait(v_full(prev), ((it - 1) / S) & 1);
+            my_turn();
+            issue_qk(acc_s, st);
+            mma::fence_operands(acc_o);
+            issue_pv(prev);
+            your_turn();
+            mma::wgmma_wait<1>();  // S done, P.V may still run
+            mma::fence_operands(acc_s);
+            release(k_empty(st));
+            softmax_block(acc_s, n_blocks - 1 - it, alpha);
+            mma::wgmma_wait<0>();
+            mma::fence_operands(acc_o);
+            mma::fence_operands(p_frag);
+            release(v_empty(prev));
+            softmax::OnlineSoftmaxSm90::rescale(acc_o, alpha);
+            mma::s_to_p<Element>(p_frag, acc_s);
+        }
+        const int last = (n_blocks - 1) % S;
+        memory::mbar_wait(v_full(last), ((n_blocks - 1) / S) & 1);
+        mma::fence_operands(acc_o);
+        my_turn();
+        issue_pv(last);
+        if (consumer == 0) your_turn();
+        mma::wgmma_wait<0>();
+        mma::fence_operands(acc_o);
+        release(v_empty(last));
+    }
+
+    float inv[2];
+    softmax.finalize(inv, p.scale_softmax * p.scale_bmm2);
+    Element* o = static_cast<Element*>(p.o) + static_cast<int64_t>(q_off + wg_row0) * p.o_row_stride +
+                 static_cast<int64_t>(tile.head) * p.o_head_stride;
+    epilogue::store_o_rows<Element>(acc_o, inv, o, p.o_row_stride, row_g, lane, q_len - wg_row0);
+#endif
+}
+
+// The __global__ for a mask, as the registry's EntryFn returns it.
+template <class Tr>
+const void* entry(MaskType m) {
+    switch (m) {
+        case MaskType::kPadding: return reinterpret_cast<const void*>(&fwd_kernel<Tr, false>);
+        case MaskType::kCausal: return reinterpret_cast<const void*>(&fwd_kernel<Tr, true>);
+    }
+    return nullptr;
+}
+
+// Tokens each storage holds, as far as the kernels may read: max over sequences of
+// offset + length (Q/O and K/V). Synchronises `stream`.
+inline cudaError_t storage_extents(const Params& p, cudaStream_t stream, int64_t* q_tokens, int64_t* kv_tokens) {
+    std::vector<int> host(4 * static_cast<size_t>(p.b));
+    const int* src[4] = {p.q_offsets, p.q_lens, p.kv_offsets, p.kv_lens};
+    for (int i = 0; i < 4; ++i) {
+        const cudaError_t err = cudaMemcpyAsync(host.data() + i * p.b, src[i], p.b * sizeof(int),
+                                                cudaMemcpyDeviceToHost, stream);
+        if (err != cudaSuccess) return err;
+    }
+    const cudaError_t err = cudaStreamSynchronize(stream);
+    if (err != cudaSuccess) return err;
+    *q_tokens = *kv_tokens = 1;
+    for (int i = 0; i < p.b; ++i) {
+        *q_tokens = std::max<int64_t>(*q_tokens, int64_t(host[i]) + host[p.b + i]);
+        *kv_tokens = std::max<int64_t>(*kv_tokens, int64_t(host[2 * p.b + i]) + host[3 * p.b + i]);
+    }
+    return cudaSuccess;
+}
+
+// Returns cudaErrorInvalidValue without launching when the problem does not fit this
+// instantiation (d, dv, b, h, h_kv, alignment and strides as flash_sm80), and
+// cudaErrorNotSupported when the driver offers no tensor-map encoder.
+template <class Tr>
+cudaError_t launch_with_extents(const Params& p, int64_t q_tokens, int64_t kv_tokens, cudaStream_t stream) {
+    using Element = typename Tr::Element;
+    if (p.d != Tr::kHeadDim || p.dv != Tr::kHeadDimV) return cudaErrorInvalidValue;
+    if (p.b < 1 || p.h < 1 || p.h_kv < 1 || p.h % p.h_kv != 0 || p.s_q_max < 1) return cudaErrorInvalidValue;
+    if (p.h > 65535 || p.b > 65535) return cudaErrorInvalidValue;
+    if (!(p.scale_bmm1 > 0.f) || !std::isfinite(p.scale_bmm1)) return cudaErrorInvalidValue;
+    const auto misaligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % kChunkBytes != 0; };
+    if (misaligned(p.q) || misaligned(p.k) || misaligned(p.v) || misaligned(p.o)) return cudaErrorInvalidValue;
+    const int64_t strides[] = {p.q_row_stride, p.q_head_stride, p.k_row_stride, p.k_head_stride,
+                               p.v_row_stride, p.v_head_stride, p.o_row_stride, p.o_head_stride};
+    for (const int64_t s : strides) {
+        if (s % kElemsPerChunk != 0) return cudaErrorInvalidValue;
+    }
+    const void* fn = entry<Tr>(p.mask);
+    if (fn == nullptr) return cudaErrorInvalidValue;
+
+    TmaMaps maps;
+    cudaError_t err = memory::make_head_tile_map<Element>(&maps.q, p.q, q_tokens, p.h, Tr::kHeadDim, p.q_row_stride,
+                                                          p.q_head_stride, Tr::kBlockM);
+    if (err == cudaSuccess) {
+        err = memory::make_head_tile_map<Element>(&maps.k, p.k, kv_tokens, p.h_kv, Tr::kHeadDim, p.k_row_stride,
+                                                  p.k_head_stride, Tr::kBlockN);
+    }
+    if (err == cudaSuccess) {
+        err = memory::make_head_tile_map<Element>(&maps.v, p.v, kv_tokens, p.h_kv, Tr::kHeadDimV, p.v_row_stride,
+                                                  p.v_head_stride, Tr::kBlockN);
+    }
+    if (err == cudaSuccess) err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
+    if (err != cudaSuccess) return err;
+    const dim3 grid = sched::static_grid(ceil_div(p.s_q_max, Tr::kBlockM), p.h, p.b);
+    if (p.mask == MaskType::kCausal) {
+        fwd_kernel<Tr, true><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, maps);
+    } else {
+        fwd_kernel<Tr, false><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, maps);
+    }
+    return cudaGetLastError();
+}
+
+template <class Tr>
+cudaError_t launch(const Params& p, cudaStream_t stream) {
+    if (p.d != Tr::kHeadDim || p.dv != Tr::kHeadDimV || p.b < 1) return cudaErrorInvalidValue;
+    int64_t q_tokens = 0, kv_tokens = 0;
+    const cudaError_t err = storage_extents(p, stream, &q_tokens, &kv_tokens);
+    if (err != cudaSuccess) return err;
+    return launch_with_extents<Tr>(p, q_tokens, kv_tokens, stream);
+}
+
+}  // namespace flash_sm90
+}  // namespace fmha

@@ -1,0 +1,120 @@
+// TMA (SM90 bulk tensor copies): host-side tensor maps and the device-side loads.
+//
+// Host: CUtensorMaps are encoded with cuTensorMapEncodeTiled, reached through the
+// runtime's driver entry point (cudaGetDriverEntryPointByVersion), so nothing links
+// libcuda. Maps travel to the kernel by value inside a __grid_constant__ parameter.
+//
+// Head tiles: every Q/K/V tensor is addressed as base + token*row_stride + head*head_stride
+// + col (params.h). A [rows, d] tile of one head lands in shared memory as d/64 column
+// panels of [rows, 64] with the 128-byte swizzle, panel after panel: the canonical
+// K-major SW128 layout that wgmma reads (mma/wgmma_sm90.h). One 4D box gives all of it:
+//   dim0 = 64 columns (contiguous), dim1 = token (row_stride), dim2 = panel (128 bytes),
+//   dim3 = head (head_stride); box {64, rows, d/64, 1}.
+// Rows past the token extent read as zeros; rows inside the extent but past a
+// sequence's end are the next sequence's data, which the kernel must mask.
+#pragma once
+
+#include <cuda.h>  // CUtensorMap and its enums only: no libcuda symbol is referenced
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "fmha/utils.h"
+
+namespace fmha {
+namespace memory {
+
+constexpr int kTmaPanelCols = 64;      // 16-bit elements in one 128-byte swizzle row
+constexpr int kTmaPanelRowBytes = 128;
+constexpr int kTmaMaxBoxRows = 256;
+
+// ---------------------------------------------------------------------------------------
+// Host.
+
+inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+    static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+        void* ptr = nullptr;
+        cudaDriverEntryPointQueryResult status;
+        const cudaError_t err =
+            cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &status);
+        return (err == cudaSuccess && status == cudaDriverEntryPointSuccess)
+                   ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr)
+                   : nullptr;
+    }();
+    return fn;
+}
+
+// Generic tiled map: rank 2..5, dims/strides innermost first (strides in bytes, rank - 1
+// of them), box in elements.
+inline cudaError_t encode_tiled(CUtensorMap* map, CUtensorMapDataType type, int rank, const void* base,
+                                const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box,
+                                CUtensorMapSwizzle swizzle) {
+    const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+    if (encode == nullptr) return cudaErrorNotSupported;
+    const cuuint32_t elem_strides[5] = {1, 1, 1, 1, 1};
+    const CUresult r = encode(map, type, static_cast<cuuint32_t>(rank), const_cast<void*>(base), dims, strides, box,
+                              elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+// The head-tile map described at the top: tokens x heads x d of 16-bit `Element`.
+template <typename Element>
+cudaError_t make_head_tile_map(CUtensorMap* map, const void* base, int64_t tokens, int heads, int d,
+                               int64_t row_stride, int64_t head_stride, int box_rows) {
+    if (d % kTmaPanelCols != 0 || box_rows < 1 || box_rows > kTmaMaxBoxRows || tokens < 1) {
+        return cudaErrorInvalidValue;
+    }
+    constexpr int64_t kElem = 2;
+    const CUtensorMapDataType type =
+        ElementTraits<Element>::kIsBf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    const cuuint64_t dims[4] = {static_cast<cuuint64_t>(kTmaPanelCols), static_cast<cuuint64_t>(tokens),
+                                static_cast<cuuint64_t>(d / kTmaPanelCols), static_cast<cuuint64_t>(heads)};
+    const cuuint64_t strides[3] = {static_cast<cuuint64_t>(row_stride * kElem),
+                                   static_cast<cuuint64_t>(kTmaPanelRowBytes),
+                                   static_cast<cuuint64_t>(head_stride * kElem)};
+    const cuuint32_t box[4] = {static_cast<cuuint32_t>(kTmaPanelCols), static_cast<cuuint32_t>(box_rows),
+                               static_cast<cuuint32_t>(d / kTmaPanelCols), 1u};
+    return encode_tiled(map, type, 4, base, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+}
+
+// ---------------------------------------------------------------------------------------
+// Device. `bar` is the shared-memory mbarrier the copy's bytes complete on; coordinates
+// are in elements, innermost first.
+
+FMHA_DEVICE void tma_prefetch_map(const CUtensorMap* map) {
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+FMHA_DEVICE void tma_load_2d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(
+            dst),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1)
+        : "memory");
+}
+
+FMHA_DEVICE void tma_load_3d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1, int c2) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], "
+        "[%2];\n" ::"r"(dst),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
+        : "memory");
+}
+
+FMHA_DEVICE void tma_load_4d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1, int c2, int c3) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], "
+        "[%2];\n" ::"r"(dst),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+        : "memory");
+}
+
+// Loads the [box_rows, d] tile of `head` starting at `token` (map from make_head_tile_map).
+FMHA_DEVICE void tma_load_head_tile(uint32_t dst, const CUtensorMap* map, uint32_t bar, int token, int head) {
+    tma_load_4d(dst, map, bar, 0, token, 0, head);
+}
+
+}  // namespace memory
+}  // namespace fmha

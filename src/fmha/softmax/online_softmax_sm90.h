@@ -1,0 +1,80 @@
+// Online softmax for the SM90 kernels, split in two so that the O rescale can wait for
+// the P.V wgmma still in flight: scale() turns one key block's scores into unnormalised
+// probabilities and returns the per-row rescale factors; rescale() applies them to O
+// once that wgmma has completed.
+//
+// The arithmetic is online_softmax.h's, rule for rule: exp2 with scale*log2(e) folded in,
+// the subtracted max rounded up to an integer in log2 units (so every rescale is an exact
+// power of two and the P rounded to 16 bits does not depend on the tiling, like the
+// reference), per-lane partial row sums reduced once in finalize(). A thread holds two
+// rows of a warpgroup's 64 (wgmma D layout: rows g and g + 8 of its warp's 16).
+#pragma once
+
+#include <math_constants.h>
+
+#include "fmha/softmax/online_softmax.h"
+#include "fmha/utils.h"
+
+namespace fmha {
+namespace softmax {
+
+struct OnlineSoftmaxSm90 {
+    float row_max[2];  // running M = ceil(scale_log2 * max S) per row (integer-valued)
+    float row_sum[2];  // this lane's partial running sum
+
+    FMHA_DEVICE void init() {
+        row_max[0] = row_max[1] = -CUDART_INF_F;
+        row_sum[0] = row_sum[1] = 0.f;
+    }
+
+    // s: [1][kNTiles][4] scores of one key block -> exp2(scale_log2 * s - M).
+    // alpha: per row, the factor O must be multiplied by before this block's P.V.
+    // kCheckInf: a row may still have seen no allowed key (masked blocks).
+    template <bool kCheckInf, int kNTiles>
+    FMHA_DEVICE void scale(float (&s)[1][kNTiles][4], float (&alpha)[2], float scale_log2) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float mx = -CUDART_INF_F;
+#pragma unroll
+            for (int ni = 0; ni < kNTiles; ++ni) mx = fmaxf(mx, fmaxf(s[0][ni][2 * h], s[0][ni][2 * h + 1]));
+            mx = fmaxf(row_max[h], ceilf(quad_max(mx) * scale_log2));
+            const float max_scaled = (kCheckInf && mx == -CUDART_INF_F) ? 0.f : mx;
+            alpha[h] = mx != row_max[h] ? fast_exp2(row_max[h] - max_scaled) : 1.f;
+            row_max[h] = mx;
+            float sum = 0.f;
+#pragma unroll
+            for (int ni = 0; ni < kNTiles; ++ni) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const float pv = fast_exp2(fmaf(s[0][ni][2 * h + e], scale_log2, -max_scaled));
+                    s[0][ni][2 * h + e] = pv;
+                    sum += pv;
+                }
+            }
+            row_sum[h] = row_sum[h] * alpha[h] + sum;
+        }
+    }
+
+    template <int kNTilesO>
+    FMHA_DEVICE static void rescale(float (&o)[1][kNTilesO][4], const float (&alpha)[2]) {
+#pragma unroll
+        for (int nd = 0; nd < kNTilesO; ++nd) {
+            o[0][nd][0] *= alpha[0];
+            o[0][nd][1] *= alpha[0];
+            o[0][nd][2] *= alpha[1];
+            o[0][nd][3] *= alpha[1];
+        }
+    }
+
+    // Per row: out_scale / l, or 0 for a row that saw no allowed key.
+    FMHA_DEVICE void finalize(float (&inv)[2], float out_scale) const {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const float l = quad_sum(row_sum[h]);
+            inv[h] = l > 0.f ? __fdividef(out_scale, l) : 0.f;
+        }
+    }
+};
+
+}  // namespace softmax
+}  // namespace fmha
