@@ -1,4 +1,5 @@
-"""Shared pytest plumbing: where bin/fmha.exe comes from, GPU detection, the perf CSV.
+"""Shared pytest plumbing: where bin/fmha.exe comes from, GPU detection, the perf CSV and the
+perf baseline (the logic is in bench/perf_baseline.py).
 
 GPU-marked tests skip with a reason on a machine without a CUDA GPU, so `pytest` on a CI
 machine (nvcc, no GPU) still runs every CPU test; a test that asks for `fmha_exe` where
@@ -12,7 +13,10 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
+import pandas as pd
 import pytest
+
+from bench import perf_baseline as perf
 
 REPO = Path(__file__).resolve().parent
 NO_GPU_REASON = "no CUDA GPU on this machine"
@@ -26,37 +30,76 @@ ENV_FLAGS = ("TORCH_CUDA_ARCH_LIST", "ENABLE_HMMA_FP32", "ENABLE_SM89_QMMA", "EN
 
 # The session's perf table: rows appended by fmha_test.py (one per run of fmha.exe).
 PERF_ROWS = pytest.StashKey[list]()
+# What --perf-baseline / --update-baseline ask of the session (None: neither).
+PERF_CHECK = pytest.StashKey[perf.Check | None]()
 
 
 def pytest_addoption(parser):
     group = parser.getgroup("fmha")
     group.addoption("--perf-csv", metavar="PATH", help="write the Tflop/s and GB/s of every fmha.exe run as CSV")
     group.addoption("--perf-baseline", metavar="PATH",
-                    help="a CSV written by --perf-csv on the same GPU; print each run's Tflop/s ratio to it (never fails)")
+                    help="a baseline of this GPU (bench/baselines/<gpu>.csv): fail a -m perf run slower than "
+                         "its entry by more than --perf-tolerance (the better of two runs counts)")
+    group.addoption("--perf-tolerance", metavar="FRAC", type=float, default=perf.DEFAULT_TOLERANCE,
+                    help=f"allowed slowdown against the baseline, a fraction (default {perf.DEFAULT_TOLERANCE})")
+    group.addoption("--update-baseline", action="store_true",
+                    help="write this session's -m perf numbers to --perf-baseline PATH (default "
+                         "bench/baselines/<gpu>.csv), keeping the entries that did not run; asserts nothing")
 
 
 @lru_cache(maxsize=None)
-def gpu_compute_cap() -> str | None:
-    """'9.0' for the first GPU `nvidia-smi` lists, or None where there is none."""
+def query_gpu(field: str) -> str | None:
+    """`nvidia-smi --query-gpu=FIELD` of the first GPU it lists, or None where there is none."""
     if shutil.which("nvidia-smi") is None:
         return None
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    caps = out.stdout.split()
-    return caps[0] if out.returncode == 0 and caps else None
+    lines = out.stdout.strip().splitlines()
+    return lines[0].strip() if out.returncode == 0 and lines else None
+
+
+def gpu_compute_cap() -> str | None:
+    """'9.0' for the first GPU `nvidia-smi` lists, or None where there is none."""
+    return query_gpu("compute_cap")
+
+
+def gpu_name() -> str | None:
+    """'NVIDIA H200' for the first GPU `nvidia-smi` lists, or None where there is none."""
+    return query_gpu("name")
+
+
+def perf_check(config) -> perf.Check | None:
+    """What --perf-baseline / --update-baseline ask of this session; a baseline that cannot be
+    used (another GPU's, a missing file) stops the session before any test runs."""
+    path, update = config.getoption("--perf-baseline"), config.getoption("--update-baseline")
+    if not (path or update):
+        return None
+    gpu = gpu_name()
+    if gpu is None:  # the perf runs skip without a GPU: nothing to compare or write
+        return None
+    try:
+        return perf.open_check(Path(path) if path else None, gpu, config.getoption("--perf-tolerance"), update)
+    except perf.BaselineError as error:
+        raise pytest.UsageError(str(error)) from None
 
 
 def pytest_configure(config):
     config.stash[PERF_ROWS] = []
+    config.stash[PERF_CHECK] = perf_check(config)
 
 
 @pytest.fixture(scope="session")
 def perf_rows(pytestconfig) -> list[dict]:
-    """The session's perf table; --perf-csv writes it, --perf-baseline compares it."""
+    """The session's perf table; --perf-csv writes it, --update-baseline stores its perf rows."""
     return pytestconfig.stash[PERF_ROWS]
+
+
+@pytest.fixture(scope="session")
+def perf_baseline(pytestconfig) -> perf.Check | None:
+    return pytestconfig.stash[PERF_CHECK]
 
 
 def pytest_collection_modifyitems(config, items):
@@ -125,6 +168,12 @@ def fmha_exe(tmp_path_factory) -> Path:
     return _build_subset(tmp_path_factory.mktemp("fmha_build"))
 
 
+def perf_results(config) -> pd.DataFrame | None:
+    """The rows of the -m perf runs (the baseline's business), or None where none ran."""
+    rows = [row for row in config.stash[PERF_ROWS] if row["perf"]]
+    return pd.DataFrame(rows) if rows else None
+
+
 def pytest_sessionfinish(session, exitstatus):
     config = session.config
     rows = config.stash[PERF_ROWS]
@@ -133,9 +182,11 @@ def pytest_sessionfinish(session, exitstatus):
         return
     path = config.getoption("--perf-csv")
     if path and rows:
-        import pandas as pd  # lazily: only perf users need pandas
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         pd.DataFrame(rows).sort_values("test").to_csv(path, index=False)
+    check, results = config.stash[PERF_CHECK], perf_results(config)
+    if check and check.update and results is not None:
+        perf.write_baseline(check.path, perf.updated(check.stored, check.gpu, results))
 
 
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: absent without the plugin
@@ -144,17 +195,24 @@ def pytest_testnodedown(node, error):
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    path, rows = config.getoption("--perf-baseline"), config.stash[PERF_ROWS]
-    if not path or not rows:
-        return
-    import pandas as pd
-    now = pd.DataFrame(rows)[["test", "tflops"]]
-    base = pd.read_csv(path)[["test", "tflops"]]
-    both = now.merge(base, on="test", suffixes=("", "_baseline"))
-    both["ratio"] = both["tflops"] / both["tflops_baseline"]
+    """The -m perf runs against the baseline: one line per (kernel, config) that ran or has an
+    entry, so a run without an entry and an entry without a run both show."""
+    check, results = config.stash[PERF_CHECK], perf_results(config)
     tr = terminalreporter
-    tr.section("Tflop/s against the baseline")
-    tr.write_line(f"{len(both)} runs in common; ratio now/baseline: median {both['ratio'].median():.3f}, "
-                  f"min {both['ratio'].min():.3f}, max {both['ratio'].max():.3f}")
-    for _, row in both.nsmallest(5, "ratio").iterrows():
-        tr.write_line(f"  {row['ratio']:.3f}  {row['test']}")
+    if results is None:
+        if check:
+            tr.write_line(f"no -m perf run: nothing compared with or written to {check.path}")
+        return
+    entries = check.stored.entries if check and check.stored else {}
+    tolerance = check.tolerance if check else perf.DEFAULT_TOLERANCE
+    table = perf.compare(results, entries, tolerance)
+    if entries:
+        before = " before this update" if check.update else ""  # an update asserts nothing
+        tr.section(f"perf: Tflop/s against {check.path}{before} ({check.gpu}, tolerance {tolerance * 100:g}%)")
+    else:
+        tr.section("perf: Tflop/s (no baseline)")
+    tr.write_line(perf.format_table(table))
+    tr.write_line(perf.counts_line(table))
+    if check and check.update:
+        total = len(perf.read_baseline(check.path).entries)
+        tr.write_line(f"wrote {check.path}: {total} entries, {len(results)} of them from this session")

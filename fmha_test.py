@@ -8,19 +8,23 @@ suite stays a few minutes long while every pairing is covered by some kernel.
 Every run parses the four `-v 0` lines (SPEC.md "Console output"), asserts the checks passed
 and the Kernel line names the requested kernel, and records Tflop/s and GB/s (written as CSV
 with `--perf-csv PATH`). `-save-tensors` runs are re-checked against a float64 attention
-written here in NumPy, independent of the driver's own reference.
+written here in NumPy, independent of the driver's own reference. The -m perf runs time a few
+problems per kernel and assert a speed only against a stored baseline of the same GPU
+(`--perf-baseline PATH`, bench/perf_baseline.py), never against a number written here.
 """
 
 import json
 import os
 import re
 import subprocess
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from bench import perf_baseline as perf
 from generator.spec import FAMILIES
 
 REPO = Path(__file__).resolve().parent
@@ -226,6 +230,13 @@ class Case:
         parts = [self.kernel["name"], self.mask, self.layout, self.attn, self.shape.tag]
         return "-".join(parts + ([self.tag] if self.tag else []))
 
+    @property
+    def config(self) -> str:
+        """The problem without the kernel, heads included: with the kernel's name, a perf
+        baseline's key (independent of pytest's parametrisation order)."""
+        parts = [self.mask, self.layout, self.attn, f"h{self.h}", self.shape.tag]
+        return "-".join(parts + ([self.tag] if self.tag else []))
+
 
 def valid(kernel: dict, layout: str, shape: Shape) -> bool:
     # Packed QKV stores a token's q, k and v side by side, so it needs s_q == s and dv == d;
@@ -313,12 +324,15 @@ def exe() -> Path:
 
 @pytest.fixture(scope="session")
 def perf_record(perf_rows):
-    """Appends one run to the session's perf table (conftest.py writes it with --perf-csv)."""
+    """Appends one run to the session's perf table (conftest.py writes it with --perf-csv and
+    compares its -m perf rows with --perf-baseline). `runs`: how many runs `fields` is the
+    best of."""
 
-    def record(test_id: str, case: Case, fields: dict):
+    def record(node: pytest.Item, case: Case, fields: dict, runs: int = 1):
         k = case.kernel
         perf_rows.append({
-            "test": test_id, "kernel": k["name"], "dtype": k["dtype"], "acc": k["acc"],
+            "test": node.name, "perf": node.get_closest_marker("perf") is not None,
+            "config": case.config, "runs": runs, "kernel": k["name"], "dtype": k["dtype"], "acc": k["acc"],
             "d": k["d"], "dv": k["dv"], "mask": case.mask, "layout": case.layout, "attn": case.attn,
             "b": case.shape.b, "h": case.h, "h_kv": case.h_kv, "s": case.shape.s,
             "s_q": case.shape.s_q or case.shape.s, "min_s": case.shape.min_s, "pad_s": case.shape.pad_s,
@@ -374,7 +388,7 @@ def test_kernel(case: Case, exe, gpu_sm, perf_record, request):
     }
     got = {key: type(value)(fields[key]) for key, value in expected.items()}
     assert got == expected, describe(proc)
-    perf_record(request.node.name, case, fields)
+    perf_record(request.node, case, fields)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -550,27 +564,46 @@ def test_save_tensors_match_float64(dtype_acc, config, exe, gpu_sm, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# Performance numbers (-m perf): recorded, never asserted. Benchmarks against other libraries
-# live in bench/run.py.
+# Performance (-m perf): a few timed problems per core head size. They assert a speed only
+# against a stored baseline of the same GPU (--perf-baseline, bench/perf_baseline.py); benchmarks
+# against other libraries live in bench/run.py.
 
-# FlashAttention-3's grid at s = 4k: batch = 16k tokens / s, hidden = h * d = 2048.
-PERF_S, PERF_TOKENS, PERF_HIDDEN = 4096, 16384, 2048
+# FlashAttention-3's grid at 16k tokens and hidden size 2048: for every kernel of a core head
+# size, each of its masks at s in PERF_SEQ_LENS, b = 16k / s, h = 2048 / d.
+PERF_TOKENS, PERF_HIDDEN, PERF_SEQ_LENS = 16384, 2048, (1024, 4096)
+PERF_FLAGS = ["-skip-checks", "-v", "0", "-runs", "20", "-warm-up-runs", "10"]
 PERF_CASES = [
-    Case(k, mask, "packed_qkv", "mha", Shape(PERF_TOKENS // PERF_S, PERF_S),
-         tag="perf", heads=PERF_HIDDEN // k["d"])
-    for k in sorted(KERNELS, key=lambda k: k["name"]) if k["d"] in (64, 128, 256) and k["d"] == k["dv"]
+    Case(k, mask, "packed_qkv", "mha", Shape(PERF_TOKENS // s, s),
+         heads=max(1, round(PERF_HIDDEN / k["d"])))
+    for k in sorted(KERNELS, key=lambda k: k["name"]) if k["d"] in CORE_HEAD_SIZES and k["d"] == k["dv"]
+    for s in PERF_SEQ_LENS
     for mask in k["masks"]
 ]
 
 
 @pytest.mark.gpu
 @pytest.mark.perf
-@pytest.mark.parametrize("case", PERF_CASES, ids=lambda c: c.id)
-def test_perf(case: Case, exe, gpu_sm, perf_record, request):
+@pytest.mark.parametrize("case", PERF_CASES, ids=lambda c: f"{c.kernel['name']}-{c.config}")
+def test_perf(case: Case, exe, gpu_sm, perf_record, perf_baseline, request):
     require_arch(case.kernel, gpu_sm)
-    proc = run_fmha(exe, [*case.args(), "-kernel", case.kernel["name"], "-skip-checks",
-                          "-v", "0", "-runs", "20", "-warm-up-runs", "5"])
-    assert proc.returncode == 0, describe(proc)
-    fields = parse_output(proc.stdout)
-    assert fields["kernel"] == case.kernel["name"], describe(proc)
-    perf_record(request.node.name, case, fields)
+    name = case.kernel["name"]
+
+    def run() -> dict:
+        proc = run_fmha(exe, [*case.args(), "-kernel", name, *PERF_FLAGS])
+        assert proc.returncode == 0, describe(proc)
+        fields = parse_output(proc.stdout)
+        assert fields["kernel"] == name, describe(proc)
+        return fields
+
+    key = (name, case.config)
+    expected = perf_baseline.expected(key) if perf_baseline else None
+    tolerance = perf_baseline.tolerance if perf_baseline else perf.DEFAULT_TOLERANCE
+    fields, runs = perf.measure(run, expected, tolerance)
+    perf_record(request.node, case, fields, runs)
+    if expected is None:
+        if perf_baseline and not perf_baseline.update:
+            warnings.warn(perf.MissingBaselineWarning(f"{perf_baseline.path} has no entry for {name} {case.config}"))
+        return
+    failure = perf.regression_message(float(fields["tflops"]), expected, tolerance)
+    if failure:
+        pytest.fail(f"{name} {case.config}: {failure}; best of {runs} runs", pytrace=False)

@@ -1,238 +1,423 @@
 #!/usr/bin/env python3
-"""bin/fmha.exe against PyTorch SDPA (FlashAttention-2 and cuDNN backends), side by side on
-one GPU in one run.
+"""bin/fmha.exe against PyTorch SDPA's FLASH_ATTENTION, CUDNN_ATTENTION and EFFICIENT_ATTENTION
+backends, side by side on one GPU in one run.
 
-    python3 bench/run.py --suite fa3 [--dtype fp16|fp16-fp32|bf16] [--out bench/results]
+    python3 bench/run.py --suite all [--dtype fp16] [--out DIR] [--tar PATH.tar.gz]
 
-Suites (ANCHORS.md): fa3 = FlashAttention-3's grid (16k tokens, hidden 2048, d 64/128/256,
-s 512..16k, causal and not); readme = fmha_v2's README problem; decode = s_q = 1 against a
-short or long KV cache (a bandwidth problem: compare GB/s).
+Per suite it writes <out>/<suite>_<gpu>_<dtype>.csv, .md (with ours/flash, ours/cudnn,
+ours/efficient) and .png (bench/plot.py: TFLOP/s or GB/s against sequence length); the
+markdown tables and a one-line summary per suite are printed last. The CSV and markdown open
+with the GPU, driver, torch/CUDA/cuDNN versions and nvidia-smi's SM and memory clocks at the
+suite's start and end.
 
-Every implementation is timed the same way: CUDA events around back-to-back launches after
-warm-up ones; FLOP = 2·(d+dv) per (query, key) pair the mask leaves (4·b·h·s²·d, halved
-when causal); bytes = Q, K and V once per KV head, and O. Writes
-<out>/<suite>_<gpu>_<dtype>.csv and a markdown table beside it, printed last.
+Timing: fmha.exe times itself (-skip-checks, -runs back-to-back launches after
+-warm-up-runs, one input set, CUDA events). SDPA: CUDA events around back-to-back launches
+after warm-up ones, the median of --repeats measurements; inputs randn [b, h, s, d],
+rotated over 3 sets when small enough to stay in L2. GQA goes to SDPA with enable_gqa=True;
+a backend that refuses it gets K and V expanded to h heads beforehand (repeat_interleave,
+outside the timing; the row's note says so, and GB/s still counts the GQA bytes). A backend
+that refuses a problem, fails or runs out of memory leaves NaN and a note, never a crash.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
+import math
 import os
 import re
 import shlex
 import statistics
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
+import tarfile
+import time
+import warnings
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # fmha_test.py holds the one parser of fmha.exe's output
+sys.path.insert(0, str(REPO))  # `bench` as a package; fmha_test.py holds the one parser of fmha.exe's output
+
+from bench import report  # noqa: E402
+from bench.suites import ALL, DTYPES, SUITES, Problem, Suite, select  # noqa: E402
 
 NAN = float("nan")
-# dtype argument -> (fmha.exe flag, torch dtype name, bytes per element)
-DTYPES = {"fp16": ("-fp16", "float16", 2), "fp16-fp32": ("-fp16-fp32", "float16", 2), "bf16": ("-bf16", "bfloat16", 2)}
+BACKENDS = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION", "efficient": "EFFICIENT_ATTENTION"}
+FMHA_TIMEOUT_S = 300      # one fmha.exe run; less when --time-budget has less left
+MIN_FMHA_TIMEOUT_S = 10
+# A measurement aims at this many milliseconds of back-to-back launches (at most --runs
+# launches, at least one), so a 20 ms decode call does not take 20 x 10 launches per backend.
+MEASURE_MS = 25.0
+WARM_UP_MS = 200.0      # stop warming up early past this, after at least two launches
+SPIN_CYCLES = 4_000_000  # ~2 ms of GPU spin before each measurement: covers enqueueing its launches
+ROTATE_BELOW_BYTES = 256 * 2**20  # inputs this small get 3 sets, rotated, so L2 does not serve repeats
 
 
-@dataclass(frozen=True)
-class Problem:
-    b: int
-    h: int
-    h_kv: int
-    s_q: int
-    s: int
-    d: int
-    causal: bool
-
-    def pairs(self) -> float:
-        """(query, key) pairs the mask leaves per (batch, head); causal is bottom-right aligned."""
-        if not self.causal:
-            return self.s_q * self.s
-        return self.s_q * (self.s - self.s_q) + self.s_q * (self.s_q + 1) / 2
-
-    def flop(self) -> float:
-        return 4.0 * self.b * self.h * self.d * self.pairs()
-
-    def bytes(self, elt: int) -> float:
-        q_and_o = 2 * self.b * self.s_q * self.h * self.d
-        k_and_v = 2 * self.b * self.s * self.h_kv * self.d
-        return float(elt * (q_and_o + k_and_v))
-
-    def fmha_args(self) -> list[str]:
-        args = ["-b", self.b, "-h", self.h, "-d", self.d, "-s", self.s]
-        if self.h_kv != self.h:
-            args += ["-gqa", self.h_kv]
-        if self.s_q != self.s:  # packed QKV needs s_q == s
-            args += ["-s-q", self.s_q, "-separate-q-k-v"]
-        if self.causal:
-            args.append("-causal-mask")
-        return [str(a) for a in args]
+@dataclass
+class Timing:
+    us: float          # per call; NaN when not measured
+    note: str = ""     # why not measured, or what was done differently
+    kernel: str = ""   # the kernel fmha.exe picked
 
 
-def suite(name: str) -> tuple[str, list[Problem]]:
-    """(metric shown in the table, problems) of a suite."""
-    if name == "fa3":
-        tokens = 16384
-        return "tflops", [Problem(tokens // s, h, h, s, s, d, causal)
-                          for d, h in ((64, 32), (128, 16), (256, 8))
-                          for causal in (False, True)
-                          for s in (512, 1024, 2048, 4096, 8192, 16384)]
-    if name == "readme":
-        return "tflops", [Problem(4, 32, 32, 1024, 1024, 128, True)]
-    if name == "decode":
-        return "gbs", [Problem(30720, h, h, 1, 2, d, False) for d in (128, 256) for h in (16, 32)] + [
-            Problem(64, 32, 8, 1, 16384, 128, False)]
-    raise ValueError(name)
-
-
-SUITES = ("fa3", "readme", "decode")
+Timer = Callable[[Problem, str], Timing]  # (problem, dtype) -> Timing
 
 
 # ---------------------------------------------------------------------------------------------
-# Timing.
+# Ours: bin/fmha.exe
 
-def time_ours(exe: Path, p: Problem, dtype: str, extra: list[str], runs: int, warm_up: int) -> dict:
-    from fmha_test import parse_output, run_fmha
-
-    proc = run_fmha(exe, [*p.fmha_args(), DTYPES[dtype][0], *extra, "-skip-checks", "-v", "0",
-                          "-runs", str(runs), "-warm-up-runs", str(warm_up)], timeout=600)
-    if proc.returncode != 0:
-        why = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
-        return {"ours_us": NAN, "kernel": "", "ours_tflops_reported": NAN,
-                "ours_note": f"exit {proc.returncode}: {why[-1] if why else ''}"}
-    fields = parse_output(proc.stdout)
-    return {"ours_us": float(fields["us"]), "kernel": fields["kernel"],
-            "ours_tflops_reported": float(fields["tflops"]), "ours_note": ""}
-
-
-def time_sdpa(torch, backend, p: Problem, dtype: str, launches: int, repeats: int, warm_up: int) -> tuple:
-    """(median microseconds per launch, note). NaN with the reason where the backend refuses."""
-    import torch.nn.functional as F
-    from torch.nn.attention import sdpa_kernel
-
-    tdtype = getattr(torch, DTYPES[dtype][1])
-    # Small problems would be served from L2 (50-60 MB on Hopper) on repeats: rotate inputs.
-    n_sets = 1 if p.bytes(2) > 256 * 2**20 else 3
-    sets = [(torch.randn(p.b, p.h, p.s_q, p.d, device="cuda", dtype=tdtype),
-             torch.randn(p.b, p.h_kv, p.s, p.d, device="cuda", dtype=tdtype),
-             torch.randn(p.b, p.h_kv, p.s, p.d, device="cuda", dtype=tdtype)) for _ in range(n_sets)]
-    kw = {"is_causal": p.causal}
-    if p.h_kv != p.h:
-        kw["enable_gqa"] = True
-    # SDPA's is_causal is top-left aligned; ours is bottom-right. They agree only when s_q == s.
-    assert not p.causal or p.s_q == p.s, "causal SDPA comparison needs s_q == s"
-
-    def launch(i):
-        F.scaled_dot_product_attention(*sets[i % n_sets], **kw)
-
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+def fmha_timer(exe: Path, extra: list[str], runs: int, warm_up: int, deadline: float | None = None) -> Timer:
+    import pytest  # fmha_test.py skips itself with pytest's exception where no manifest is found
     try:
-        with sdpa_kernel([backend]):
-            for i in range(warm_up):
-                launch(i)
-            torch.cuda.synchronize()
-            times = []
-            for _ in range(repeats):
-                # Queue a ~1 ms spin first so the launches below are all enqueued before the
-                # start event fires: the timed region then holds no host dispatch gaps.
-                torch.cuda._sleep(2_000_000)
-                start.record()
-                for i in range(launches):
-                    launch(i)
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end) * 1e3 / launches)
-    except RuntimeError as error:  # backend does not support this shape/dtype/GPU
-        first = str(error).strip().splitlines()
-        return NAN, f"{backend.name}: {first[0] if first else type(error).__name__}"[:200]
-    return statistics.median(times), ""
+        from fmha_test import parse_output, run_fmha
+    except pytest.skip.Exception as error:
+        raise SystemExit(f"cannot use fmha_test.py's parser: {error}")
+
+    def time_ours(p: Problem, dtype: str) -> Timing:
+        args = [*p.fmha_args(), DTYPES[dtype].flag, *extra, "-skip-checks", "-v", "0",
+                "-runs", str(runs), "-warm-up-runs", str(warm_up)]
+        timeout = FMHA_TIMEOUT_S if deadline is None else \
+            max(MIN_FMHA_TIMEOUT_S, min(FMHA_TIMEOUT_S, deadline - time.monotonic()))
+        try:
+            proc = run_fmha(exe, args, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return Timing(NAN, f"ours: no result in {timeout:.0f} s")
+        if proc.returncode != 0:
+            why = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
+            return Timing(NAN, f"ours: exit {proc.returncode}: {why[-1] if why else ''}"[:200])
+        try:
+            fields = parse_output(proc.stdout)
+        except AssertionError as error:
+            return Timing(NAN, f"ours: unparsed output ({str(error).splitlines()[0]})"[:200])
+        us, reported = float(fields["us"]), float(fields["tflops"])
+        ours = p.flop() / us / 1e6
+        note = "" if abs(reported - ours) <= 0.01 * ours + 0.01 else \
+            f"ours: fmha.exe reports {reported:.2f} TFLOP/s, Problem.flop() gives {ours:.2f}"
+        return Timing(us, note, fields["kernel"])
+
+    return time_ours
 
 
 # ---------------------------------------------------------------------------------------------
-# Report.
+# PyTorch SDPA
 
-def gpu_info(torch) -> dict:
-    driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                            capture_output=True, text=True).stdout.split("\n")[0].strip()
-    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
-    return {"gpu": torch.cuda.get_device_name(), "driver": driver, "torch": torch.__version__,
-            "cuda": torch.version.cuda, "cudnn": cudnn}
+def median_us_per_call(torch, launch: Callable[[int], None], max_launches: int, repeats: int,
+                       warm_up: int) -> float:
+    """Median over `repeats` measurements of back-to-back launches, CUDA events around each."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begun = time.perf_counter()
+    for i in range(max(warm_up, 2)):  # the first launch pays for handles and plans
+        launch(i)
+        if i >= 1 and (time.perf_counter() - begun) * 1e3 > WARM_UP_MS:
+            break
+    torch.cuda.synchronize()
+    start.record()
+    launch(0)
+    end.record()
+    end.synchronize()
+    launches = max(1, min(max_launches, int(MEASURE_MS / max(start.elapsed_time(end), 1e-3))))
+    times = []
+    for _ in range(repeats):
+        torch.cuda._sleep(SPIN_CYCLES)  # the launches below are all queued before `start` fires
+        start.record()
+        for i in range(launches):
+            launch(i)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / launches)
+    return statistics.median(times)
+
+
+# SDPA's refusal warns "<backend> kernel not used because:", then that backend's reasons, for
+# every fused backend in turn; these prefixes (lower case) tell whose section a line opens.
+WARNING_SECTIONS = {"efficient": "memory efficient", "flash": "flash attention", "cudnn": "cudnn attention"}
+
+
+def refusal(who: str, error: Exception, caught: list) -> str:
+    """Why SDPA refused `who`: the reasons it warned under that backend's heading (the
+    exception itself only says there was no kernel)."""
+    section, reasons = None, []
+    for w in caught:
+        text = " ".join(str(w.message).split(" (Triggered internally")[0].split())
+        if text.endswith("not used because:"):
+            section = next((k for k, prefix in WARNING_SECTIONS.items() if text.lower().startswith(prefix)), None)
+        elif section == who and text not in reasons:
+            reasons.append(text)
+    if not reasons:
+        lines = str(error).strip().splitlines()
+        reasons = [lines[0] if lines else type(error).__name__]
+    return " / ".join(reasons)[:240]
+
+
+def sdpa_timer(torch, who: str, runs: int, repeats: int, warm_up: int) -> Timer:
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backend = getattr(SDPBackend, BACKENDS[who])
+
+    def attempt(sets, **kw) -> tuple[float, str]:
+        def launch(i):
+            F.scaled_dot_product_attention(*sets[i % len(sets)], **kw)
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                with sdpa_kernel([backend]):
+                    return median_us_per_call(torch, launch, runs, repeats, warm_up), ""
+            except torch.cuda.OutOfMemoryError:
+                return NAN, "out of memory"
+            except RuntimeError as error:  # refused shape, dtype or GPU; a failed launch
+                return NAN, refusal(who, error, caught)
+
+    def time_sdpa(p: Problem, dtype: str) -> Timing:
+        tdtype = getattr(torch, DTYPES[dtype].torch)
+        n_sets = 1 if p.bytes(DTYPES[dtype].bytes) > ROTATE_BELOW_BYTES else 3
+        try:
+            sets = [(torch.randn(p.b, p.h, p.s_q, p.d, device="cuda", dtype=tdtype),
+                     torch.randn(p.b, p.h_kv, p.s, p.d, device="cuda", dtype=tdtype),
+                     torch.randn(p.b, p.h_kv, p.s, p.d, device="cuda", dtype=tdtype)) for _ in range(n_sets)]
+        except torch.cuda.OutOfMemoryError:
+            return Timing(NAN, f"{who}: out of memory for the inputs")
+        if p.h_kv == p.h:
+            us, why = attempt(sets, is_causal=p.causal)
+            return Timing(us, f"{who}: {why}" if why else "")
+        us, why = attempt(sets, is_causal=p.causal, enable_gqa=True)
+        if not math.isnan(us):
+            return Timing(us)
+        group = p.h // p.h_kv
+        expanded = [(q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)) for q, k, v in sets]
+        del sets
+        us, why_expanded = attempt(expanded, is_causal=p.causal)
+        if math.isnan(us):
+            also = "the same" if why_expanded == why else why_expanded
+            return Timing(NAN, f"{who}: {why}; with K/V expanded: {also}")
+        return Timing(us, f"{who}: K/V expanded to {p.h} heads (enable_gqa refused: {why})")
+
+    return time_sdpa
+
+
+# ---------------------------------------------------------------------------------------------
+# The run's context
+
+def nvidia_smi(*query: str) -> list[str]:
+    """nvidia-smi's answer for the GPU torch uses: the first of CUDA_VISIBLE_DEVICES, else 0
+    (nvidia-smi numbers GPUs in PCI order, CUDA fastest first: the same on one-GPU machines)."""
+    device = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={','.join(query)}", "--format=csv,noheader",
+                              "-i", device], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ["unknown"] * len(query)
+    values = [v.strip() for v in out.strip().splitlines()[0].split(",")] if out.strip() else []
+    return values if len(values) == len(query) else ["unknown"] * len(query)
+
+
+def clocks() -> str:
+    sm, mem, max_sm = nvidia_smi("clocks.sm", "clocks.mem", "clocks.max.sm")
+    return f"SM {sm}, memory {mem}, max SM {max_sm}"
+
+
+def cudnn_version(torch) -> str:
+    if not torch.backends.cudnn.is_available():
+        return "none"
+    v = torch.backends.cudnn.version()  # 91900 = 9.19.0; cuDNN 8 packed 8902 = 8.9.2
+    major = v // 10000 if v >= 90000 else v // 1000
+    rest = v % 10000 if v >= 90000 else v % 1000
+    return f"{major}.{rest // 100}.{rest % 100}"
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"],
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return out.stdout.strip() if out.returncode == 0 else "unknown (no git checkout)"
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def run_context(torch, args) -> dict:
+    return {"gpu": torch.cuda.get_device_name(), "driver": nvidia_smi("driver_version")[0],
+            "torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": cudnn_version(torch),
+            "commit": git_commit(), "command": shlex.join(sys.argv),
+            "ours": f"{args.exe.name} -skip-checks -runs {args.runs} -warm-up-runs {args.warm_up_runs} "
+                    f"{args.fmha_args}".strip() + " (its own CUDA-event timing of back-to-back launches)",
+            "sdpa": f"median of {args.repeats} measurements of up to {args.runs} back-to-back launches "
+                    f"(about {MEASURE_MS:.0f} ms each); GQA through enable_gqa, K/V expanded where a "
+                    "backend refuses it (see notes)"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Runner
+
+class Progress:
+    """A tqdm bar on a terminal; elsewhere (a log, a device call) one counted line per problem."""
+
+    def __init__(self, total: int, stream=sys.stderr):
+        self.total, self.done, self.stream = total, 0, stream
+        self.bar = None
+        if stream.isatty():
+            try:
+                from tqdm import tqdm
+                self.bar = tqdm(total=total, file=stream, unit="problem", dynamic_ncols=True)
+            except ImportError:
+                pass
+
+    def start(self, what: str):
+        if self.bar is not None:
+            self.bar.set_description(what)
+
+    def finish(self, line: str):
+        self.done += 1
+        if self.bar is not None:
+            self.bar.write(line, file=self.stream)
+            self.bar.update()
+        else:
+            width = len(str(self.total))
+            print(f"[{self.done:>{width}}/{self.total}] {line}", file=self.stream, flush=True)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+
+def run_suite(suite: Suite, dtype: str, timers: dict[str, Timer], progress: Progress,
+              deadline: float | None = None) -> list[dict]:
+    """One row per problem; past `deadline` (time.monotonic()) the rest are NaN, noted."""
+    rows = []
+    for p in suite.problems:
+        progress.start(f"{suite.name} {p.label()}")
+        if deadline is not None and time.monotonic() > deadline:
+            timings = {who: Timing(NAN) for who in timers}
+            notes = ["skipped: --time-budget spent"]
+        else:
+            timings = {who: timer(p, dtype) for who, timer in timers.items()}
+            notes = [t.note for t in timings.values()]
+        row = report.result_row(p, dtype, {who: t.us for who, t in timings.items()},
+                                kernel=timings["ours"].kernel if "ours" in timings else "", notes=notes)
+        rows.append(row)
+        values = "  ".join(f"{who} {report.fmt(row[f'{who}_{suite.metric}'])}" for who in report.IMPLS)
+        progress.finish(f"{suite.name} {dtype} {p.label()}: {values} {report.UNITS[suite.metric]}"
+                        + (f"  [{row['note']}]" if row["note"] else ""))
+    return rows
+
+
+def write_suite(out: Path, meta: dict, rows: list[dict]) -> list[Path]:
+    """CSV, markdown and (where matplotlib is) PNG of one suite; the paths written."""
+    stem = out / f"{meta['suite']}_{slug(meta['gpu'])}_{meta['dtype']}"
+    written = [report.write_csv(stem.with_suffix(".csv"), meta, rows)]
+    stem.with_suffix(".md").write_text(report.markdown(meta, rows))
+    written.append(stem.with_suffix(".md"))
+    try:
+        from bench.plot import plot
+        written.append(plot(meta, rows, stem.with_suffix(".png")))
+    except Exception as error:  # matplotlib missing, say: the CSV is written and plots offline
+        print(f"no plot ({type(error).__name__}: {error}); make it with: python3 bench/plot.py {stem}.csv",
+              file=sys.stderr)
+    return written
 
 
 def slug(text: str) -> str:
+    """'NVIDIA H200' -> 'nvidia-h200' (bench/perf_baseline.py names its baselines the same way)."""
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
-def markdown(rows: list[dict], metric: str, info: dict, dtype: str) -> str:
-    unit = {"tflops": "TFLOP/s", "gbs": "GB/s"}[metric]
-    lines = [f"{info['gpu']}, driver {info['driver']}, torch {info['torch']} (CUDA {info['cuda']}, "
-             f"cuDNN {info['cudnn']}), {dtype}, {unit}",
-             "",
-             "| b | h/h_kv | s_q/s | d | causal | ours | flash | cudnn | ours/flash | ours/cudnn |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        ours, flash, cudnn = (r[f"{who}_{metric}"] for who in ("ours", "flash", "cudnn"))
-        lines.append(f"| {r['b']} | {r['h']}/{r['h_kv']} | {r['s_q']}/{r['s']} | {r['d']} | "
-                     f"{'yes' if r['causal'] else 'no'} | {ours:.0f} | {flash:.0f} | {cudnn:.0f} | "
-                     f"{ours / flash:.2f} | {ours / cudnn:.2f} |")
-    return "\n".join(lines) + "\n"
+def pack(paths: list[Path], tar_path: Path) -> Path:
+    """One .tar.gz of `paths`, each stored under its bare name (extract with -C bench/results)."""
+    tar_path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(tar_path, "w:gz") as tar:
+        for path in paths:
+            tar.add(path, arcname=path.name)
+    return tar_path
+
+
+def plan(suites: list[Suite], dtypes: list[str]) -> list[tuple[Suite, str]]:
+    """(suite, dtype) pairs to run: a suite with its own dtype runs once, in that dtype."""
+    pairs = []
+    for suite in suites:
+        for dtype in [suite.dtype] if suite.dtype else dtypes:
+            if (suite, dtype) not in pairs:
+                pairs.append((suite, dtype))
+    return pairs
+
+
+def parse_args(argv):
+    listing = "\n".join(f"  {s.name:7s} {report.count(len(s.problems), 'problem'):>12s}, {report.UNITS[s.metric]}"
+                        f"{', ' + s.dtype + ' always' if s.dtype else ''}: {s.about}" for s in SUITES.values())
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=f"suites:\n{listing}\n  {ALL:7s} every suite above, in that order\n\n"
+               "example (one device call, every suite, one archive):\n"
+               "  python3 bench/run.py --suite all --out /tmp/bench --tar $OUT/bench.tar.gz --time-budget 540")
+    parser.add_argument("--suite", nargs="+", choices=[*SUITES, ALL], default=["fa3"], metavar="SUITE",
+                        help=f"one or more of {', '.join([*SUITES, ALL])} (default fa3)")
+    parser.add_argument("--dtype", nargs="+", choices=DTYPES, default=["fp16"],
+                        help="for suites without their own dtype (default fp16); several run each")
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results", help="where every file goes")
+    parser.add_argument("--tar", type=Path, help="also pack the files this run wrote into this .tar.gz")
+    parser.add_argument("--list", action="store_true", help="print the problems and exit (no GPU needed)")
+    parser.add_argument("--time-budget", type=float, metavar="S",
+                        help="seconds from start; problems not begun by then are recorded as skipped "
+                             "(NaN) so the files and the archive are still written")
+    parser.add_argument("--exe", type=Path, default=REPO / "bin" / "fmha.exe")
+    parser.add_argument("--fmha-args", default="", help="extra fmha.exe flags, e.g. '-kernel NAME'")
+    parser.add_argument("--runs", type=int, default=20, help="timed launches per measurement (SDPA: at most)")
+    parser.add_argument("--warm-up-runs", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=10, help="SDPA: measurements, median taken")
+    return parser, parser.parse_args(argv)
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--suite", choices=SUITES, default="fa3")
-    parser.add_argument("--dtype", choices=DTYPES, default="fp16")
-    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results")
-    parser.add_argument("--exe", type=Path, default=REPO / "bin" / "fmha.exe")
-    parser.add_argument("--fmha-args", default="", help="extra fmha.exe flags, e.g. '-kernel NAME'")
-    parser.add_argument("--runs", type=int, default=20, help="timed launches per measurement")
-    parser.add_argument("--warm-up-runs", type=int, default=10)
-    parser.add_argument("--repeats", type=int, default=10, help="SDPA: measurements, median taken")
-    args = parser.parse_args(argv)
+    began = time.monotonic()
+    parser, args = parse_args(argv)
+    work = plan(select(args.suite), args.dtype)
+    if args.list:
+        for suite, dtype in work:
+            print(f"{suite.name} ({dtype}, {report.count(len(suite.problems), 'problem')}): {suite.about}")
+            for p in suite.problems:
+                print(f"  {p.label():40s} fmha.exe {' '.join(p.fmha_args())} {DTYPES[dtype].flag}")
+        return 0
 
     if not args.exe.is_file():
         parser.error(f"{args.exe} not found: run `python3 setup.py && make -j` first")
     os.environ["FMHA_EXE"] = str(args.exe.resolve())  # fmha_test.py reads the manifest beside it
     import torch
-    from torch.nn.attention import SDPBackend
     if not torch.cuda.is_available():
         print("no CUDA GPU visible to torch", file=sys.stderr)
         return 3
 
-    info = gpu_info(torch)
-    metric, problems = suite(args.suite)
-    elt = DTYPES[args.dtype][2]
-    extra = shlex.split(args.fmha_args)
-    rows = []
-    for p in problems:
-        row = {**asdict(p), "dtype": args.dtype, **info}
-        row.update(time_ours(args.exe, p, args.dtype, extra, args.runs, args.warm_up_runs))
-        notes = [row.pop("ours_note")]
-        for who, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
-            row[f"{who}_us"], note = time_sdpa(torch, backend, p, args.dtype, args.runs, args.repeats,
-                                               args.warm_up_runs)
-            notes.append(note)
-        for who in ("ours", "flash", "cudnn"):
-            us = row[f"{who}_us"]
-            row[f"{who}_tflops"] = p.flop() / us / 1e6
-            row[f"{who}_gbs"] = p.bytes(elt) / us / 1e3
-        row["note"] = "; ".join(n for n in notes if n)
-        rows.append(row)
-        print(f"b={p.b} h={p.h}/{p.h_kv} s={p.s_q}/{p.s} d={p.d} causal={p.causal}: "
-              + "  ".join(f"{who} {row[f'{who}_{metric}']:.1f}" for who in ("ours", "flash", "cudnn"))
-              + (f"  [{row['note']}]" if row["note"] else ""), file=sys.stderr, flush=True)
-
+    context = run_context(torch, args)
+    deadline = began + args.time_budget if args.time_budget else None
+    timers = {"ours": fmha_timer(args.exe, shlex.split(args.fmha_args), args.runs, args.warm_up_runs, deadline),
+              **{who: sdpa_timer(torch, who, args.runs, args.repeats, args.warm_up_runs) for who in BACKENDS}}
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.out / f"{args.suite}_{slug(info['gpu'])}_{args.dtype}"
-    with open(stem.with_suffix(".csv"), "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    table = markdown(rows, metric, info, args.dtype)
-    stem.with_suffix(".md").write_text(table)
-    print(f"\nwrote {stem}.csv and .md\n")
-    print(table)
+    total = sum(len(suite.problems) for suite, _ in work)
+    print(f"{context['gpu']}, driver {context['driver']}, torch {context['torch']}, cuDNN {context['cudnn']}; "
+          f"{total} problems: " + ", ".join(f"{s.name} {d} ({len(s.problems)})" for s, d in work),
+          file=sys.stderr, flush=True)
+    progress = Progress(total)
+    written, results = [], []
+    for suite, dtype in work:
+        meta = {"suite": suite.name, "about": suite.about, "dtype": dtype, "metric": suite.metric,
+                **context, "clocks_start": clocks(), "started": now()}
+        rows = run_suite(suite, dtype, timers, progress, deadline)
+        meta.update(clocks_end=clocks(), finished=now())
+        written += write_suite(args.out, meta, rows)  # each suite lands as soon as it is done
+        results.append((meta, rows))
+        torch.cuda.empty_cache()
+    progress.close()
+
+    for meta, rows in results:
+        print("\n" + report.markdown(meta, rows))
+    print(f"wrote {len(written)} files under {args.out}"
+          + (f", packed into {pack(written, args.tar)}" if args.tar else ""))
+    for meta, rows in results:
+        print(report.summary(meta, rows))
     return 0
 
 

@@ -1,0 +1,141 @@
+"""Benchmark suites: each one a name, a metric and a list of attention problems; nothing else.
+
+A Problem is one forward attention call, Q [b, h, s_q, d] against K and V [b, h_kv, s, d].
+Its FLOP and byte counts below are the one definition that the runner, the writers and the
+plots use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from itertools import product
+from typing import NamedTuple
+
+
+class Dtype(NamedTuple):
+    flag: str    # fmha.exe's flag
+    torch: str   # torch dtype attribute of SDPA's inputs
+    bytes: int   # per element, of Q, K, V and O
+
+
+DTYPES = {
+    "fp16": Dtype("-fp16", "float16", 2),            # fmha.exe: fp16 P·V partials
+    "fp16-fp32": Dtype("-fp16-fp32", "float16", 2),  # fmha.exe: fp32 P·V, like SDPA's backends
+    "bf16": Dtype("-bf16", "bfloat16", 2),
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    b: int
+    h: int       # query heads
+    h_kv: int    # key/value heads (h_kv < h: GQA)
+    s_q: int     # query length
+    s: int       # key/value length
+    d: int       # head size of Q, K and V
+    causal: bool
+
+    def __post_init__(self):
+        if self.h % self.h_kv:
+            raise ValueError(f"h={self.h} is not a multiple of h_kv={self.h_kv}")
+        if self.causal and self.s_q != self.s:
+            # SDPA's is_causal is top-left aligned and ours bottom-right: equal only when s_q == s.
+            raise ValueError("a causal problem needs s_q == s to compare with SDPA")
+
+    def pairs(self) -> float:
+        """(query, key) pairs the mask leaves per (batch, head). Causal is bottom-right aligned
+        and keeps the diagonal, as fmha.exe counts: s_q·(s - s_q) + s_q·(s_q + 1)/2."""
+        if not self.causal:
+            return float(self.s_q * self.s)
+        return self.s_q * (self.s - self.s_q) + self.s_q * (self.s_q + 1) / 2
+
+    def flop(self) -> float:
+        """Two GEMMs of 2·d FLOP per pair: 4·b·h·d·pairs (4·b·h·s²·d non-causal, about half causal)."""
+        return 4.0 * self.b * self.h * self.d * self.pairs()
+
+    def bytes(self, elt: int) -> float:
+        """The fewest bytes to move: Q and O once, K and V once per KV head (not per query head)."""
+        q_and_o = 2 * self.b * self.h * self.s_q * self.d
+        k_and_v = 2 * self.b * self.h_kv * self.s * self.d
+        return float(elt * (q_and_o + k_and_v))
+
+    def fmha_args(self) -> list[str]:
+        args = ["-b", self.b, "-h", self.h, "-d", self.d, "-s", self.s]
+        if self.h_kv != self.h:
+            args += ["-gqa", self.h_kv]
+        if self.s_q != self.s:  # the default packed QKV layout needs s_q == s
+            args += ["-s-q", self.s_q, "-separate-q-k-v"]
+        if self.causal:
+            args.append("-causal-mask")
+        return [str(a) for a in args]
+
+    def label(self) -> str:
+        heads = f"{self.h}" if self.h == self.h_kv else f"{self.h}/{self.h_kv}"
+        length = f"{self.s}" if self.s_q == self.s else f"{self.s_q}/{self.s}"
+        return f"b={self.b} h={heads} s={length} d={self.d}{' causal' if self.causal else ''}"
+
+    @classmethod
+    def from_row(cls, row: dict) -> Problem:
+        """The problem of a CSV row (values may be strings)."""
+        causal = row["causal"]
+        if isinstance(causal, str):
+            causal = causal.strip().lower() in ("true", "1", "yes")
+        return cls(**{f.name: int(row[f.name]) for f in fields(cls) if f.name != "causal"}, causal=causal)
+
+
+PROBLEM_FIELDS = tuple(f.name for f in fields(Problem))
+
+
+def mha(b: int, h: int, s: int, d: int, causal: bool) -> Problem:
+    """Self-attention: as many KV heads as query heads, s_q == s."""
+    return Problem(b, h, h, s, s, d, causal)
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    metric: str                    # what the table and plot show: "tflops" or "gbs"
+    problems: tuple[Problem, ...]
+    about: str
+    dtype: str | None = None       # fixed by the suite; None: --dtype decides
+
+
+MASKS = (False, True)  # non-causal, causal
+FA3_TOKENS = 16384     # FlashAttention-3's grid: b = 16k / s, hidden 2048 = h·d
+FA3_HEADS = {64: 32, 128: 16, 256: 8}
+FA3_LENGTHS = (512, 1024, 2048, 4096, 8192, 16384)
+
+SUITES = {suite.name: suite for suite in (
+    Suite("readme", "tflops", (mha(4, 32, 1024, 128, True),),
+          "fmha_v2's README problem (-d 128 -b 4 -h 32 -s 1024 -causal-mask)"),
+    Suite("fa3", "tflops",
+          tuple(mha(FA3_TOKENS // s, h, s, d, causal)
+                for (d, h), causal, s in product(FA3_HEADS.items(), MASKS, FA3_LENGTHS)),
+          "FlashAttention-3's grid: 16k tokens (b = 16384 / s), hidden 2048 (h = 2048 / d), "
+          "d 64/128/256, s 512..16k, causal and not (ANCHORS.md)"),
+    Suite("seed", "tflops",
+          tuple(mha(1, 12, s, 128, causal) for causal, s in product(MASKS, (2048, 4096, 8192))),
+          "the seed configs: b=1, h=12, d=128, s 2k/4k/8k, bf16, causal and not", dtype="bf16"),
+    Suite("decode", "gbs",
+          tuple(Problem(30720, h, h, 1, 2, d, False) for d, h in product((128, 256), (16, 32)))
+          + tuple(Problem(64, 32, 8, 1, s, 128, False) for s in (1024, 2048, 4096, 8192, 16384)),
+          "s_q = 1 against a 2-token KV (b=30720) and a long GQA KV cache (b=64, h=32/8, "
+          "s 1k..16k), ANCHORS.md's decode table; a bandwidth problem, so GB/s. fmha.exe has "
+          "no decode family yet: its generic kernel runs these"),
+    Suite("grid", "tflops",
+          tuple(mha(b, h, s, d, causal)
+                for causal, d, b, h, s in product(MASKS, (64, 128), (8, 16), (8, 16), (256, 512, 1024))),
+          "B {8,16} x H {8,16} x N {256,512,1024} x D {64,128}, causal and not"),
+)}
+
+ALL = "all"  # every suite above, in this order
+
+
+def select(names: list[str]) -> list[Suite]:
+    """The suites named (ALL expands to every suite), each once, in the order given."""
+    chosen = []
+    for name in names:
+        for suite in SUITES.values() if name == ALL else (SUITES[name],):
+            if suite not in chosen:
+                chosen.append(suite)
+    return chosen

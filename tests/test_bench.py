@@ -1,0 +1,308 @@
+"""bench/: suite definitions, FLOP and byte counts, CSV/markdown writers, plots, the runner with
+fake timers. Pure Python, no GPU, no torch."""
+
+import io
+import math
+import tarfile
+from itertools import product
+from types import SimpleNamespace
+
+import pytest
+
+from bench import report, run
+from bench.suites import ALL, DTYPES, SUITES, Problem, mha, select
+
+NAN = float("nan")
+
+
+# ---------------------------------------------------------------------------------------------
+# Suites
+
+def test_suite_sizes():
+    assert {name: len(s.problems) for name, s in SUITES.items()} == {
+        "readme": 1, "fa3": 36, "seed": 6, "decode": 9, "grid": 48}
+
+
+def test_fa3_is_16k_tokens_and_hidden_2048():
+    fa3 = SUITES["fa3"].problems
+    assert all(p.b * p.s == 16384 and p.h * p.d == 2048 and p.s_q == p.s for p in fa3)
+    assert {(p.d, p.causal, p.s) for p in fa3} == set(product(
+        (64, 128, 256), (False, True), (512, 1024, 2048, 4096, 8192, 16384)))
+
+
+def test_seed_is_bf16_whatever_dtype_is_asked():
+    seed = SUITES["seed"]
+    assert seed.dtype == "bf16"
+    assert sorted((p.s, p.causal) for p in seed.problems) == sorted(product((2048, 4096, 8192), (False, True)))
+    assert {(p.b, p.h, p.h_kv, p.d) for p in seed.problems} == {(1, 12, 12, 128)}
+    assert run.plan([seed], ["fp16", "fp16-fp32"]) == [(seed, "bf16")]
+
+
+def test_grid_is_2x2x3x2_per_mask():
+    grid = SUITES["grid"].problems
+    for causal in (False, True):
+        cells = [(p.b, p.h, p.s, p.d) for p in grid if p.causal == causal]
+        assert len(cells) == 2 * 2 * 3 * 2 == 24
+        assert set(cells) == set(product((8, 16), (8, 16), (256, 512, 1024), (64, 128)))
+    assert all(p.h_kv == p.h and p.s_q == p.s for p in grid)
+
+
+def test_decode_is_single_query_against_short_and_long_kv():
+    decode = SUITES["decode"]
+    assert decode.metric == "gbs" and decode.dtype is None
+    assert all(p.s_q == 1 and not p.causal for p in decode.problems)
+    short = {(p.h, p.d) for p in decode.problems if (p.b, p.s) == (30720, 2)}
+    assert short == set(product((16, 32), (128, 256)))  # ANCHORS.md's tiny-KV rows
+    assert Problem(64, 32, 8, 1, 16384, 128, False) in decode.problems  # its long GQA row
+
+
+def test_select_all_and_plan():
+    assert select([ALL]) == list(SUITES.values())
+    assert [s.name for s in select(["fa3", ALL])] == ["fa3", *(n for n in SUITES if n != "fa3")]
+    fa3, seed = SUITES["fa3"], SUITES["seed"]
+    assert run.plan([fa3, seed], ["fp16", "bf16"]) == [(fa3, "fp16"), (fa3, "bf16"), (seed, "bf16")]
+
+
+def test_help_lists_every_suite():
+    parser, _ = run.parse_args(["--list"])
+    text = parser.format_help()
+    for name in (*SUITES, ALL, "--tar", "--out", "--time-budget"):
+        assert name in text
+
+
+def test_list_prints_problems_without_a_gpu(capsys):
+    assert run.main(["--suite", "seed", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert "seed (bf16, 6 problems)" in out
+    assert "fmha.exe -b 1 -h 12 -d 128 -s 8192 -causal-mask -bf16" in out
+
+
+def test_problems_reject_what_sdpa_cannot_compare():
+    with pytest.raises(ValueError, match="s_q == s"):
+        Problem(1, 8, 8, 1, 64, 64, True)  # SDPA's causal is top-left aligned, ours bottom-right
+    with pytest.raises(ValueError, match="multiple"):
+        Problem(1, 8, 3, 1, 64, 64, False)
+
+
+def test_fmha_args():
+    assert mha(4, 32, 1024, 128, True).fmha_args() == "-b 4 -h 32 -d 128 -s 1024 -causal-mask".split()
+    assert Problem(64, 32, 8, 1, 16384, 128, False).fmha_args() == \
+        "-b 64 -h 32 -d 128 -s 16384 -gqa 8 -s-q 1 -separate-q-k-v".split()
+
+
+# ---------------------------------------------------------------------------------------------
+# FLOP and bytes, by hand
+
+def test_flop_non_causal():
+    p = mha(2, 4, 8, 16, False)  # 8·8 = 64 pairs per (batch, head), 2·(16+16) FLOP each
+    assert p.flop() == 2 * 4 * 64 * 64 == 32768
+
+
+def test_flop_causal_keeps_the_diagonal():
+    p = mha(2, 4, 8, 16, True)  # rows keep 1..8 keys: 36 pairs
+    assert p.pairs() == 36
+    assert p.flop() == 2 * 4 * 36 * 64 == 18432
+
+
+def test_flop_matches_what_fmha_exe_reports():
+    # bench/results/readme_nvidia-h200_fp16.csv: 149.694395 us, fmha.exe printed 229.76 Tflop/s
+    p = SUITES["readme"].problems[0]
+    assert p.flop() == 4 * 4 * 32 * 128 * (1024 * 1025 / 2) == 34_393_292_800
+    assert p.flop() / 149.694395 / 1e6 == pytest.approx(229.76, abs=0.005)
+
+
+def test_bytes_non_causal_and_decode():
+    # Q and O: 2·b·h·s_q·d elements; K and V: 2·b·h_kv·s·d; 2 bytes each
+    assert mha(2, 4, 8, 16, False).bytes(2) == 2 * (2 * 2 * 4 * 8 * 16 + 2 * 2 * 4 * 8 * 16) == 8192
+    assert mha(2, 4, 8, 16, True).bytes(2) == 8192  # the mask moves no fewer bytes
+    gqa = Problem(64, 32, 8, 1, 16384, 128, False)  # ANCHORS.md: 4.3 GB
+    assert gqa.bytes(DTYPES["bf16"].bytes) == 2 * (2 * 64 * 32 * 128 + 2 * 64 * 8 * 16384 * 128) == 4_296_015_872
+    tiny = Problem(30720, 16, 16, 1, 2, 128, False)  # ANCHORS.md: 755 MB
+    assert tiny.bytes(2) == 754_974_720
+
+
+# ---------------------------------------------------------------------------------------------
+# Writers
+
+META = {"suite": "fa3", "about": "synthetic", "dtype": "fp16", "metric": "tflops", "gpu": "NVIDIA H200",
+        "driver": "580.159.04", "torch": "2.11.0", "cuda": "13.0", "cudnn": "9.19.0",
+        "clocks_start": "SM 345 MHz, memory 3201 MHz, max SM 1980 MHz",
+        "clocks_end": "SM 1980 MHz, memory 3201 MHz, max SM 1980 MHz",
+        "sdpa": "median of 10", "ours": "fmha.exe -runs 20"}
+
+
+def synthetic_rows():
+    """ours at 300, flash at 270 TFLOP/s, cuDNN at 400, efficient refused on causal rows."""
+    rows = []
+    for p in SUITES["fa3"].problems:
+        us = {who: p.flop() / rate / 1e6 for who, rate in (("ours", 300), ("flash", 270), ("cudnn", 400))}
+        if not p.causal:
+            us["efficient"] = p.flop() / 200 / 1e6
+        notes = ["", "efficient: refused"] if p.causal else []
+        rows.append(report.result_row(p, "fp16", us, kernel="k", notes=notes))
+    return rows
+
+
+def test_result_row_derives_rates_and_keeps_nan():
+    p = mha(2, 4, 8, 16, False)
+    row = report.result_row(p, "fp16", {"ours": 2.0, "flash": 0.0}, kernel="k", notes=["", "a", "b"])
+    assert row["ours_tflops"] == pytest.approx(32768 / 2.0 / 1e6)
+    assert row["ours_gbs"] == pytest.approx(8192 / 2.0 / 1e3)
+    assert all(math.isnan(row[f"{who}_{m}"]) for who in ("flash", "cudnn", "efficient") for m in report.METRICS)
+    assert row["note"] == "a; b"
+    assert set(row) == set(report.COLUMNS)  # write_csv orders them
+
+
+def test_csv_round_trip(tmp_path):
+    rows = synthetic_rows()
+    path = report.write_csv(tmp_path / "x.csv", META, rows)
+    text = path.read_text().splitlines()
+    assert text[0] == "# suite: fa3" and "# clocks_start: SM 345 MHz, memory 3201 MHz, max SM 1980 MHz" in text
+    assert text[len(META)] == ",".join(report.COLUMNS)
+    meta, back = report.read_csv(path)
+    assert meta == META
+    assert len(back) == 36 and back[0]["b"] == 32 and back[0]["causal"] is False
+    assert back[6]["causal"] is True and math.isnan(back[6]["efficient_tflops"])
+    assert back[0]["ours_tflops"] == pytest.approx(300)
+    assert back[6]["note"] == "efficient: refused"
+
+
+def test_read_csv_of_the_older_format(tmp_path):
+    # bench/run.py before suites: no `#` preamble, no efficient columns, versions in every row
+    path = tmp_path / "fa3_nvidia-h200_fp16.csv"
+    path.write_text("b,h,h_kv,s_q,s,d,causal,dtype,gpu,driver,ours_us,flash_us,cudnn_us,ours_tflops,"
+                    "flash_tflops,cudnn_tflops,note\n"
+                    "32,32,32,512,512,64,False,fp16,NVIDIA H200,580,241.8,254.5,172.4,284.2,270.0,398.6,\n")
+    meta, rows = report.read_csv(path)
+    assert meta == {}
+    assert rows[0]["ours_tflops"] == pytest.approx(284.2) and math.isnan(rows[0]["efficient_tflops"])
+    assert math.isnan(rows[0]["ours_gbs"])
+    with pytest.raises(ValueError, match="not a bench/run.py CSV"):
+        (tmp_path / "other.csv").write_text("test,kernel,us\nx,y,1\n")
+        report.read_csv(tmp_path / "other.csv")
+
+
+def test_markdown_columns_ratios_and_notes():
+    text = report.markdown(META, synthetic_rows())
+    lines = text.splitlines()
+    assert "NVIDIA H200, driver 580.159.04" in text and "clocks at start: SM 345 MHz" in text
+    header = next(line for line in lines if line.startswith("| b |"))
+    cells = [c.strip() for c in header.strip("|").split("|")]
+    assert cells == ["b", "h/h_kv", "s_q/s", "d", "causal", "ours", "flash", "cudnn", "efficient",
+                     "ours/flash", "ours/cudnn", "ours/efficient"]
+    first = [c.strip() for c in lines[lines.index(header) + 2].strip("|").split("|")]
+    assert first == ["32", "32/32", "512/512", "64", "no", "300", "270", "400", "200", "1.11", "0.75", "1.50"]
+    causal = [c.strip() for c in lines[lines.index(header) + 8].strip("|").split("|")]
+    assert causal[8] == "—" and causal[11] == "— [1]"
+    assert "1. row 7 (b=32 h=32 s=512 d=64 causal): efficient: refused" in text
+
+
+def test_summary_is_a_geometric_mean():
+    line = report.summary(META, synthetic_rows())
+    assert "ours/flash 1.11 (36 rows)" in line and "ours/efficient 1.50 (18 rows)" in line
+
+
+# ---------------------------------------------------------------------------------------------
+# Plots
+
+def test_panels_one_per_head_size_and_mask_split_where_b_or_h_vary():
+    from bench.plot import panels
+
+    def rows_of(name):
+        return [report.result_row(p, "fp16", {"ours": 1.0}) for p in SUITES[name].problems]
+
+    fa3 = panels(rows_of("fa3"))
+    assert [(shared["causal"], shared["d"]) for shared, _ in fa3] == list(product((False, True), (64, 128, 256)))
+    assert all(len(members) == 6 and "b" not in shared for shared, members in fa3)  # b follows s
+    assert len(panels(rows_of("grid"))) == 2 * 2 * 2 * 2  # mask x d x b x h, 3 lengths each
+    decode = panels(rows_of("decode"))
+    assert len(decode) == 5 and max(len(m) for _, m in decode) == 5
+    for _, members in [*fa3, *decode]:  # a line never joins two problems at one s
+        assert len({r["s"] for r in members}) == len(members)
+
+
+def test_plot_writes_a_png_from_a_csv(tmp_path):
+    pytest.importorskip("matplotlib")
+    from bench.plot import main, plot_csv
+
+    csv_path = report.write_csv(tmp_path / "fa3_test_fp16.csv", META, synthetic_rows())
+    png = plot_csv(csv_path)
+    assert png == tmp_path / "fa3_test_fp16.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+    png.unlink()
+    assert main([str(csv_path)]) == 0 and png.is_file()
+
+
+def test_plot_of_an_older_csv_without_efficient(tmp_path):
+    pytest.importorskip("matplotlib")
+    from bench.plot import plot_csv
+
+    path = tmp_path / "readme_nvidia-h200_fp16.csv"
+    path.write_text("b,h,h_kv,s_q,s,d,causal,dtype,gpu,ours_us,flash_us,cudnn_us,ours_tflops,flash_tflops,"
+                    "cudnn_tflops,note\n4,32,32,1024,1024,128,True,fp16,NVIDIA H200,149.7,153.6,84.8,229.8,"
+                    "224.0,405.6,\n")
+    assert plot_csv(path).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_plot_without_any_measurement(tmp_path):
+    pytest.importorskip("matplotlib")
+    from bench.plot import plot
+
+    rows = [report.result_row(p, "bf16", {}, notes=["skipped"]) for p in SUITES["seed"].problems]
+    png = plot({**META, "suite": "seed", "dtype": "bf16"}, rows, tmp_path / "seed.png")
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+# ---------------------------------------------------------------------------------------------
+# Runner, with fake timers
+
+def fake_timer(us):
+    def timer(p, dtype):
+        return run.Timing(us, "" if us == us else "refused", kernel="fake")
+    return timer
+
+
+def test_run_suite_records_nan_and_notes_and_counts_progress():
+    stream = io.StringIO()  # not a terminal: the fallback line counter
+    progress = run.Progress(len(SUITES["seed"].problems), stream=stream)
+    timers = {"ours": fake_timer(100.0), "flash": fake_timer(110.0), "cudnn": fake_timer(NAN),
+              "efficient": fake_timer(200.0)}
+    rows = run.run_suite(SUITES["seed"], "bf16", timers, progress)
+    assert len(rows) == 6 and all(r["dtype"] == "bf16" and r["kernel"] == "fake" for r in rows)
+    assert all(math.isnan(r["cudnn_tflops"]) and r["note"] == "refused" for r in rows)
+    assert report.ratio(rows[0], "tflops", "flash") == pytest.approx(1.1)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 6 and lines[0].startswith("[1/6] seed bf16 b=1 h=12 s=2048 d=128")
+
+
+def test_run_suite_past_the_deadline_skips():
+    progress = run.Progress(1, stream=io.StringIO())
+    rows = run.run_suite(SUITES["readme"], "fp16", {"ours": fake_timer(1.0)}, progress, deadline=0.0)
+    assert math.isnan(rows[0]["ours_us"]) and rows[0]["note"] == "skipped: --time-budget spent"
+
+
+def test_write_suite_and_pack(tmp_path):
+    pytest.importorskip("matplotlib")
+    (tmp_path / "out").mkdir()
+    written = run.write_suite(tmp_path / "out", {**META, "gpu": "NVIDIA H200 (x)"}, synthetic_rows())
+    assert [p.name for p in written] == [f"fa3_nvidia-h200-x_fp16.{ext}" for ext in ("csv", "md", "png")]
+    tar_path = run.pack(written, tmp_path / "archive" / "bench.tar.gz")
+    with tarfile.open(tar_path) as tar:
+        assert sorted(tar.getnames()) == sorted(p.name for p in written)
+
+
+def test_refusal_quotes_the_asked_backends_reasons():
+    def warning(text):
+        return SimpleNamespace(message=UserWarning(f"{text} (Triggered internally at sdp_utils.cpp:123.)"))
+
+    caught = [warning("Memory efficient kernel not used because:"),
+              warning("Memory Efficient attention requires q, k and v to have the same number of heads"),
+              warning("Flash attention kernel not used because:"),
+              warning("Flash attention has been runtime disabled."),
+              warning("CuDNN attention kernel not used because:"),
+              warning("CuDNN attention has been runtime disabled.")]
+    error = RuntimeError("No available kernel. Aborting execution.")
+    assert run.refusal("efficient", error, caught) == \
+        "Memory Efficient attention requires q, k and v to have the same number of heads"
+    assert run.refusal("efficient", error, []) == "No available kernel. Aborting execution."
+    assert run.refusal("flash", error, caught) == "Flash attention has been runtime disabled."
