@@ -1,11 +1,13 @@
 # FMHA_v2: builds bin/fmha.exe from src/ and the kernels that setup.py generated.
 #
 #   python3 setup.py && make -j      build (generated/makefile lists kernels and -gencode flags)
-#   make deps                        pip requirements, and ccache when missing
+#   make deps                        pip requirements, and ccache and GoogleTest when missing
 #   make list                        the kernels this build contains
+#   make test | make check           build bin/unit_tests (tests/unit/, GoogleTest) | and run it
 #   make clean | make distclean      remove obj/ bin/ | and generated/ too
 #
-# Overridable: NVCC, NVCC_FLAGS, PYTHON, USE_CCACHE=1 (environment or command line).
+# Overridable: NVCC, NVCC_FLAGS, PYTHON, USE_CCACHE=1, GTEST_ROOT, UNIT_FLAGS (environment or
+# command line).
 # Objects do not depend on NVCC_FLAGS: after changing it, make clean.
 
 NVCC ?= nvcc
@@ -91,6 +93,75 @@ list:
 
 endif
 
+# --- Device unit tests: tests/unit/ mirrors src/fmha/, one GoogleTest binary ---------------
+#
+# make test builds bin/unit_tests from every tests/unit/**/*.cu (gtest + gtest_main, static
+# cudart); make check also runs it. It needs neither setup.py nor a GPU: without one the
+# device tests skip with "no CUDA device" and the host-only tests still run.
+#   -gencode: generated/makefile's SRC_GENCODE when setup.py ran (the archs fmha.exe is built
+#             for), else TORCH_CUDA_ARCH_LIST parsed as setup.py parses it (default 8.0;9.0).
+#   GTEST_ROOT: a GoogleTest with include/gtest/ and lib/libgtest*.a (lib/<triplet>/ too);
+#             default /usr (Debian's libgtest-dev). tests/unit/pack_gtest.sh copies the
+#             system's into .gtest/ for machines without it: make test GTEST_ROOT=.gtest
+
+UNIT_DIR := tests/unit
+UNIT_BIN := $(BIN_DIR)/unit_tests
+UNIT_FLAGS ?= -O2
+# Sources one level below tests/unit/, like src/fmha/<layer>/.
+UNIT_SRCS := $(wildcard $(UNIT_DIR)/*.cu $(UNIT_DIR)/*/*.cu)
+UNIT_OBJS := $(call obj,$(UNIT_SRCS))
+# Holds the unit objects' -gencode flags, rewritten only when they change: a new arch list
+# rebuilds the unit tests, with or without generated/.
+UNIT_STAMP := $(OBJ_DIR)/$(UNIT_DIR)/gencode.stamp
+
+GTEST_ROOT ?= /usr
+GTEST_INC := $(GTEST_ROOT)/include
+GTEST_LIBDIR := $(patsubst %/,%,$(dir $(firstword $(wildcard \
+    $(GTEST_ROOT)/lib/libgtest.a $(GTEST_ROOT)/lib/*/libgtest.a $(GTEST_ROOT)/lib64/libgtest.a))))
+GTEST_FOUND := $(and $(wildcard $(GTEST_INC)/gtest/gtest.h),$(wildcard $(GTEST_LIBDIR)/libgtest_main.a))
+# -isystem /usr/include would reorder the compiler's own system directories: only add others.
+GTEST_CFLAGS := $(if $(filter /usr/include /usr/include/,$(GTEST_INC)),,-isystem $(GTEST_INC))
+GTEST_LIBS := $(GTEST_LIBDIR)/libgtest_main.a $(GTEST_LIBDIR)/libgtest.a -lpthread
+
+.PHONY: test check
+
+ifeq ($(GTEST_FOUND),)
+
+test check $(UNIT_BIN):
+	@echo "GoogleTest not found: run make deps (or set GTEST_ROOT)" >&2; exit 1
+
+else
+
+# Decided only when a unit goal is asked for (the python call costs a moment).
+ifneq ($(filter test check $(UNIT_BIN),$(MAKECMDGOALS)),)
+  UNIT_GENCODE := $(or $(SRC_GENCODE),$(shell $(PYTHON) $(UNIT_DIR)/gencode.py))
+  ifeq ($(UNIT_GENCODE),)
+    $(error no -gencode flags for the unit tests: see the TORCH_CUDA_ARCH_LIST message above)
+  endif
+  $(shell mkdir -p $(dir $(UNIT_STAMP)) && echo '$(UNIT_GENCODE)' | cmp -s - $(UNIT_STAMP) \
+      || echo '$(UNIT_GENCODE)' > $(UNIT_STAMP))
+endif
+
+test: $(UNIT_BIN)
+
+check: $(UNIT_BIN)
+	$(UNIT_BIN)
+
+$(UNIT_BIN): $(UNIT_OBJS)
+	@mkdir -p $(@D)
+	$(NVCC) -cudart static -o $@ $^ $(GTEST_LIBS)
+
+# A static pattern rule: wins over the kernel rule above, and works without generated/.
+# $(COMPILE) is ccache-wrapped when USE_CCACHE says so (only known once setup.py ran).
+$(UNIT_OBJS): $(OBJ_DIR)/%.o: %.cu $(UNIT_STAMP)
+	@mkdir -p $(@D)
+	$(or $(COMPILE),$(NVCC)) $(BASE_FLAGS) -I$(UNIT_DIR) $(GTEST_CFLAGS) $(UNIT_FLAGS) $(UNIT_GENCODE) \
+	    $(DEP_FLAGS) -c $< -o $@
+
+-include $(UNIT_OBJS:.o=.d)
+
+endif
+
 deps:
 	$(PYTHON) -m pip install -r requirements.txt
 	@if command -v ccache >/dev/null 2>&1; then \
@@ -99,6 +170,13 @@ deps:
 	    apt-get update && apt-get install -y ccache; \
 	else \
 	    echo "ccache is missing and this is not root with apt-get: install it yourself (only USE_CCACHE=1 needs it)"; \
+	fi
+	@if [ -n "$(GTEST_FOUND)" ]; then \
+	    echo "GoogleTest: $(GTEST_INC) $(GTEST_LIBDIR)"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update && apt-get install -y libgtest-dev; \
+	else \
+	    echo "GoogleTest is missing and this is not root with apt-get: install libgtest-dev or set GTEST_ROOT (only make test needs it)"; \
 	fi
 
 clean:

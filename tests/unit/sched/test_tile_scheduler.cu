@@ -1,0 +1,114 @@
+// src/fmha/sched/tile_scheduler.h: the grid static_grid builds, and the tile static_tile
+// gives each CTA. Every CTA records its tile; the host checks that each (m_block, head, batch)
+// is handed out exactly once, that neighbouring CTAs share a head (m-block fastest), and the
+// order: ascending m-blocks, or for causal heaviest first (most keys under the diagonal).
+#include <string>
+#include <vector>
+
+#include "fmha/mask/mask.h"
+#include "fmha/sched/tile_scheduler.h"
+#include "unit_test.h"
+
+namespace {
+
+using fmha::sched::Tile;
+
+// out[linear CTA id] = its tile; linear ids in launch order (x fastest, then y, then z).
+template <bool kHeaviestFirst>
+__global__ void record_kernel(Tile* out) {
+    const int id = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    out[id] = fmha::sched::static_tile<kHeaviestFirst>();
+}
+
+struct Shape {
+    const char* name;
+    int m_blocks, heads, batch;
+};
+
+void PrintTo(const Shape& s, std::ostream* os) { *os << s.name; }
+
+TEST(StaticGrid, IsMBlocksByHeadsByBatch) {
+    const dim3 grid = fmha::sched::static_grid(7, 3, 2);
+    EXPECT_EQ(grid.x, 7u);
+    EXPECT_EQ(grid.y, 3u);
+    EXPECT_EQ(grid.z, 2u);
+}
+
+class TileScheduler : public unit::DeviceTestP<Shape> {
+  protected:
+    // tiles[linear CTA id] for the whole grid.
+    void record(bool heaviest_first, std::vector<Tile>* tiles) {
+        const Shape& s = GetParam();
+        const dim3 grid = fmha::sched::static_grid(s.m_blocks, s.heads, s.batch);
+        unit::DeviceBuffer<Tile> out;
+        CUDA_ASSERT(out.alloc(static_cast<size_t>(s.m_blocks) * s.heads * s.batch, 0xff));
+        if (heaviest_first) {
+            record_kernel<true><<<grid, 1>>>(out.get());
+        } else {
+            record_kernel<false><<<grid, 1>>>(out.get());
+        }
+        CUDA_ASSERT_LAUNCH();
+        CUDA_ASSERT(out.download(tiles));
+    }
+
+    void expect_each_tile_once(const std::vector<Tile>& tiles) {
+        const Shape& s = GetParam();
+        std::vector<int> seen(tiles.size(), 0);
+        for (const Tile& t : tiles) {
+            ASSERT_TRUE(t.m_block >= 0 && t.m_block < s.m_blocks && t.head >= 0 && t.head < s.heads && t.batch >= 0 &&
+                        t.batch < s.batch)
+                << "tile (" << t.m_block << ", " << t.head << ", " << t.batch << ") is outside the problem";
+            ++seen[(static_cast<size_t>(t.batch) * s.heads + t.head) * s.m_blocks + t.m_block];
+        }
+        for (size_t i = 0; i < seen.size(); ++i) {
+            EXPECT_EQ(seen[i], 1) << "tile (m_block " << i % s.m_blocks << ", head " << (i / s.m_blocks) % s.heads
+                                  << ", batch " << i / (s.m_blocks * s.heads) << ")";
+        }
+    }
+};
+
+TEST_P(TileScheduler, AscendingOrderCoversEveryTileOnce) {
+    std::vector<Tile> tiles;
+    ASSERT_NO_FATAL_FAILURE(record(false, &tiles));
+    ASSERT_NO_FATAL_FAILURE(expect_each_tile_once(tiles));
+    const Shape& s = GetParam();
+    for (size_t id = 0; id < tiles.size(); ++id) {
+        // m-block fastest: consecutive CTAs work on one (head, batch) and share its K and V.
+        EXPECT_EQ(tiles[id].m_block, static_cast<int>(id % s.m_blocks)) << "CTA " << id;
+        EXPECT_EQ(tiles[id].head, static_cast<int>(id / s.m_blocks % s.heads)) << "CTA " << id;
+        EXPECT_EQ(tiles[id].batch, static_cast<int>(id / (s.m_blocks * s.heads))) << "CTA " << id;
+    }
+}
+
+// Causal (bottom-right aligned): a higher m-block sees more keys. Within each (head, batch)
+// the CTAs must start with the most work and never go up.
+TEST_P(TileScheduler, CausalHeaviestFirstCoversEveryTileOnce) {
+    std::vector<Tile> tiles;
+    ASSERT_NO_FATAL_FAILURE(record(true, &tiles));
+    ASSERT_NO_FATAL_FAILURE(expect_each_tile_once(tiles));
+    const Shape& s = GetParam();
+    constexpr int kBlockM = 128;
+    const int q_len = s.m_blocks * kBlockM - 5, kv_len = q_len + 300;
+    const auto work = [&](int m_block) {  // (row, key) pairs the causal mask leaves
+        long keys = 0;
+        for (int r = m_block * kBlockM; r < fmha::min_int((m_block + 1) * kBlockM, q_len); ++r)
+            keys += fmha::max_int(0, fmha::mask::key_limit<true>(r, kv_len, q_len));
+        return keys;
+    };
+    for (size_t id = 0; id < tiles.size(); ++id) {
+        if (id % s.m_blocks == 0) {
+            EXPECT_EQ(tiles[id].m_block, s.m_blocks - 1) << "CTA " << id << " starts its head on the heaviest block";
+        } else {
+            EXPECT_EQ(tiles[id].m_block, tiles[id - 1].m_block - 1) << "CTA " << id;
+            EXPECT_LE(work(tiles[id].m_block), work(tiles[id - 1].m_block)) << "CTA " << id;
+        }
+        EXPECT_EQ(tiles[id].head, static_cast<int>(id / s.m_blocks % s.heads)) << "CTA " << id;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Grids, TileScheduler,
+                         ::testing::Values(Shape{"one_tile", 1, 1, 1}, Shape{"m7_h3_b2", 7, 3, 2},
+                                           Shape{"m33_h5_b4", 33, 5, 4}, Shape{"m2_h1_b300", 2, 1, 300}),
+                         [](const ::testing::TestParamInfo<Shape>& info) { return std::string(info.param.name); });
+
+}  // namespace
