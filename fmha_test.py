@@ -399,9 +399,11 @@ def test_binary_holds_the_manifest_kernels(exe):
     assert registry_names(exe) == {k["name"] for k in KERNELS}
 
 
-def pick_kernel(dtype: str = "fp16", acc: str | None = None, mask: str = "causal") -> dict | None:
-    """The smallest-head kernel of a dtype that supports `mask` (deterministic)."""
-    fits = [k for k in KERNELS if k["dtype"] == dtype and (acc is None or k["acc"] == acc) and mask in k["masks"]]
+def pick_kernel(dtype: str = "fp16", acc: str | None = None, mask: str = "causal",
+                family: str | None = None) -> dict | None:
+    """The smallest-head kernel of a dtype (and family) that supports `mask` (deterministic)."""
+    fits = [k for k in KERNELS if k["dtype"] == dtype and (acc is None or k["acc"] == acc) and mask in k["masks"]
+            and (family is None or k["family"] == family)]
     return min(fits, key=lambda k: (k["d"], k["dv"], k["name"])) if fits else None
 
 
@@ -445,6 +447,38 @@ def test_skip_checks_prints_disabled_and_no_speedup(exe, gpu_sm):
 
 
 @pytest.mark.gpu
+def test_force_non_warp_specialization_runs_a_flash_row(exe, gpu_sm):
+    """Without -kernel the first registry row that fits and loads runs: the ws row of its
+    problem on Hopper (a non-Hopper GPU has no sm_90a image and falls through to the next
+    row). -force-non-warp-specialization skips the ws row on any GPU."""
+    ws = sorted((k for k in KERNELS if FAMILIES[k["family"]].warp_specialized), key=lambda k: (k["d"], k["name"]))
+    if not ws:
+        pytest.skip("no warp-specialised kernel in this build (TORCH_CUDA_ARCH_LIST without 9.0, or FMHA_FILTER)")
+    kernel = ws[0]
+
+    def fits(k: dict) -> bool:
+        return all(k[f] == kernel[f] for f in ("dtype", "acc", "d", "dv")) and "causal" in k["masks"]
+
+    # The manifest lists the kernels in registry order: the first fit is what dispatch picks.
+    others = [k for k in KERNELS if fits(k) and not FAMILIES[k["family"]].warp_specialized]
+    if not others:
+        pytest.skip(f"no non-warp-specialised kernel in this build fits {kernel['name']}'s problem")
+    flash = others[0]
+    loads = kernel["sm"] <= gpu_sm and any(loads_on(a, gpu_sm) for a in kernel["archs"])
+    args = ["-d", str(kernel["d"]), "-dv", str(kernel["dv"]), dtype_flag(kernel), "-b", "2", "-h", "4",
+            "-s", "257", "-causal-mask", "-v", "0", "-runs", "1", "-warm-up-runs", "0"]
+    for extra, expected in (([], kernel if loads else flash), (["-force-non-warp-specialization"], flash)):
+        proc = run_fmha(exe, [*args, *extra])
+        assert proc.returncode == 0, describe(proc)
+        fields = parse_output(proc.stdout)
+        assert fields["checks"] == "SUCCESS", describe(proc)
+        assert fields["kernel"] == expected["name"], describe(proc)
+        assert fields["warp_spec"] == warp_spec(expected), describe(proc)
+        assert (int(fields["wm"]), int(fields["wn"])) == (expected["warps_m"], expected["warps_n"]), describe(proc)
+    assert warp_spec(flash) == "false"
+
+
+@pytest.mark.gpu
 def test_failed_check_exits_1(exe, gpu_sm):
     # fp16 output can never be within 1e-9 of an fp32 reference on random data.
     kernel = kernel_or_skip(dtype="fp16", acc="fp16")
@@ -468,7 +502,8 @@ SAVE_CONFIGS = {
     "mqa_causal_scales": ["-b", "2", "-h", "4", "-mqa", "-s", "96", "-causal-mask", "-randn",
                           "-scale-bmm1", "0.07", "-scale-bmm2", "0.8"],
 }
-SAVE_DTYPES = sorted({(k["dtype"], k["acc"]) for k in KERNELS})
+# Every (family, dtype, accumulation) of the build, so each family's output is re-checked.
+SAVE_KINDS = sorted({(k["family"], k["dtype"], k["acc"]) for k in KERNELS})
 
 
 def spec_error(found: np.ndarray, expected: np.ndarray, eps: float) -> np.ndarray:
@@ -523,11 +558,11 @@ def attention_fp64(q, k, v, q_lens, kv_lens, scale_bmm1, scale_out, causal, dtyp
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype_acc", SAVE_DTYPES, ids="_".join)
+@pytest.mark.parametrize("kind", SAVE_KINDS, ids="-".join)
 @pytest.mark.parametrize("config", SAVE_CONFIGS)
-def test_save_tensors_match_float64(dtype_acc, config, exe, gpu_sm, tmp_path):
-    dtype, acc = dtype_acc
-    kernel = kernel_or_skip(dtype=dtype, acc=acc)
+def test_save_tensors_match_float64(kind, config, exe, gpu_sm, tmp_path):
+    family, dtype, acc = kind
+    kernel = kernel_or_skip(family=family, dtype=dtype, acc=acc)
     require_arch(kernel, gpu_sm)
     args = ["-d", str(kernel["d"]), "-dv", str(kernel["dv"]), dtype_flag(kernel), *SAVE_CONFIGS[config]]
     proc = run_fmha(exe, [*args, "-kernel", kernel["name"], "-save-tensors", str(tmp_path),

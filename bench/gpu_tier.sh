@@ -32,7 +32,8 @@ python3 -m pytest -q -p no:cacheprovider -n "$jobs" -m "not perf" --perf-csv "$O
 pytest_rc=$?
 tail -25 "$OUT/pytest.log"
 
-# SASS: every kernel must use the tensor cores (HMMA); count local-memory traffic (LDL/STL).
+# SASS: every kernel must use the tensor cores (flash: HMMA, ws: HGMMA); count local-memory
+# traffic (LDL/STL).
 if command -v cuobjdump >/dev/null; then
     cuobjdump -sass bin/fmha.exe >"$OUT/sass.txt" 2>/dev/null
     python3 - "$OUT/sass.txt" <<'EOF' | tee "$OUT/sass_summary.txt"
@@ -49,6 +50,9 @@ for line in open(sys.argv[1]):
 flash = {k: v for k, v in kernels.items() if "flash_sm80" in k}
 print(f"sass: {len(flash)} flash kernels, {sum(v['HMMA'] == 0 for v in flash.values())} without HMMA, "
       f"{sum(v['LDL'] + v['STL'] > 0 for v in flash.values())} with local memory (LDL/STL)")
+ws = {k: v for k, v in kernels.items() if "flash_sm90" in k}
+print(f"sass: {len(ws)} ws kernels, {sum(v['HGMMA'] == 0 for v in ws.values())} without HGMMA, "
+      f"{sum(v['LDL'] + v['STL'] > 0 for v in ws.values())} with local memory (LDL/STL)")
 EOF
 fi
 

@@ -2,11 +2,13 @@
 
 Candidates are what a family could offer; rules.py decides which are generated (a flag may
 turn some off) and FMHA_FILTER narrows the rest. Order matters: the driver dispatches to the
-first registry row that fits, so within a family list the preferred kernel first.
+first registry row that fits, so families come in FAMILIES order (spec.py: the preferred
+family first) and within a family the preferred kernel first.
 """
 
 from __future__ import annotations
 
+from . import rules
 from .env import Config
 from .spec import ALL_MASKS, FAMILIES, KernelSpec
 
@@ -34,13 +36,13 @@ def flash_tile(d: int) -> tuple:
     return (64, 64, 4, 1)
 
 
-def flash(config: Config) -> list[KernelSpec]:
-    """The flash family (FlashAttention-2 split over mma.sync, SM80 and newer)."""
-    family = FAMILIES["flash"]
+def _specs(family_name: str, dtypes, head_sizes, tile) -> list[KernelSpec]:
+    """One spec per (dtype, acc) x head size (dv = d), every mask, tiles from `tile(d)`."""
+    family = FAMILIES[family_name]
     specs = []
-    for dtype, acc in FLASH_DTYPES:
-        for d in HEAD_SIZES:
-            block_m, block_n, warps_m, warps_n = flash_tile(d)
+    for dtype, acc in dtypes:
+        for d in head_sizes:
+            block_m, block_n, warps_m, warps_n = tile(d)
             specs.append(
                 KernelSpec(
                     family=family.name,
@@ -59,13 +61,48 @@ def flash(config: Config) -> list[KernelSpec]:
     return specs
 
 
+def flash(config: Config) -> list[KernelSpec]:
+    """The flash family (FlashAttention-2 split over mma.sync, SM80 and newer)."""
+    return _specs("flash", FLASH_DTYPES, HEAD_SIZES, flash_tile)
+
+
+# The ws family (src/fmha/kernel/flash_sm90.h): every head size its Traits accepts (64, 128,
+# 256: the wgmma N of P·V and the 64-column TMA panels; rules.py holds the list), fp32
+# accumulation only (wgmma with an f16 accumulator is not instantiated, so the -fp16 problem
+# stays on the flash family). fp16 with fp32 accumulation is the -fp16-fp32 problem:
+# rules.py keeps it behind ENABLE_HMMA_FP32=1, as for the flash family.
+WS_HEAD_SIZES = rules.WS_HEAD_SIZES
+WS_DTYPES = (("fp16", "fp32"), ("bf16", "fp32"))
+
+
+def ws_tile(d: int) -> tuple:
+    """(block_m, block_n, warps_m, warps_n) of the ws family for head size d.
+
+    block_m is fixed at 128 query rows: two consumer warpgroups of 64 rows each (the wgmma
+    M). warps_m x warps_n counts the consumer warps, 8 x 1 (the producer warpgroup, 4 more
+    warps that only issue TMA, is not in the name; the CTA has 384 threads). block_n is the
+    key block, a wgmma N: 128 up to d=128 and 64 at d=256, where two 128-key K/V stages no
+    longer fit shared memory next to Q (2 x 128 KB + 64 KB > 227 KB); tests/kernel_dev/
+    NOTES_sm90.md measured 128x64 at d=128 (3 stages) 10-36 % slower than 128x128. The
+    Traits' two extra parameters keep their defaults (the kernel template passes the eight
+    common ones): kStages 0 (= 2 K/V stages) and kPingPong true.
+    """
+    return (128, 128 if d <= 128 else 64, 8, 1)
+
+
+def ws(config: Config) -> list[KernelSpec]:
+    """The ws family (FlashAttention-3 design over wgmma + TMA, warp-specialised, sm_90a)."""
+    return _specs("ws", WS_DTYPES, WS_HEAD_SIZES, ws_tile)
+
+
 # family name -> its enumeration function; a new family adds one line here.
 ENUMERATORS = {
+    "ws": ws,
     "flash": flash,
 }
 assert set(ENUMERATORS) == set(FAMILIES), "every family needs an enumeration function"
 
 
 def candidates(config: Config) -> dict[str, list[KernelSpec]]:
-    """Every family's candidates, before rules and FMHA_FILTER."""
-    return {name: enumerate_family(config) for name, enumerate_family in ENUMERATORS.items()}
+    """Every family's candidates, before rules and FMHA_FILTER, in FAMILIES (dispatch) order."""
+    return {name: ENUMERATORS[name](config) for name in FAMILIES}

@@ -20,7 +20,9 @@ KNOWN_ARCHS = (80, 86, 87, 88, 89, 90, 100, 103, 110, 120, 121)
 # + cp.async, all SM80.
 MIN_ARCH = 80
 # Arch-specific ("a", e.g. sm_90a for wgmma) exist from Hopper on; family-portable ("f")
-# from Blackwell on.
+# from Blackwell on. An entry names a GPU: 9.0 and 9.0a both mean Hopper. The ws family needs
+# the 'a' target and is built for sm_90a whenever either is listed (rules.family_archs); the
+# portable flash family takes each entry as written (9.0 -> sm_90, 9.0a -> sm_90a).
 SUFFIX_MIN_ARCH = {"a": 90, "f": 100}
 
 _ARCH_RE = re.compile(r"(?P<major>\d+)\.(?P<minor>\d)(?P<suffix>[af]?)(?P<ptx>\+PTX)?", re.IGNORECASE)

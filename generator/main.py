@@ -96,7 +96,7 @@ def main(argv=None, environ=None) -> int:
         print(line)
         if args.verbose:
             archs = " ".join(str(a) for a in rules.family_archs(name, config))
-            print(f"  compiled for TORCH_CUDA_ARCH_LIST entries: {archs}")
+            print(f"  compiled for: {archs or 'nothing (no arch of this family in TORCH_CUDA_ARCH_LIST)'}")
             for spec, broken in selection.rejected:
                 print(f"  rejected {spec.name}: " + "; ".join(r.why(spec) for r in broken))
             for spec in selection.filtered:
@@ -106,8 +106,8 @@ def main(argv=None, environ=None) -> int:
             print(f"{flag}=1: {what} does not exist yet; nothing was generated for it")
     if environ.get("SCHEDULING_MODE", "").strip():
         print(
-            f"SCHEDULING_MODE={config.scheduling_mode}: applies to the sm90 family "
-            "(warp-specialised wgmma), which does not exist yet"
+            f"SCHEDULING_MODE={config.scheduling_mode}: validated; it applies to the ws family, which has "
+            "only a static grid today (the persistent scheduler, 1, is not implemented yet)"
         )
     changed = len(outcome.written) + len(outcome.removed)
     print(

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .env import Config
+from .env import Arch, Config
 from .spec import FAMILIES, KernelSpec
 
 MAX_HEAD_SIZE = 256
@@ -29,9 +29,9 @@ class Rule:
     accepts: Callable[[KernelSpec, Config], bool]
 
     def why(self, spec: KernelSpec) -> str:
-        """The reason, with the spec's family and its base arch (8.0) filled in."""
+        """The reason, with the spec's family, its base arch (8.0) and sm (80) filled in."""
         sm = FAMILIES[spec.family].sm
-        return self.reason.format(family=spec.family, arch=f"{sm // 10}.{sm % 10}")
+        return self.reason.format(family=spec.family, arch=f"{sm // 10}.{sm % 10}", sm=sm)
 
 
 def _head_size_ok(d: int) -> bool:
@@ -40,6 +40,23 @@ def _head_size_ok(d: int) -> bool:
 
 def _hmma_fp32_enabled(spec: KernelSpec, config: Config) -> bool:
     return not (spec.dtype == "fp16" and spec.acc == "fp32") or config.enable_hmma_fp32
+
+
+# What fmha::flash_sm90::Traits static_asserts (src/fmha/kernel/flash_sm90.h), so that a spec
+# outside it gets a reason here instead of a static_assert from nvcc.
+WS_HEAD_SIZES = (64, 128, 256)
+WS_BLOCK_N = (64, 128)
+
+
+# "{64, 128, 256}" with the braces doubled, since Rule.why formats the reason.
+_WS_HEADS = "{{" + ", ".join(map(str, WS_HEAD_SIZES)) + "}}"
+
+
+def _ws_traits_ok(spec: KernelSpec) -> bool:
+    if spec.family != "ws":
+        return True
+    return (spec.d in WS_HEAD_SIZES and spec.dv == spec.d and spec.acc == "fp32"
+            and (spec.block_m, spec.warps_m, spec.warps_n) == (128, 8, 1) and spec.block_n in WS_BLOCK_N)
 
 
 RULES = (
@@ -79,16 +96,35 @@ RULES = (
         lambda s, c: len(s.masks) > 0,
     ),
     Rule(
+        "ws_traits",
+        "family {family} (flash_sm90::Traits) needs d = dv in " + _WS_HEADS + ", fp32 accumulation, "
+        "block_m 128 over warps 8x1 and block_n " + " or ".join(map(str, WS_BLOCK_N)),
+        lambda s, c: _ws_traits_ok(s),
+    ),
+    Rule(
         "arch",
         "family {family} needs an arch >= {arch} in TORCH_CUDA_ARCH_LIST",
-        lambda s, c: bool(family_archs(s.family, c)),
+        lambda s, c: FAMILIES[s.family].arch_specific or bool(family_archs(s.family, c)),
+    ),
+    Rule(
+        "arch_specific",
+        "family {family} is built for sm_{sm}a only (wgmma, setmaxnreg): TORCH_CUDA_ARCH_LIST "
+        "must name {arch} or {arch}a",
+        lambda s, c: not FAMILIES[s.family].arch_specific or bool(family_archs(s.family, c)),
     ),
 )
 
 
 def family_archs(family: str, config: Config) -> tuple:
-    """The configured archs a family's kernels are compiled for: every one >= its base."""
-    return tuple(a for a in config.archs if a.number >= FAMILIES[family].sm)
+    """The archs a family's kernels are compiled for. A portable family: every configured arch
+    at or above its base. An arch-specific one (Family.arch_specific): its base arch's 'a'
+    target alone (Arch(90, "a") -> sm_90a), when the list names that arch as 9.0 or 9.0a
+    (with or without +PTX: compute_90a PTX would load on sm_90 only, which has the SASS, so
+    none is embedded); otherwise nothing, and the family is not generated."""
+    fam = FAMILIES[family]
+    if fam.arch_specific:
+        return (Arch(fam.sm, "a"),) if any(a.number == fam.sm for a in config.archs) else ()
+    return tuple(a for a in config.archs if a.number >= fam.sm)
 
 
 def broken(spec: KernelSpec, config: Config) -> list[Rule]:

@@ -22,10 +22,28 @@ class Family:
     namespace: str           # C++ namespace inside fmha:: holding Traits, launch, entry
     warp_specialized: bool   # KernelMeta::warp_specialized for every kernel of the family
     template: str            # the kernel translation-unit template
+    # False: portable SASS, built for every TORCH_CUDA_ARCH_LIST entry >= sm. True: uses
+    # instructions that exist only in the arch-specific target sm_<sm>a (wgmma, setmaxnreg on
+    # Hopper), which runs on that one arch: built for sm_<sm>a alone, whenever the list names
+    # the arch with or without the suffix (rules.family_archs).
+    arch_specific: bool = False
 
 
-# The one place that maps a family to its header, namespace and C++ template.
+# The one place that maps a family to its header, namespace and C++ template. The order is
+# the dispatch preference: the registry lists the families in this order and the driver runs
+# the first row that fits the problem and has an image for the GPU, so a Hopper GPU runs a
+# ws kernel where one fits and every other GPU (no sm_90a image) the flash one.
 FAMILIES = {
+    "ws": Family(
+        name="ws",
+        sm=90,
+        description="sm90 family, wgmma + TMA, warp-specialised",
+        header="fmha/kernel/flash_sm90.h",
+        namespace="flash_sm90",
+        warp_specialized=True,
+        template="kernel.cu.j2",
+        arch_specific=True,
+    ),
     "flash": Family(
         name="flash",
         sm=80,

@@ -18,15 +18,17 @@ using EntryFn = const void* (*)(MaskType);
 
 struct KernelMeta {
     const char* name;     // KernelSpec.name: also the file name and the FMHA_FILTER key
-    const char* family;   // "flash" (mma.sync, SM80 and newer)
-    int sm;               // family's base arch (80): binary runs on sm >= this where built
+    const char* family;   // "ws" (wgmma + TMA, warp-specialised, sm_90a) or "flash" (mma.sync, SM80+)
+    int sm;               // family's base arch (90, 80): binary runs on sm >= this where built
+                          // (ws: sm_90a SASS, on sm_90 only; the entry check finds no image elsewhere)
     DataType dtype;       // input/output element type
     DataType acc;         // accumulation of P·V (Q·K^T and softmax are always fp32)
     int d;                // head size of Q, K
     int dv;               // head size of V, O
     int block_m;          // query rows per CTA
     int block_n;          // keys per main-loop step
-    int warps_m;          // warps along M (each owns block_m / warps_m rows)
+    int warps_m;          // warps along M (each owns block_m / warps_m rows); ws: consumer
+                          // warps (2 warpgroups), its producer warpgroup is not counted
     int warps_n;          // warps along N
     uint32_t masks;       // bitmask of mask_bit(MaskType)
     bool warp_specialized;

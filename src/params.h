@@ -39,6 +39,12 @@ struct Params {
     const int* kv_offsets = nullptr;
     const int* kv_lens = nullptr;
 
+    // Rows each storage holds, padding included: Q/O and K/V (packed QKV: both are the one
+    // buffer's rows). What a TMA tensor map spans (flash_sm90 refuses a launch where either
+    // is 0; reads past it come back as zeros); the SM80 family does not read them. Every
+    // (offset + length) of a sequence is <= its storage's count.
+    int64_t q_tokens = 0, kv_tokens = 0;
+
     int b = 0;         // batch
     int h = 0;         // query heads
     int h_kv = 0;      // key/value heads; h % h_kv == 0, query head i reads kv head i / (h / h_kv)

@@ -235,6 +235,8 @@ DeviceTensors make_tensors(const Problem& p, const SeqLens& lens) {
     prm.q_lens = t.q_lens.get();
     prm.kv_offsets = t.kv_offsets.get();
     prm.kv_lens = t.kv_lens.get();
+    prm.q_tokens = tq;    // packed QKV: tq == tkv, the qkv buffer's rows
+    prm.kv_tokens = tkv;
     prm.b = p.b;
     prm.h = p.h;
     prm.h_kv = p.h_kv;

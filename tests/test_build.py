@@ -1,7 +1,8 @@
 """The build: generated code compiles, make is incremental, fmha.exe lists its kernels.
 
 Runs in a temporary copy of the repository so the developer's generated/ and obj/ are left
-alone. The full build compiles one small kernel for sm80 (a few minutes on 2 cores).
+alone. Two small builds: one flash kernel for sm80, and one ws kernel for sm_90a (nvcc
+compiles sm_90a without a GPU), each with the driver (a few minutes on 2 cores at most).
 """
 
 import os
@@ -20,6 +21,9 @@ FLAGS = ("TORCH_CUDA_ARCH_LIST", "ENABLE_HMMA_FP32", "ENABLE_SM89_QMMA", "ENABLE
 FAMILY_HEADER = "src/fmha/kernel/flash_sm80.h"
 DRIVER = "src/fused_multihead_attention.cpp"
 SMALL_FILTER = "*_fp16_d64_*"     # one kernel: d=64 compiles fastest of the 2-mask TUs
+WS_HEADER = "src/fmha/kernel/flash_sm90.h"
+WS_KERNEL = "fmha_v2_ws_bf16_d64_128x128_w8x1_sm90"   # bf16: no ENABLE_HMMA_FP32 needed
+SM90A = "-gencode arch=compute_90a,code=sm_90a"
 
 needs_make = pytest.mark.skipif(shutil.which("make") is None, reason="make not found")
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not found")
@@ -81,6 +85,24 @@ def test_make_dry_run_picks_up_sources_and_gencode(tmp_path):
     assert "obj/src/reference/extra_check.o" in objects(result.stdout)
     assert "bin/fmha.exe" in objects(result.stdout)
     assert "fmha_v2_flash_fp16_d64_128x64_w4x1_sm80" in run(["make", "list"], tmp_path).stdout
+
+
+@needs_make
+def test_make_dry_run_gencode_per_family(tmp_path):
+    """TORCH_CUDA_ARCH_LIST=8.0;9.0: flash kernels and the reference for sm_80 and sm_90, the
+    ws kernel for sm_90a alone (9.0 means Hopper; wgmma needs the arch-specific target)."""
+    copy_tree(tmp_path)
+    setup(tmp_path, TORCH_CUDA_ARCH_LIST="8.0;9.0", FMHA_FILTER="*_d64_*")
+    result = run(["make", "-n"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    portable = "-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 "
+    ws = next(l for l in lines if f"-c generated/kernels/{WS_KERNEL}.cu" in l)
+    assert SM90A + " " in ws and "code=sm_90 " not in ws and "sm_80" not in ws
+    flash = [l for l in lines if "-c generated/kernels/fmha_v2_flash_" in l]
+    assert len(flash) == 2 and all(portable in l and "90a" not in l for l in flash)
+    assert portable in next(l for l in lines if "-c src/reference/reference.cu" in l)
+    assert run(["make", "list"], tmp_path).stdout.split()[0] == WS_KERNEL     # dispatch order
 
 
 @needs_make
@@ -160,3 +182,68 @@ def test_new_arch_list_rebuilds_device_objects_only(built):
         assert device and rebuilt == device | {"bin/fmha.exe"}
     finally:
         setup(built, TORCH_CUDA_ARCH_LIST="8.0", FMHA_FILTER=SMALL_FILTER)
+
+
+# --- the ws family: one kernel for sm_90a --------------------------------------------------
+
+@pytest.fixture(scope="module")
+def built_ws(tmp_path_factory):
+    """A tree with bin/fmha.exe built from one ws kernel (sm_90a) and the driver (sm_90)."""
+    if shutil.which("nvcc") is None or shutil.which("make") is None:
+        pytest.skip("nvcc or make not found")
+    for path in (WS_HEADER, DRIVER):
+        if not (ROOT / path).is_file():
+            pytest.skip(f"{path} does not exist yet")
+    tree = copy_tree(tmp_path_factory.mktemp("build_ws"))
+    setup(tree, TORCH_CUDA_ARCH_LIST="9.0", FMHA_FILTER=WS_KERNEL)
+    result = run(["make", "-j2"], tree)
+    if result.returncode != 0:
+        pytest.fail(f"make failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}", pytrace=False)
+    return tree, result.stdout
+
+
+@pytest.mark.build
+def test_ws_kernel_is_compiled_for_sm90a_only(built_ws):
+    _, log = built_ws
+    kernel = next(l for l in log.splitlines() if f"-c generated/kernels/{WS_KERNEL}.cu" in l)
+    assert re.findall(r"-gencode \S+", kernel) == [SM90A]
+    reference = next(l for l in log.splitlines() if "-c src/reference/reference.cu" in l)
+    assert "-gencode arch=compute_90,code=sm_90" in reference and "90a" not in reference
+
+
+@pytest.mark.build
+def test_ws_exe_lists_its_kernel(built_ws):
+    tree, _ = built_ws
+    result = run([str(tree / "bin" / "fmha.exe"), "-list-kernels"], tree)
+    assert result.returncode == 0, result.stderr
+    row = next(l for l in result.stdout.splitlines() if l.startswith(WS_KERNEL))
+    # family sm dtype acc d dv tile warps masks warp_spec
+    assert row.split()[1:] == ["ws", "90", "bf16", "fp32", "64", "64", "128x128", "8x1", "padding,causal", "true"]
+
+
+@pytest.mark.build
+def test_ws_force_non_warp_specialization_needs_no_gpu(built_ws):
+    """-force-non-warp-specialization skips the ws row; decided before the GPU is touched."""
+    tree, _ = built_ws
+    exe = str(tree / "bin" / "fmha.exe")
+    result = run([exe, "-bf16", "-d", "64", "-force-non-warp-specialization"], tree)
+    assert result.returncode == 2, result.stderr
+    assert "error: no kernel fits dtype=bf16 acc=fp32 d=64 dv=64 mask=padding non-warp-specialised" in result.stderr
+    assert f"  {WS_KERNEL}: warp-specialised (-force-non-warp-specialization)" in result.stderr
+    result = run([exe, "-bf16", "-d", "64", "-kernel", WS_KERNEL, "-force-non-warp-specialization"], tree)
+    assert result.returncode == 2 and "warp-specialised (-force-non-warp-specialization)" in result.stderr
+
+
+@pytest.mark.build
+def test_ws_kernel_does_not_spill(built_ws):
+    """ptxas -v on the generated TU: both mask instantiations, sm_90a, no stack and no spills
+    (the consumer warpgroups run at setmaxnreg 240, the entry at the 384-thread cap)."""
+    tree, _ = built_ws
+    result = run(["nvcc", "-std=c++17", "-Isrc", "--expt-relaxed-constexpr", "-O3", SM90A.split()[0],
+                  SM90A.split()[1], "-Xptxas", "-v", "-c", f"generated/kernels/{WS_KERNEL}.cu",
+                  "-o", "ptxas_check.o"], tree)
+    assert result.returncode == 0, result.stderr
+    entries = re.findall(r"Compiling entry function '(\S*flash_sm90\S*)' for '(sm_\w+)'", result.stderr)
+    assert len(entries) == 2 and {arch for _, arch in entries} == {"sm_90a"}, result.stderr
+    usage = re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", result.stderr)
+    assert len(usage) == 2 and all(u == ("0", "0", "0") for u in usage), result.stderr

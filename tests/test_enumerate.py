@@ -32,33 +32,81 @@ def names(environ):
 # --- counts -----------------------------------------------------------------------------
 
 N_HEADS = len(enum.HEAD_SIZES)
+N_WS = len(enum.WS_HEAD_SIZES)      # ws kernels per (dtype, acc)
 
 
-@pytest.mark.parametrize("environ, count", [
-    ({}, 2 * N_HEADS),                                   # fp16, bf16
-    ({"ENABLE_HMMA_FP32": "1"}, 3 * N_HEADS),            # + fp16 with fp32 accumulation
-    ({"TORCH_CUDA_ARCH_LIST": "9.0"}, 2 * N_HEADS),
-    ({"TORCH_CUDA_ARCH_LIST": "8.6"}, 2 * N_HEADS),
-    ({"TORCH_CUDA_ARCH_LIST": "9.0", "ENABLE_HMMA_FP32": "1"}, 3 * N_HEADS),
-    ({"ENABLE_SM100": "1", "ENABLE_SM89_QMMA": "1"}, 2 * N_HEADS),   # no such families yet
+@pytest.mark.parametrize("environ, flash, ws", [
+    # The default list 8.0;9.0 names Hopper: ws bf16 (its fp16 kernels are -fp16-fp32 ones).
+    ({}, 2 * N_HEADS, N_WS),
+    ({"ENABLE_HMMA_FP32": "1"}, 3 * N_HEADS, 2 * N_WS),      # + fp16 with fp32 accumulation
+    ({"TORCH_CUDA_ARCH_LIST": "8.0"}, 2 * N_HEADS, 0),       # no 9.x: no ws
+    ({"TORCH_CUDA_ARCH_LIST": "8.0", "ENABLE_HMMA_FP32": "1"}, 3 * N_HEADS, 0),
+    ({"TORCH_CUDA_ARCH_LIST": "9.0"}, 2 * N_HEADS, N_WS),
+    ({"TORCH_CUDA_ARCH_LIST": "9.0a"}, 2 * N_HEADS, N_WS),
+    ({"TORCH_CUDA_ARCH_LIST": "8.0;9.0"}, 2 * N_HEADS, N_WS),
+    ({"TORCH_CUDA_ARCH_LIST": "8.6"}, 2 * N_HEADS, 0),
+    ({"TORCH_CUDA_ARCH_LIST": "10.0;12.0"}, 2 * N_HEADS, 0),  # sm_90a code runs on sm_90 only
+    ({"TORCH_CUDA_ARCH_LIST": "9.0", "ENABLE_HMMA_FP32": "1"}, 3 * N_HEADS, 2 * N_WS),
+    ({"TORCH_CUDA_ARCH_LIST": "9.0a", "ENABLE_HMMA_FP32": "1"}, 3 * N_HEADS, 2 * N_WS),
+    ({"ENABLE_SM100": "1", "ENABLE_SM89_QMMA": "1"}, 2 * N_HEADS, N_WS),   # no such families yet
 ])
-def test_counts(environ, count):
-    assert len(names(environ)) == count
+def test_counts(environ, flash, ws):
+    selections = select(parse(environ))
+    assert list(selections) == ["ws", "flash"]          # dispatch order
+    assert len(selections["flash"].kept) == flash
+    assert len(selections["ws"].kept) == ws
+    assert len(names(environ)) == flash + ws
 
 
 def test_default_kernels():
-    assert names({}) == [
+    ws = [f"fmha_v2_ws_bf16_d{d}_{'x'.join(map(str, enum.ws_tile(d)[:2]))}_w8x1_sm90" for d in enum.WS_HEAD_SIZES]
+    flash = [
         f"fmha_v2_flash_{dtype}_d{d}_{'x'.join(map(str, enum.flash_tile(d)[:2]))}_w4x1_sm80"
         for dtype in ("fp16", "bf16") for d in enum.HEAD_SIZES
     ]
+    assert names({}) == ws + flash
+
+
+def test_ws_kernels_with_hmma_fp32():
+    assert [n for n in names({"TORCH_CUDA_ARCH_LIST": "9.0", "ENABLE_HMMA_FP32": "1"}) if "_ws_" in n] == [
+        "fmha_v2_ws_fp16_fp32_d64_128x128_w8x1_sm90",
+        "fmha_v2_ws_fp16_fp32_d128_128x128_w8x1_sm90",
+        "fmha_v2_ws_fp16_fp32_d256_128x64_w8x1_sm90",
+        "fmha_v2_ws_bf16_d64_128x128_w8x1_sm90",
+        "fmha_v2_ws_bf16_d128_128x128_w8x1_sm90",
+        "fmha_v2_ws_bf16_d256_128x64_w8x1_sm90",
+    ]
+
+
+def test_ws_rows_come_before_flash_rows_of_the_same_problem():
+    """The driver runs the first row that fits: on Hopper the ws kernel, elsewhere (no sm_90a
+    image) the flash one. fp16 accumulation (-fp16) has no ws kernel."""
+    order = [(s.family, s.dtype, s.acc, s.d) for s in kernels(parse({"ENABLE_HMMA_FP32": "1"}))]
+    ws = [key for key in order if key[0] == "ws"]
+    assert len(ws) == 2 * N_WS and not any(acc == "fp16" for _, _, acc, _ in ws)
+    for _, dtype, acc, d in ws:
+        assert order.index(("ws", dtype, acc, d)) < order.index(("flash", dtype, acc, d))
 
 
 def test_arch_list_changes_binaries_not_kernels():
     """Flash runs on every arch >= 8.0: the list picks the gencode, not the kernel set."""
+    flash = [n for n in names({}) if "_flash_" in n]
     for arch_list, expect in [("9.0", ["9.0"]), ("8.0;9.0", ["8.0", "9.0"]), ("8.6", ["8.6"])]:
         config = parse({"TORCH_CUDA_ARCH_LIST": arch_list})
-        assert names({"TORCH_CUDA_ARCH_LIST": arch_list}) == names({})
+        assert [n for n in names({"TORCH_CUDA_ARCH_LIST": arch_list}) if "_flash_" in n] == flash
         assert [str(a) for a in family_archs("flash", config)] == expect
+
+
+@pytest.mark.parametrize("arch_list, expect", [
+    ("9.0", ["9.0a"]),             # 9.0 means Hopper; ws needs the arch-specific target
+    ("9.0a", ["9.0a"]),
+    ("8.0;9.0", ["9.0a"]),
+    ("9.0+PTX", ["9.0a"]),         # compute_90a PTX would only load on sm_90: none embedded
+    ("8.0;8.9;10.0", []),
+    ("8.0", []),
+])
+def test_ws_archs(arch_list, expect):
+    assert [str(a) for a in family_archs("ws", parse({"TORCH_CUDA_ARCH_LIST": arch_list}))] == expect
 
 
 def test_head_sizes_cover_every_multiple_of_8_from_16_to_256():
@@ -66,24 +114,35 @@ def test_head_sizes_cover_every_multiple_of_8_from_16_to_256():
     assert {32, 40, 64, 72, 80, 96, 104, 128, 160, 192, 256} <= set(enum.HEAD_SIZES)
 
 
-def test_tiles_come_from_flash_tile_and_pass_the_rules():
+def test_tiles_come_from_their_tile_function_and_pass_the_rules():
     config = parse({"ENABLE_HMMA_FP32": "1"})
-    for spec in enum.flash(config):
-        assert (spec.block_m, spec.block_n, spec.warps_m, spec.warps_n) == enum.flash_tile(spec.d)
+    tile = {"flash": enum.flash_tile, "ws": enum.ws_tile}
+    specs = [s for family in enum.candidates(config).values() for s in family]
+    assert {s.family for s in specs} == set(tile)
+    for spec in specs:
+        assert (spec.block_m, spec.block_n, spec.warps_m, spec.warps_n) == tile[spec.family](spec.d)
         assert broken(spec, config) == []
+
+
+def test_ws_tile():
+    # 128 rows over two consumer warpgroups (8 warps); 128-key blocks, 64 at d=256 (smem).
+    assert [enum.ws_tile(d) for d in enum.WS_HEAD_SIZES] == [(128, 128, 8, 1), (128, 128, 8, 1), (128, 64, 8, 1)]
 
 
 # --- FMHA_FILTER ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("globs, count", [
     ("*_fp16_d64_*", 1),
-    ("*bf16*", N_HEADS),
-    ("*_d128_*,*_d256_*", 4),
-    (" *_d128_* , *_d256_* ,", 4),          # blanks and empty entries are ignored
+    ("*bf16*", N_HEADS + N_WS),
+    ("*_flash_bf16*", N_HEADS),
+    ("*_ws_*", N_WS),                       # bf16 only: HMMA_FP32 is off
+    ("*_d128_*,*_d256_*", 4 + 2),
+    (" *_d128_* , *_d256_* ,", 4 + 2),      # blanks and empty entries are ignored
     ("fmha_v2_flash_fp16_d32_128x64_w4x1_sm80", 1),
+    ("fmha_v2_ws_bf16_d256_128x64_w8x1_sm90", 1),
     ("*fp16_fp32*", 0),                     # rules come first: HMMA_FP32 is off
     ("nothing*", 0),
-    ("", 2 * N_HEADS),                      # empty = unset = everything
+    ("", 2 * N_HEADS + N_WS),               # empty = unset = everything
 ])
 def test_fmha_filter(globs, count):
     assert len(names({"FMHA_FILTER": globs})) == count
@@ -93,7 +152,8 @@ def test_filtered_and_rejected_are_reported_apart():
     selection = select(parse({"FMHA_FILTER": "*bf16*"}))["flash"]
     assert len(selection.kept) == N_HEADS
     assert len(selection.filtered) == N_HEADS                  # the fp16 kernels
-    assert {r[0].name for r in selection.rejected} == {n for n in names({"ENABLE_HMMA_FP32": "1"}) if "fp16_fp32" in n}
+    assert {r[0].name for r in selection.rejected} == {n for n in names({"ENABLE_HMMA_FP32": "1"})
+                                                       if "_flash_fp16_fp32" in n}
 
 
 # --- env parsing ------------------------------------------------------------------------
@@ -181,16 +241,37 @@ def test_setup_rejects_bad_values_with_exit_2(tmp_path, flag, value):
 def test_setup_prints_one_line_per_family(tmp_path):
     run = run_setup(tmp_path)
     assert run.returncode == 0, run.stderr
-    assert f"flash (sm80 family, mma.sync): {2 * N_HEADS} kernels -> " in run.stdout
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith(f"ws (sm90 family, wgmma + TMA, warp-specialised): {N_WS} kernels -> ")
+    assert lines[1].startswith(f"flash (sm80 family, mma.sync): {2 * N_HEADS} kernels -> ")
     assert "rejected" not in run.stdout
+
+
+HMMA_REASON = "fp16 inputs with fp32 accumulation need ENABLE_HMMA_FP32=1"
+WS_ARCH_REASON = "family ws is built for sm_90a only (wgmma, setmaxnreg): TORCH_CUDA_ARCH_LIST must name 9.0 or 9.0a"
+
+
+def rejected_lines(stdout):
+    return [line for line in stdout.splitlines() if line.startswith("  rejected ")]
 
 
 def test_setup_verbose_prints_rejections_with_reasons(tmp_path):
     run = run_setup(tmp_path, "-v")
     assert run.returncode == 0, run.stderr
-    rejected = [line for line in run.stdout.splitlines() if line.startswith("  rejected ")]
-    assert len(rejected) == N_HEADS
-    assert all(line.endswith(": fp16 inputs with fp32 accumulation need ENABLE_HMMA_FP32=1") for line in rejected)
+    rejected = rejected_lines(run.stdout)
+    assert len(rejected) == N_HEADS + N_WS
+    assert all(line.endswith(f": {HMMA_REASON}") for line in rejected)
+    assert "  compiled for: 9.0a\n" in run.stdout and "  compiled for: 8.0 9.0\n" in run.stdout
+
+
+def test_setup_verbose_says_why_ws_is_not_generated_without_hopper(tmp_path):
+    run = run_setup(tmp_path, "-v", TORCH_CUDA_ARCH_LIST="8.0;8.6", ENABLE_HMMA_FP32="1")
+    assert run.returncode == 0, run.stderr
+    assert "ws (sm90 family, wgmma + TMA, warp-specialised): 0 kernels" in run.stdout
+    assert "  compiled for: nothing (no arch of this family in TORCH_CUDA_ARCH_LIST)" in run.stdout
+    ws = [line for line in rejected_lines(run.stdout) if "_ws_" in line]
+    assert len(ws) == 2 * N_WS and all(line.endswith(f": {WS_ARCH_REASON}") for line in ws)
+    assert not [line for line in rejected_lines(run.stdout) if "_flash_" in line]
 
 
 def test_setup_reports_flags_of_families_that_do_not_exist(tmp_path):
@@ -198,7 +279,8 @@ def test_setup_reports_flags_of_families_that_do_not_exist(tmp_path):
     assert run.returncode == 0, run.stderr
     for flag in ("ENABLE_SM89_QMMA", "ENABLE_SM100", "ENABLE_SM120"):
         assert f"{flag}=1: " in run.stdout and "does not exist yet; nothing was generated" in run.stdout
-    assert "SCHEDULING_MODE=0: applies to the sm90 family" in run.stdout
+    assert ("SCHEDULING_MODE=0: validated; it applies to the ws family, which has only a static grid "
+            "today (the persistent scheduler, 1, is not implemented yet)") in run.stdout
 
 
 def test_setup_bad_argument_exits_2(tmp_path):

@@ -21,6 +21,7 @@ UPDATE = os.environ.get("FMHA_UPDATE_GOLDEN") == "1"
 
 SPEC = KernelSpec.parse("fmha_v2_flash_fp16_d128_128x64_w4x1_sm80")
 BF16 = KernelSpec.parse("fmha_v2_flash_bf16_d64_128x64_w4x1_sm80")
+WS = KernelSpec.parse("fmha_v2_ws_bf16_d128_128x128_w8x1_sm90")
 
 
 def check_golden(name, text):
@@ -30,12 +31,21 @@ def check_golden(name, text):
     assert text == path.read_text(), f"{name} differs from tests/golden/ (FMHA_UPDATE_GOLDEN=1 to accept)"
 
 
-def test_kernel_golden():
-    check_golden(f"{SPEC.name}.cu", render_kernel(environment(), SPEC))
+@pytest.mark.parametrize("spec", [SPEC, WS], ids=lambda s: s.family)
+def test_kernel_golden(spec):
+    check_golden(f"{spec.name}.cu", render_kernel(environment(), spec))
+
+
+def test_ws_kernel_uses_the_sm90_header_and_refuses_other_targets():
+    text = render_kernel(environment(), WS)
+    assert '#include "fmha/kernel/flash_sm90.h"' in text
+    assert "flash_sm90::Traits<__nv_bfloat16, /*kHeadDim=*/128" in text
+    assert "#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)\n#error" in text
+    assert "#error" not in render_kernel(environment(), SPEC)       # portable: any arch
 
 
 def test_registry_golden():
-    check_golden("registry.cpp", render_registry(environment(), [SPEC, BF16]))
+    check_golden("registry.cpp", render_registry(environment(), [WS, SPEC, BF16]))
 
 
 def test_empty_registry_is_valid_cpp():
@@ -53,26 +63,50 @@ def test_registry_row_fields():
     assert "const int kNumKernels = 1;" in text
 
 
+def test_registry_ws_row():
+    text = render_registry(environment(), [KernelSpec.parse("fmha_v2_ws_fp16_fp32_d64_128x128_w8x1_sm90")])
+    assert '{"fmha_v2_ws_fp16_fp32_d64_128x128_w8x1_sm90", "ws", 90, DataType::kFp16, DataType::kFp32,' in text
+    assert "/*warps_m=*/8, /*warps_n=*/1" in text
+    assert "mask_bit(MaskType::kPadding) | mask_bit(MaskType::kCausal), /*warp_specialized=*/true" in text
+
+
+def test_registry_lists_ws_rows_first():
+    """Registry order is dispatch order: on Hopper a ws row wins over the flash row of the
+    same problem; elsewhere it has no image and the flash row runs."""
+    text = render_registry(environment(), kernels(parse({"TORCH_CUDA_ARCH_LIST": "8.0;9.0"})))
+    rows = re.findall(r'^    \{"(fmha_v2_\w+)"', text, re.MULTILINE)
+    families = [KernelSpec.parse(name).family for name in rows]
+    assert families == sorted(families, key=lambda f: f != "ws") and families[0] == "ws"
+
+
 def makefile_vars(text):
     return dict(re.findall(r"^(\w+) := (.*)$", text, re.MULTILINE))
 
 
-@pytest.mark.parametrize("arch_list, gencode", [
-    ("8.0;9.0", "-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90"),
-    ("9.0", "-gencode arch=compute_90,code=sm_90"),
-    ("8.6", "-gencode arch=compute_86,code=sm_86"),
+SM90A = "-gencode arch=compute_90a,code=sm_90a"
+
+
+@pytest.mark.parametrize("arch_list, gencode, ws", [
+    ("8.0;9.0", "-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90", SM90A),
+    ("9.0", "-gencode arch=compute_90,code=sm_90", SM90A),
+    ("8.0", "-gencode arch=compute_80,code=sm_80", None),
+    ("8.6", "-gencode arch=compute_86,code=sm_86", None),
     ("9.0a+PTX;8.0", "-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90a,code=sm_90a "
-                     "-gencode arch=compute_90a,code=compute_90a"),
-    ("8.9 12.0", "-gencode arch=compute_89,code=sm_89 -gencode arch=compute_120,code=sm_120"),
+                     "-gencode arch=compute_90a,code=compute_90a", SM90A),
+    ("8.9 12.0", "-gencode arch=compute_89,code=sm_89 -gencode arch=compute_120,code=sm_120", None),
 ])
-def test_makefile_gencode(arch_list, gencode):
+def test_makefile_gencode(arch_list, gencode, ws):
+    """flash: every listed arch (9.0 -> sm_90); ws: sm_90a alone whenever 9.0 or 9.0a is listed."""
     config = parse({"TORCH_CUDA_ARCH_LIST": arch_list})
-    text = render_makefile(environment(), kernels(config), config)
+    specs = kernels(config)
+    text = render_makefile(environment(), specs, config)
     variables = makefile_vars(text)
     assert variables["GENCODE_flash"] == gencode
     assert variables["SRC_GENCODE"] == gencode      # the flash family covers every arch >= 8.0
-    for spec in kernels(config):
-        assert f"$(call obj,$(GEN_DIR)/{kernel_path(spec)}): GENCODE := $(GENCODE_flash)" in text
+    assert variables.get("GENCODE_ws") == ws
+    assert any(s.family == "ws" for s in specs) == (ws is not None)
+    for spec in specs:
+        assert f"$(call obj,$(GEN_DIR)/{kernel_path(spec)}): GENCODE := $(GENCODE_{spec.family})" in text
         assert f"$(GEN_DIR)/{kernel_path(spec)}" in text.split("KERNEL_SRCS :=")[1]
 
 
@@ -88,10 +122,12 @@ def test_manifest(tmp_path):
     assert manifest["config"]["torch_cuda_arch_list"] == ["8.0", "9.0"]
     assert manifest["config"]["fmha_filter"] == ["*_d64_*"]
     assert [k["name"] for k in manifest["kernels"]] == [s.name for s in kernels(config)]
+    assert [k["family"] for k in manifest["kernels"]] == ["ws", "flash", "flash"]
     for entry in manifest["kernels"]:
         assert KernelSpec.parse(entry["name"], masks=entry["masks"]).to_dict() == \
             {k: v for k, v in entry.items() if k != "archs"}
-        assert entry["archs"] == ["8.0", "9.0"]
+        # What fmha_test.py's require_arch reads: sm_90a code runs on sm_90 alone.
+        assert entry["archs"] == (["9.0a"] if entry["family"] == "ws" else ["8.0", "9.0"])
 
 
 def test_second_run_writes_nothing(tmp_path, capsys):
@@ -117,7 +153,8 @@ def test_changed_flag_rewrites_only_what_it_changes(tmp_path):
 
 
 def test_stale_kernels_are_removed(tmp_path):
-    both = kernels(parse({"FMHA_FILTER": "*_d64_*"}))
+    both = kernels(parse({"FMHA_FILTER": "*_flash_*_d64_*"}))
+    assert len(both) == 2
     render_all(both, parse({}), tmp_path)
     (tmp_path / "kernels" / "README").write_text("not a kernel: left alone\n")
     outcome = render_all(both[:1], parse({}), tmp_path)

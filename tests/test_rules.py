@@ -10,6 +10,10 @@ from generator.spec import KernelSpec
 GOOD = KernelSpec(family="flash", sm=80, dtype="fp16", acc="fp16", d=128, dv=128,
                   block_m=128, block_n=64, warps_m=4, warps_n=1)
 DEFAULT = parse({})
+# A ws kernel's fields (bf16: no ENABLE_HMMA_FP32 needed), to change one at a time.
+WS = {"family": "ws", "sm": 90, "dtype": "bf16", "acc": "fp32", "block_m": 128, "block_n": 128, "warps_m": 8}
+WS_TRAITS = ("family ws (flash_sm90::Traits) needs d = dv in {64, 128, 256}, fp32 accumulation, "
+             "block_m 128 over warps 8x1 and block_n 64 or 128")
 
 # rule name -> (spec changes, config, the reason -v prints). Each breaks exactly that rule.
 CASES = {
@@ -34,6 +38,15 @@ CASES = {
     ],
     "family_sm": [
         ({"sm": 90}, DEFAULT, "family flash is built for base arch 8.0: sm must match"),
+        ({**WS, "sm": 80}, DEFAULT, "family ws is built for base arch 9.0: sm must match"),
+    ],
+    "ws_traits": [
+        ({**WS, "d": 96, "dv": 96}, DEFAULT, WS_TRAITS),
+        ({**WS, "dv": 64}, DEFAULT, WS_TRAITS),
+        ({**WS, "dtype": "fp16", "acc": "fp16"}, DEFAULT, WS_TRAITS),
+        ({**WS, "block_n": 192}, DEFAULT, WS_TRAITS),
+        ({**WS, "block_m": 64, "warps_m": 4}, DEFAULT, WS_TRAITS),
+        ({**WS, "warps_m": 4, "warps_n": 2}, DEFAULT, WS_TRAITS),
     ],
     "masks": [
         ({"masks": ()}, DEFAULT, "a kernel must support at least one mask"),
@@ -41,6 +54,13 @@ CASES = {
     "arch": [
         # The env parser refuses archs below 8.0, so only a hand-made Config gets here.
         ({}, Config(archs=()), "family flash needs an arch >= 8.0 in TORCH_CUDA_ARCH_LIST"),
+    ],
+    "arch_specific": [
+        ({**WS}, parse({"TORCH_CUDA_ARCH_LIST": "8.0;8.9"}),
+         "family ws is built for sm_90a only (wgmma, setmaxnreg): TORCH_CUDA_ARCH_LIST must name 9.0 or 9.0a"),
+        # sm_90a code does not run on Blackwell: 10.0 is not enough.
+        ({**WS}, parse({"TORCH_CUDA_ARCH_LIST": "10.0"}),
+         "family ws is built for sm_90a only (wgmma, setmaxnreg): TORCH_CUDA_ARCH_LIST must name 9.0 or 9.0a"),
     ],
 }
 
@@ -52,6 +72,9 @@ def test_every_rule_is_tested():
 
 def test_good_spec_breaks_nothing():
     assert broken(GOOD, DEFAULT) == []
+    ws = KernelSpec(**{**GOOD.__dict__, **WS})
+    for arch_list in ("9.0", "9.0a", "8.0;9.0", "9.0+PTX;12.0"):
+        assert broken(ws, parse({"TORCH_CUDA_ARCH_LIST": arch_list})) == []
 
 
 @pytest.mark.parametrize("rule, changes, config, reason",
@@ -69,5 +92,7 @@ def test_hmma_fp32_flag_lets_fp32_accumulation_through():
 
 
 def test_default_candidates_are_rejected_only_for_the_flag():
-    for spec in candidates(DEFAULT)["flash"]:
+    specs = [spec for family in candidates(DEFAULT).values() for spec in family]
+    assert {spec.family for spec in specs} == {"flash", "ws"}
+    for spec in specs:
         assert [r.name for r in broken(spec, DEFAULT)] == (["hmma_fp32"] if spec.acc == "fp32" and spec.dtype == "fp16" else [])

@@ -13,6 +13,7 @@ CONFIGS = {
     "hmma_fp32": {"ENABLE_HMMA_FP32": "1"},
     "sm90_only": {"TORCH_CUDA_ARCH_LIST": "9.0", "ENABLE_HMMA_FP32": "1"},
     "all_archs": {"TORCH_CUDA_ARCH_LIST": "8.0;8.6;8.9;9.0a;10.0;12.0+PTX"},
+    "no_hopper": {"TORCH_CUDA_ARCH_LIST": "8.0", "ENABLE_HMMA_FP32": "1"},
 }
 
 SPEC = KernelSpec(family="flash", sm=80, dtype="fp16", acc="fp16", d=128, dv=128,
@@ -26,7 +27,7 @@ def all_candidates(environ):
 @pytest.mark.parametrize("config", CONFIGS)
 def test_every_candidate_round_trips_and_is_unique(config):
     specs = all_candidates(CONFIGS[config])
-    assert specs
+    assert {s.family for s in specs} == {"flash", "ws"}   # candidates: before the arch rules
     for spec in specs:
         assert KernelSpec.parse(spec.name, masks=spec.masks) == spec
     names = [s.name for s in specs]
@@ -41,6 +42,10 @@ def test_every_candidate_round_trips_and_is_unique(config):
     ({"dtype": "bf16"}, "fmha_v2_flash_bf16_fp16_d128_128x64_w4x1_sm80"),
     ({"dv": 64}, "fmha_v2_flash_fp16_d128_dv64_128x64_w4x1_sm80"),
     ({"block_m": 64, "block_n": 32, "warps_m": 2, "warps_n": 2}, "fmha_v2_flash_fp16_d128_64x32_w2x2_sm80"),
+    ({"family": "ws", "sm": 90, "acc": "fp32", "block_n": 128, "warps_m": 8},
+     "fmha_v2_ws_fp16_fp32_d128_128x128_w8x1_sm90"),
+    ({"family": "ws", "sm": 90, "dtype": "bf16", "acc": "fp32", "d": 256, "dv": 256, "warps_m": 8},
+     "fmha_v2_ws_bf16_d256_128x64_w8x1_sm90"),
 ])
 def test_name_format(changes, name):
     spec = KernelSpec(**{**SPEC.__dict__, **changes})
@@ -62,6 +67,8 @@ def test_masks_are_not_part_of_the_name():
     "fmha_v2_flash_fp16_d128_128x64_w4x1_sm80_extra",
     "xfmha_v2_flash_fp16_d128_128x64_w4x1_sm80",
     "fmha_v2_hopper_fp16_d128_128x64_w4x1_sm80",        # no such family
+    "fmha_v2_flash_sm90_bf16_d128_128x128_w8x1_sm90",   # the header's name is not the family's
+    "fmha_v2_ws_bf16_fp32_d128_128x128_w8x1_sm90",      # canonical: bf16 accumulates in fp32
     "fmha_v2_flash_e4m3_d128_128x64_w4x1_sm80",         # no such dtype
     "fmha_v2_flash_fp16_fp64_d128_128x64_w4x1_sm80",    # no such accumulation
     "fmha_v2_flash_fp16_d128_128x64_w4_sm80",

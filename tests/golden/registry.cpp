@@ -4,12 +4,18 @@
 
 namespace fmha {
 
+cudaError_t launch_fmha_v2_ws_bf16_d128_128x128_w8x1_sm90(const Params&, cudaStream_t);
+const void* entry_fmha_v2_ws_bf16_d128_128x128_w8x1_sm90(MaskType);
 cudaError_t launch_fmha_v2_flash_fp16_d128_128x64_w4x1_sm80(const Params&, cudaStream_t);
 const void* entry_fmha_v2_flash_fp16_d128_128x64_w4x1_sm80(MaskType);
 cudaError_t launch_fmha_v2_flash_bf16_d64_128x64_w4x1_sm80(const Params&, cudaStream_t);
 const void* entry_fmha_v2_flash_bf16_d64_128x64_w4x1_sm80(MaskType);
 
 const KernelMeta kKernels[] = {
+    {"fmha_v2_ws_bf16_d128_128x128_w8x1_sm90", "ws", 90, DataType::kBf16, DataType::kFp32,
+     /*d=*/128, /*dv=*/128, /*block_m=*/128, /*block_n=*/128, /*warps_m=*/8, /*warps_n=*/1,
+     mask_bit(MaskType::kPadding) | mask_bit(MaskType::kCausal), /*warp_specialized=*/true,
+     launch_fmha_v2_ws_bf16_d128_128x128_w8x1_sm90, entry_fmha_v2_ws_bf16_d128_128x128_w8x1_sm90},
     {"fmha_v2_flash_fp16_d128_128x64_w4x1_sm80", "flash", 80, DataType::kFp16, DataType::kFp16,
      /*d=*/128, /*dv=*/128, /*block_m=*/128, /*block_n=*/64, /*warps_m=*/4, /*warps_n=*/1,
      mask_bit(MaskType::kPadding) | mask_bit(MaskType::kCausal), /*warp_specialized=*/false,
@@ -19,6 +25,6 @@ const KernelMeta kKernels[] = {
      mask_bit(MaskType::kPadding) | mask_bit(MaskType::kCausal), /*warp_specialized=*/false,
      launch_fmha_v2_flash_bf16_d64_128x64_w4x1_sm80, entry_fmha_v2_flash_bf16_d64_128x64_w4x1_sm80},
 };
-const int kNumKernels = 2;
+const int kNumKernels = 3;
 
 }  // namespace fmha

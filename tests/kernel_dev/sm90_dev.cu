@@ -279,6 +279,7 @@ Params setup(const Problem& prob, int d, int dv, bool causal, uint64_t seed, boo
         const int64_t qk_cols = int64_t(prob.h) * d + int64_t(prob.h_kv) * d;
         fill<E>(base, tokens, qk_cols, row, seed, 0.f, range_qk);
         fill<E>(base + qk_cols, tokens, int64_t(prob.h_kv) * dv, row, seed + 1, center_v, range_v);
+        p.q_tokens = p.kv_tokens = tokens;
         p.q = base;
         p.k = base + int64_t(prob.h) * d;
         p.v = base + int64_t(prob.h) * d + int64_t(prob.h_kv) * d;
@@ -295,6 +296,8 @@ Params setup(const Problem& prob, int d, int dv, bool causal, uint64_t seed, boo
         fill<E>(buf.qkv, q_tokens, q_row, q_row, seed, 0.f, range_qk);
         fill<E>(buf.k, kv_tokens, k_row, k_row, seed + 1, 0.f, range_qk);
         fill<E>(buf.v, kv_tokens, v_row, v_row, seed + 2, center_v, range_v);
+        p.q_tokens = q_tokens;
+        p.kv_tokens = kv_tokens;
         p.q = buf.qkv;
         p.k = buf.k;
         p.v = buf.v;

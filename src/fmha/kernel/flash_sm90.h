@@ -25,9 +25,10 @@
 //   run time     padding and causal (bottom-right) masks, var-len packed or padded
 //                storage via offsets/lens, GQA/MQA, s_q != s_kv, any row/head strides
 //                that are multiples of 8 elements, 16-byte aligned bases
-// Storage extent: the TMA maps need the number of tokens each tensor holds, which Params
-// does not carry. launch() reads offsets and lengths back (a synchronous copy: not
-// capturable in a CUDA graph); launch_with_extents() takes them from the caller.
+// Storage extent: the TMA maps need the number of tokens each tensor holds. launch() takes
+// them from Params::q_tokens / kv_tokens (the driver fills them; 0 is refused with
+// cudaErrorInvalidValue, never guessed); launch_with_extents() takes them as arguments.
+// Neither synchronises: both are capturable in a CUDA graph.
 // K/V rows between a sequence's end and its last key block's end are read (masked to
 // P = 0) and must hold finite values (padding rows zeroed, or the next sequence).
 #pragma once
@@ -38,7 +39,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <vector>
 
 #include "fmha/epilogue/store_o_sm90.h"
 #include "fmha/mask/mask.h"
@@ -342,33 +342,15 @@ const void* entry(MaskType m) {
     return nullptr;
 }
 
-// Tokens each storage holds, as far as the kernels may read: max over sequences of
-// offset + length (Q/O and K/V). Synchronises `stream`.
-inline cudaError_t storage_extents(const Params& p, cudaStream_t stream, int64_t* q_tokens, int64_t* kv_tokens) {
-    std::vector<int> host(4 * static_cast<size_t>(p.b));
-    const int* src[4] = {p.q_offsets, p.q_lens, p.kv_offsets, p.kv_lens};
-    for (int i = 0; i < 4; ++i) {
-        const cudaError_t err = cudaMemcpyAsync(host.data() + i * p.b, src[i], p.b * sizeof(int),
-                                                cudaMemcpyDeviceToHost, stream);
-        if (err != cudaSuccess) return err;
-    }
-    const cudaError_t err = cudaStreamSynchronize(stream);
-    if (err != cudaSuccess) return err;
-    *q_tokens = *kv_tokens = 1;
-    for (int i = 0; i < p.b; ++i) {
-        *q_tokens = std::max<int64_t>(*q_tokens, int64_t(host[i]) + host[p.b + i]);
-        *kv_tokens = std::max<int64_t>(*kv_tokens, int64_t(host[2 * p.b + i]) + host[3 * p.b + i]);
-    }
-    return cudaSuccess;
-}
-
 // Returns cudaErrorInvalidValue without launching when the problem does not fit this
-// instantiation (d, dv, b, h, h_kv, alignment and strides as flash_sm80), and
+// instantiation (d, dv, b, h, h_kv, alignment and strides as flash_sm80) or when an
+// extent is not in [1, INT32_MAX] (TMA coordinates are 32-bit), and
 // cudaErrorNotSupported when the driver offers no tensor-map encoder.
 template <class Tr>
 cudaError_t launch_with_extents(const Params& p, int64_t q_tokens, int64_t kv_tokens, cudaStream_t stream) {
     using Element = typename Tr::Element;
     if (p.d != Tr::kHeadDim || p.dv != Tr::kHeadDimV) return cudaErrorInvalidValue;
+    if (q_tokens < 1 || kv_tokens < 1 || q_tokens > INT32_MAX || kv_tokens > INT32_MAX) return cudaErrorInvalidValue;
     if (p.b < 1 || p.h < 1 || p.h_kv < 1 || p.h % p.h_kv != 0 || p.s_q_max < 1) return cudaErrorInvalidValue;
     if (p.h > 65535 || p.b > 65535) return cudaErrorInvalidValue;
     if (!(p.scale_bmm1 > 0.f) || !std::isfinite(p.scale_bmm1)) return cudaErrorInvalidValue;
@@ -404,13 +386,11 @@ cudaError_t launch_with_extents(const Params& p, int64_t q_tokens, int64_t kv_to
     return cudaGetLastError();
 }
 
+// The registry's LaunchFn: the storage extents come from Params (q_tokens, kv_tokens).
 template <class Tr>
 cudaError_t launch(const Params& p, cudaStream_t stream) {
-    if (p.d != Tr::kHeadDim || p.dv != Tr::kHeadDimV || p.b < 1) return cudaErrorInvalidValue;
-    int64_t q_tokens = 0, kv_tokens = 0;
-    const cudaError_t err = storage_extents(p, stream, &q_tokens, &kv_tokens);
-    if (err != cudaSuccess) return err;
-    return launch_with_extents<Tr>(p, q_tokens, kv_tokens, stream);
+    if (p.q_tokens < 1 || p.kv_tokens < 1) return cudaErrorInvalidValue;
+    return launch_with_extents<Tr>(p, p.q_tokens, p.kv_tokens, stream);
 }
 
 }  // namespace flash_sm90
