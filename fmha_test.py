@@ -479,6 +479,27 @@ def test_force_non_warp_specialization_runs_a_flash_row(exe, gpu_sm):
 
 
 @pytest.mark.gpu
+def test_fp16_problem_takes_fp32_accumulation_on_the_ws_family(exe, gpu_sm):
+    """-fp16 asks for at least fp16 accumulation: on Hopper the ws fp16 kernel (fp32
+    accumulation, first in the registry) serves it; without warp specialisation the flash
+    family's fp16-accumulating kernel does."""
+    ws = pick_kernel(dtype="fp16", acc="fp32", family="ws")
+    if ws is None or not any(loads_on(a, gpu_sm) for a in ws["archs"]):
+        pytest.skip("no ws fp16 kernel for this GPU in this build")
+    flash = next((k for k in KERNELS if k["family"] == "flash" and k["dtype"] == "fp16" and k["acc"] == "fp16"
+                  and k["d"] == ws["d"] and k["dv"] == ws["dv"]), None)
+    args = ["-d", str(ws["d"]), "-fp16", "-b", "2", "-h", "4", "-s", "300", "-causal-mask", "-v", "0",
+            "-runs", "1", "-warm-up-runs", "0"]
+    for extra, expected in (([], ws), (["-force-non-warp-specialization"], flash)):
+        if expected is None:
+            continue
+        proc = run_fmha(exe, [*args, *extra])
+        assert proc.returncode == 0, describe(proc)
+        fields = parse_output(proc.stdout)
+        assert fields["checks"] == "SUCCESS" and fields["kernel"] == expected["name"], describe(proc)
+
+
+@pytest.mark.gpu
 def test_failed_check_exits_1(exe, gpu_sm):
     # fp16 output can never be within 1e-9 of an fp32 reference on random data.
     kernel = kernel_or_skip(dtype="fp16", acc="fp16")

@@ -57,7 +57,7 @@ EOF
 fi
 
 printf '\n| step | result |\n|---|---|\n'
-printf '| build (%s kernels, %s cores) | %.1f s |\n' "$(grep -o '[0-9]* kernels' "$OUT/setup.log" | head -1)" "$jobs" "$(awk "BEGIN{print $t1 - $t0}")"
+printf '| build (%s kernels, %s cores) | %.1f s |\n' "$(grep -o '[0-9]* kernels' "$OUT/setup.log" | awk '{n += $1} END {print n}')" "$jobs" "$(awk "BEGIN{print $t1 - $t0}")"
 printf '| rebuild after touching online_softmax.h | %.1f s (%s kernel TUs) |\n' "$(awk "BEGIN{print $t2 - $t1}")" "$rebuilt"
 printf '| README problem | exit %s |\n' "$readme_rc"
 printf '| pytest GPU tier | exit %s: %s |\n' "$pytest_rc" "$(tail -1 "$OUT/pytest.log")"

@@ -39,7 +39,10 @@ def _head_size_ok(d: int) -> bool:
 
 
 def _hmma_fp32_enabled(spec: KernelSpec, config: Config) -> bool:
-    return not (spec.dtype == "fp16" and spec.acc == "fp32") or config.enable_hmma_fp32
+    # ENABLE_HMMA_FP32 is about the mma.sync (HMMA) family, which has an fp16-accumulating
+    # default; wgmma families accumulate in fp32 only, so their fp16 kernels always exist.
+    fp16_fp32 = spec.family == "flash" and spec.dtype == "fp16" and spec.acc == "fp32"
+    return not fp16_fp32 or config.enable_hmma_fp32
 
 
 # What fmha::flash_sm90::Traits static_asserts (src/fmha/kernel/flash_sm90.h), so that a spec
@@ -72,7 +75,7 @@ RULES = (
     ),
     Rule(
         "hmma_fp32",
-        "fp16 inputs with fp32 accumulation need ENABLE_HMMA_FP32=1",
+        "flash fp16 inputs with fp32 accumulation need ENABLE_HMMA_FP32=1",
         _hmma_fp32_enabled,
     ),
     Rule(

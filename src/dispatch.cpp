@@ -31,7 +31,10 @@ std::string static_mismatch(const KernelMeta& k, const Problem& p) {
         why.push_back(std::string(what) + " " + has + " (need " + wants + ")");
     };
     if (k.dtype != p.dtype) need("dtype", dtype_name(k.dtype), dtype_name(p.dtype));
-    if (k.acc != p.acc) need("acc", dtype_name(k.acc), dtype_name(p.acc));
+    // fp32 accumulation serves a problem that asks for fp16 (it is at least as accurate):
+    // that is how -fp16 reaches the wgmma families, which accumulate in fp32 only.
+    const bool acc_ok = k.acc == p.acc || (p.acc == DataType::kFp16 && k.acc == DataType::kFp32);
+    if (!acc_ok) need("acc", dtype_name(k.acc), dtype_name(p.acc));
     if (k.d != p.d) need("d", std::to_string(k.d), std::to_string(p.d));
     if (k.dv != p.dv) need("dv", std::to_string(k.dv), std::to_string(p.dv));
     if (!(k.masks & mask_bit(p.mask))) need("masks", masks_text(k.masks), mask_label(p.mask));

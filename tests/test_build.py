@@ -92,7 +92,7 @@ def test_make_dry_run_gencode_per_family(tmp_path):
     """TORCH_CUDA_ARCH_LIST=8.0;9.0: flash kernels and the reference for sm_80 and sm_90, the
     ws kernel for sm_90a alone (9.0 means Hopper; wgmma needs the arch-specific target)."""
     copy_tree(tmp_path)
-    setup(tmp_path, TORCH_CUDA_ARCH_LIST="8.0;9.0", FMHA_FILTER="*_d64_*")
+    setup(tmp_path, TORCH_CUDA_ARCH_LIST="8.0;9.0", FMHA_FILTER="*_bf16_d64_*,*_flash_fp16_d64_*")
     result = run(["make", "-n"], tmp_path)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()

@@ -36,19 +36,20 @@ N_WS = len(enum.WS_HEAD_SIZES)      # ws kernels per (dtype, acc)
 
 
 @pytest.mark.parametrize("environ, flash, ws", [
-    # The default list 8.0;9.0 names Hopper: ws bf16 (its fp16 kernels are -fp16-fp32 ones).
-    ({}, 2 * N_HEADS, N_WS),
-    ({"ENABLE_HMMA_FP32": "1"}, 3 * N_HEADS, 2 * N_WS),      # + fp16 with fp32 accumulation
+    # The default list 8.0;9.0 names Hopper: ws fp16 and bf16 (both accumulate in fp32;
+    # ENABLE_HMMA_FP32 is about the flash family's fp16_fp32 kernels only).
+    ({}, 2 * N_HEADS, 2 * N_WS),
+    ({"ENABLE_HMMA_FP32": "1"}, 3 * N_HEADS, 2 * N_WS),      # + flash fp16 with fp32 accumulation
     ({"TORCH_CUDA_ARCH_LIST": "8.0"}, 2 * N_HEADS, 0),       # no 9.x: no ws
     ({"TORCH_CUDA_ARCH_LIST": "8.0", "ENABLE_HMMA_FP32": "1"}, 3 * N_HEADS, 0),
-    ({"TORCH_CUDA_ARCH_LIST": "9.0"}, 2 * N_HEADS, N_WS),
-    ({"TORCH_CUDA_ARCH_LIST": "9.0a"}, 2 * N_HEADS, N_WS),
-    ({"TORCH_CUDA_ARCH_LIST": "8.0;9.0"}, 2 * N_HEADS, N_WS),
+    ({"TORCH_CUDA_ARCH_LIST": "9.0"}, 2 * N_HEADS, 2 * N_WS),
+    ({"TORCH_CUDA_ARCH_LIST": "9.0a"}, 2 * N_HEADS, 2 * N_WS),
+    ({"TORCH_CUDA_ARCH_LIST": "8.0;9.0"}, 2 * N_HEADS, 2 * N_WS),
     ({"TORCH_CUDA_ARCH_LIST": "8.6"}, 2 * N_HEADS, 0),
     ({"TORCH_CUDA_ARCH_LIST": "10.0;12.0"}, 2 * N_HEADS, 0),  # sm_90a code runs on sm_90 only
     ({"TORCH_CUDA_ARCH_LIST": "9.0", "ENABLE_HMMA_FP32": "1"}, 3 * N_HEADS, 2 * N_WS),
     ({"TORCH_CUDA_ARCH_LIST": "9.0a", "ENABLE_HMMA_FP32": "1"}, 3 * N_HEADS, 2 * N_WS),
-    ({"ENABLE_SM100": "1", "ENABLE_SM89_QMMA": "1"}, 2 * N_HEADS, N_WS),   # no such families yet
+    ({"ENABLE_SM100": "1", "ENABLE_SM89_QMMA": "1"}, 2 * N_HEADS, 2 * N_WS),   # no such families yet
 ])
 def test_counts(environ, flash, ws):
     selections = select(parse(environ))
@@ -59,7 +60,8 @@ def test_counts(environ, flash, ws):
 
 
 def test_default_kernels():
-    ws = [f"fmha_v2_ws_bf16_d{d}_{'x'.join(map(str, enum.ws_tile(d)[:2]))}_w8x1_sm90" for d in enum.WS_HEAD_SIZES]
+    ws = [f"fmha_v2_ws_{dtype}_d{d}_{'x'.join(map(str, enum.ws_tile(d)[:2]))}_w8x1_sm90"
+          for dtype in ("fp16_fp32", "bf16") for d in enum.WS_HEAD_SIZES]
     flash = [
         f"fmha_v2_flash_{dtype}_d{d}_{'x'.join(map(str, enum.flash_tile(d)[:2]))}_w4x1_sm80"
         for dtype in ("fp16", "bf16") for d in enum.HEAD_SIZES
@@ -135,14 +137,15 @@ def test_ws_tile():
     ("*_fp16_d64_*", 1),
     ("*bf16*", N_HEADS + N_WS),
     ("*_flash_bf16*", N_HEADS),
-    ("*_ws_*", N_WS),                       # bf16 only: HMMA_FP32 is off
-    ("*_d128_*,*_d256_*", 4 + 2),
-    (" *_d128_* , *_d256_* ,", 4 + 2),      # blanks and empty entries are ignored
+    ("*_ws_*", 2 * N_WS),                   # fp16 (fp32 accumulation) and bf16
+    ("*_d128_*,*_d256_*", 4 + 4),
+    (" *_d128_* , *_d256_* ,", 4 + 4),      # blanks and empty entries are ignored
     ("fmha_v2_flash_fp16_d32_128x64_w4x1_sm80", 1),
     ("fmha_v2_ws_bf16_d256_128x64_w8x1_sm90", 1),
-    ("*fp16_fp32*", 0),                     # rules come first: HMMA_FP32 is off
+    ("*_flash_fp16_fp32*", 0),              # rules come first: HMMA_FP32 is off
+    ("*_ws_fp16_fp32*", N_WS),              # the ws family's fp16 kernels need no flag
     ("nothing*", 0),
-    ("", 2 * N_HEADS + N_WS),               # empty = unset = everything
+    ("", 2 * N_HEADS + 2 * N_WS),           # empty = unset = everything
 ])
 def test_fmha_filter(globs, count):
     assert len(names({"FMHA_FILTER": globs})) == count
@@ -242,12 +245,12 @@ def test_setup_prints_one_line_per_family(tmp_path):
     run = run_setup(tmp_path)
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
-    assert lines[0].startswith(f"ws (sm90 family, wgmma + TMA, warp-specialised): {N_WS} kernels -> ")
+    assert lines[0].startswith(f"ws (sm90 family, wgmma + TMA, warp-specialised): {2 * N_WS} kernels -> ")
     assert lines[1].startswith(f"flash (sm80 family, mma.sync): {2 * N_HEADS} kernels -> ")
     assert "rejected" not in run.stdout
 
 
-HMMA_REASON = "fp16 inputs with fp32 accumulation need ENABLE_HMMA_FP32=1"
+HMMA_REASON = "flash fp16 inputs with fp32 accumulation need ENABLE_HMMA_FP32=1"
 WS_ARCH_REASON = "family ws is built for sm_90a only (wgmma, setmaxnreg): TORCH_CUDA_ARCH_LIST must name 9.0 or 9.0a"
 
 
@@ -259,7 +262,7 @@ def test_setup_verbose_prints_rejections_with_reasons(tmp_path):
     run = run_setup(tmp_path, "-v")
     assert run.returncode == 0, run.stderr
     rejected = rejected_lines(run.stdout)
-    assert len(rejected) == N_HEADS + N_WS
+    assert len(rejected) == N_HEADS   # flash fp16_fp32 only: ws fp16 kernels need no flag
     assert all(line.endswith(f": {HMMA_REASON}") for line in rejected)
     assert "  compiled for: 9.0a\n" in run.stdout and "  compiled for: 8.0 9.0\n" in run.stdout
 

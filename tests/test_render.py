@@ -122,7 +122,7 @@ def test_manifest(tmp_path):
     assert manifest["config"]["torch_cuda_arch_list"] == ["8.0", "9.0"]
     assert manifest["config"]["fmha_filter"] == ["*_d64_*"]
     assert [k["name"] for k in manifest["kernels"]] == [s.name for s in kernels(config)]
-    assert [k["family"] for k in manifest["kernels"]] == ["ws", "flash", "flash"]
+    assert [k["family"] for k in manifest["kernels"]] == ["ws", "ws", "flash", "flash"]
     for entry in manifest["kernels"]:
         assert KernelSpec.parse(entry["name"], masks=entry["masks"]).to_dict() == \
             {k: v for k, v in entry.items() if k != "archs"}

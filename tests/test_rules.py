@@ -26,7 +26,7 @@ CASES = {
         ({"dtype": "bf16"}, DEFAULT, "fp16 accumulation only with fp16 inputs"),
     ],
     "hmma_fp32": [
-        ({"acc": "fp32"}, DEFAULT, "fp16 inputs with fp32 accumulation need ENABLE_HMMA_FP32=1"),
+        ({"acc": "fp32"}, DEFAULT, "flash fp16 inputs with fp32 accumulation need ENABLE_HMMA_FP32=1"),
     ],
     "block_m": [
         ({"block_m": 96}, DEFAULT, "block_m must be a multiple of 16*warps_m"),
@@ -95,4 +95,5 @@ def test_default_candidates_are_rejected_only_for_the_flag():
     specs = [spec for family in candidates(DEFAULT).values() for spec in family]
     assert {spec.family for spec in specs} == {"flash", "ws"}
     for spec in specs:
-        assert [r.name for r in broken(spec, DEFAULT)] == (["hmma_fp32"] if spec.acc == "fp32" and spec.dtype == "fp16" else [])
+        flash_fp16_fp32 = spec.family == "flash" and spec.acc == "fp32" and spec.dtype == "fp16"
+        assert [r.name for r in broken(spec, DEFAULT)] == (["hmma_fp32"] if flash_fp16_fp32 else [])
