@@ -32,6 +32,7 @@
 #include <cstdint>
 
 #include "fmha/epilogue/store_o.h"
+#include "fmha/kernel/launch_checks.h"
 #include "fmha/mask/mask.h"
 #include "fmha/memory/gmem_tile.h"
 #include "fmha/memory/smem_layout.h"
@@ -260,23 +261,11 @@ const void* entry(MaskType m) {
 }
 
 // Returns cudaErrorInvalidValue without launching when the problem does not fit this
-// instantiation or the contract below; else the launch's own error.
-//   d == kHeadDim, dv == kHeadDimV; b, h, h_kv >= 1, h % h_kv == 0; s_q_max >= 1
-//   q/k/v/o 16-byte aligned, every stride a multiple of 8 elements (16-byte chunks)
-//   scale_bmm1 finite and > 0 (the softmax tracks the max of the unscaled scores)
+// instantiation or the contract of kernel::params_fit (launch_checks.h); else the launch's
+// own error.
 template <class Tr>
 cudaError_t launch(const Params& p, cudaStream_t stream) {
-    if (p.d != Tr::kHeadDim || p.dv != Tr::kHeadDimV) return cudaErrorInvalidValue;
-    if (p.b < 1 || p.h < 1 || p.h_kv < 1 || p.h % p.h_kv != 0 || p.s_q_max < 1) return cudaErrorInvalidValue;
-    if (p.h > 65535 || p.b > 65535) return cudaErrorInvalidValue;  // grid y, z limits
-    if (!(p.scale_bmm1 > 0.f) || !std::isfinite(p.scale_bmm1)) return cudaErrorInvalidValue;
-    const auto misaligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % kChunkBytes != 0; };
-    if (misaligned(p.q) || misaligned(p.k) || misaligned(p.v) || misaligned(p.o)) return cudaErrorInvalidValue;
-    const int64_t strides[] = {p.q_row_stride, p.q_head_stride, p.k_row_stride, p.k_head_stride,
-                               p.v_row_stride, p.v_head_stride, p.o_row_stride, p.o_head_stride};
-    for (const int64_t s : strides) {
-        if (s % kElemsPerChunk != 0) return cudaErrorInvalidValue;
-    }
+    if (!kernel::params_fit(p, Tr::kHeadDim, Tr::kHeadDimV)) return cudaErrorInvalidValue;
     const void* fn = entry<Tr>(p.mask);
     if (fn == nullptr) return cudaErrorInvalidValue;
 

@@ -41,6 +41,7 @@
 #include <cstdint>
 
 #include "fmha/epilogue/store_o_sm90.h"
+#include "fmha/kernel/launch_checks.h"
 #include "fmha/mask/mask.h"
 #include "fmha/memory/mbarrier_sm90.h"
 #include "fmha/memory/tma_sm90.h"
@@ -349,18 +350,8 @@ const void* entry(MaskType m) {
 template <class Tr>
 cudaError_t launch_with_extents(const Params& p, int64_t q_tokens, int64_t kv_tokens, cudaStream_t stream) {
     using Element = typename Tr::Element;
-    if (p.d != Tr::kHeadDim || p.dv != Tr::kHeadDimV) return cudaErrorInvalidValue;
     if (q_tokens < 1 || kv_tokens < 1 || q_tokens > INT32_MAX || kv_tokens > INT32_MAX) return cudaErrorInvalidValue;
-    if (p.b < 1 || p.h < 1 || p.h_kv < 1 || p.h % p.h_kv != 0 || p.s_q_max < 1) return cudaErrorInvalidValue;
-    if (p.h > 65535 || p.b > 65535) return cudaErrorInvalidValue;
-    if (!(p.scale_bmm1 > 0.f) || !std::isfinite(p.scale_bmm1)) return cudaErrorInvalidValue;
-    const auto misaligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % kChunkBytes != 0; };
-    if (misaligned(p.q) || misaligned(p.k) || misaligned(p.v) || misaligned(p.o)) return cudaErrorInvalidValue;
-    const int64_t strides[] = {p.q_row_stride, p.q_head_stride, p.k_row_stride, p.k_head_stride,
-                               p.v_row_stride, p.v_head_stride, p.o_row_stride, p.o_head_stride};
-    for (const int64_t s : strides) {
-        if (s % kElemsPerChunk != 0) return cudaErrorInvalidValue;
-    }
+    if (!kernel::params_fit(p, Tr::kHeadDim, Tr::kHeadDimV)) return cudaErrorInvalidValue;
     const void* fn = entry<Tr>(p.mask);
     if (fn == nullptr) return cudaErrorInvalidValue;
 
