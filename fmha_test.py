@@ -500,6 +500,23 @@ def test_fp16_problem_takes_fp32_accumulation_on_the_ws_family(exe, gpu_sm):
 
 
 @pytest.mark.gpu
+def test_use_tma_runs_a_tma_row_or_says_none_fits(exe, gpu_sm):
+    """-use-tma keeps only the families that load through TMA (ws): on Hopper it runs one;
+    on a GPU where no such kernel loads it exits 2 with the reason."""
+    ws = pick_kernel(dtype="bf16", family="ws")
+    if ws is None:
+        pytest.skip("no TMA kernel in this build")
+    proc = run_fmha(exe, ["-d", str(ws["d"]), "-bf16", "-b", "2", "-h", "4", "-s", "200", "-use-tma",
+                          "-v", "0", "-runs", "1", "-warm-up-runs", "0"])
+    if any(loads_on(a, gpu_sm) for a in ws["archs"]):
+        assert proc.returncode == 0, describe(proc)
+        fields = parse_output(proc.stdout)
+        assert fields["checks"] == "SUCCESS" and fields["kernel"] == ws["name"], describe(proc)
+    else:
+        assert proc.returncode == 2 and "no kernel fits" in proc.stderr, describe(proc)
+
+
+@pytest.mark.gpu
 def test_failed_check_exits_1(exe, gpu_sm):
     # fp16 output can never be within 1e-9 of an fp32 reference on random data.
     kernel = kernel_or_skip(dtype="fp16", acc="fp16")

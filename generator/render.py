@@ -53,6 +53,7 @@ def _kernel_vars(spec: KernelSpec) -> dict:
         "acc_fp16": "true" if spec.acc == "fp16" else "false",
         "mask_bits": " | ".join(f"mask_bit({MASKS[m]})" for m in spec.masks) or "0u",
         "warp_specialized": "true" if family.warp_specialized else "false",
+        "uses_tma": "true" if family.uses_tma else "false",
     }
 
 

@@ -21,6 +21,7 @@ class Family:
     header: str              # include path under src/, provides launch<T> and entry<T>
     namespace: str           # C++ namespace inside fmha:: holding Traits, launch, entry
     warp_specialized: bool   # KernelMeta::warp_specialized for every kernel of the family
+    uses_tma: bool           # KernelMeta::uses_tma: loads tiles with the bulk tensor copy engine
     template: str            # the kernel translation-unit template
     # False: portable SASS, built for every TORCH_CUDA_ARCH_LIST entry >= sm. True: uses
     # instructions that exist only in the arch-specific target sm_<sm>a (wgmma, setmaxnreg on
@@ -41,6 +42,7 @@ FAMILIES = {
         header="fmha/kernel/flash_sm90.h",
         namespace="flash_sm90",
         warp_specialized=True,
+        uses_tma=True,
         template="kernel.cu.j2",
         arch_specific=True,
     ),
@@ -51,6 +53,7 @@ FAMILIES = {
         header="fmha/kernel/flash_sm80.h",
         namespace="flash_sm80",
         warp_specialized=False,
+        uses_tma=False,
         template="kernel.cu.j2",
     ),
 }

@@ -51,6 +51,7 @@ kernel choice
   -list-kernels     print the kernel registry and exit (no GPU needed)
   -kernel NAME      run this registry row (exit 2 if it does not exist or does not fit)
   -force-non-warp-specialization   only consider kernels that are not warp-specialised
+  -use-tma                         only consider kernels that load tiles with TMA (ws family)
 numerics
   -scale-bmm1 X     S = X * Q K^T (default 1/sqrt(d))
   -scale-softmax X  O = scale_softmax * scale_bmm2 * softmax(S) V (default 1)
@@ -95,7 +96,6 @@ const Unsupported kUnsupported[] = {
     {"-custom-mask", "custom masks"},
     {"-paged-kv", "a paged KV cache"},
     {"-tokens-per-block", "a paged KV cache"},
-    {"-use-tma", "TMA loads"},
     {"-softcapping-scale-bmm1", "softcapping"},
     {"-alibi", "ALiBi"},
     {"-use-attention-sinks", "attention sinks"},
@@ -163,6 +163,7 @@ const Switch kSwitches[] = {
     {"-contiguous-q-kv", [](Problem& p) { p.layout = Layout::kContiguousQKv; }},
     {"-separate-q-k-v", [](Problem& p) { p.layout = Layout::kSeparateQKv; }},
     {"-force-non-warp-specialization", [](Problem& p) { p.force_non_warp_specialized = true; }},
+    {"-use-tma", [](Problem& p) { p.use_tma = true; }},
     {"-list-kernels", [](Problem& p) { p.list_kernels = true; }},
     {"-1s", [](Problem& p) { p.ones = true; }},
     {"-randn", [](Problem& p) { p.randn = true; }},

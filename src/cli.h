@@ -37,6 +37,7 @@ struct Problem {
     Layout layout = Layout::kPackedQkv;
 
     bool force_non_warp_specialized = false;
+    bool use_tma = false;  // only kernels that load through TMA
     bool list_kernels = false;
     std::string kernel_name;  // -kernel NAME; empty = dispatch
 

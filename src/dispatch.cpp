@@ -40,6 +40,7 @@ std::string static_mismatch(const KernelMeta& k, const Problem& p) {
     if (!(k.masks & mask_bit(p.mask))) need("masks", masks_text(k.masks), mask_label(p.mask));
     if (p.force_non_warp_specialized && k.warp_specialized)
         why.push_back("warp-specialised (-force-non-warp-specialization)");
+    if (p.use_tma && !k.uses_tma) why.push_back("no TMA loads (-use-tma)");
     std::string s;
     for (const std::string& w : why) s += (s.empty() ? "" : ", ") + w;
     return s;
@@ -64,7 +65,7 @@ std::string problem_text(const Problem& p) {
     return std::string("dtype=") + dtype_name(p.dtype) + " acc=" + dtype_name(p.acc) +
            " d=" + std::to_string(p.d) + " dv=" + std::to_string(p.dv) +
            " mask=" + mask_label(p.mask) +
-           (p.force_non_warp_specialized ? " non-warp-specialised" : "");
+           (p.force_non_warp_specialized ? " non-warp-specialised" : "") + (p.use_tma ? " tma" : "");
 }
 
 // No row fits: one line of reason, then the rows that come closest and why each fails.
@@ -100,17 +101,17 @@ void print_kernel_table(std::FILE* out) {
     int name_w = 4;
     for (int i = 0; i < kNumKernels; ++i)
         name_w = std::max(name_w, static_cast<int>(std::strlen(kKernels[i].name)));
-    std::fprintf(out, "%-*s  %-6s  %-4s  %-5s  %-4s  %4s  %4s  %-9s  %-5s  %-14s  %s\n", name_w,
+    std::fprintf(out, "%-*s  %-6s  %-4s  %-5s  %-4s  %4s  %4s  %-9s  %-5s  %-14s  %-9s  %s\n", name_w,
                  "name", "family", "sm", "dtype", "acc", "d", "dv", "tile", "warps", "masks",
-                 "warp_spec");
+                 "warp_spec", "tma");
     for (int i = 0; i < kNumKernels; ++i) {
         const KernelMeta& k = kKernels[i];
         const std::string tile = std::to_string(k.block_m) + "x" + std::to_string(k.block_n);
         const std::string warps = std::to_string(k.warps_m) + "x" + std::to_string(k.warps_n);
-        std::fprintf(out, "%-*s  %-6s  %-4d  %-5s  %-4s  %4d  %4d  %-9s  %-5s  %-14s  %s\n", name_w,
+        std::fprintf(out, "%-*s  %-6s  %-4d  %-5s  %-4s  %4d  %4d  %-9s  %-5s  %-14s  %-9s  %s\n", name_w,
                      k.name, k.family, k.sm, dtype_name(k.dtype), dtype_name(k.acc), k.d, k.dv,
                      tile.c_str(), warps.c_str(), masks_text(k.masks).c_str(),
-                     k.warp_specialized ? "true" : "false");
+                     k.warp_specialized ? "true" : "false", k.uses_tma ? "true" : "false");
     }
     std::fprintf(out, "%d kernels\n", kNumKernels);
 }

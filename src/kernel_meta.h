@@ -32,6 +32,7 @@ struct KernelMeta {
     int warps_n;          // warps along N
     uint32_t masks;       // bitmask of mask_bit(MaskType)
     bool warp_specialized;
+    bool uses_tma;        // loads Q/K/V tiles with TMA (cp.async.bulk.tensor): -use-tma
     LaunchFn launch;
     EntryFn entry;
 };

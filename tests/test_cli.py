@@ -84,7 +84,6 @@ BAD_ARGS = {
     "custom mask": (["-custom-mask"], "not supported yet"),
     "paged kv": (["-paged-kv"], "not supported yet"),
     "tokens per block": (["-tokens-per-block", "64"], "not supported yet"),
-    "tma": (["-use-tma"], "not supported yet"),
     "softcapping": (["-softcapping-scale-bmm1", "30"], "not supported yet"),
     "attention sinks": (["-use-attention-sinks"], "not supported yet"),
     "save softmax": (["-save-softmax"], "not supported yet"),
@@ -138,3 +137,18 @@ def test_no_kernel_fits_exits_2_before_touching_the_gpu(args):
     assert lines[0].startswith("error: no kernel fits dtype=fp16"), r.stderr
     assert "sm_" not in lines[0]  # decided without a device
     assert lines[1] == "closest kernels:" and lines[2].startswith("  fmha_v2_flash_")
+
+
+def test_use_tma_keeps_only_tma_kernels():
+    # No family loads d=32 through TMA (the ws family has d 64/128/256), in any build.
+    r = fmha("-use-tma", "-d", "32")
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.splitlines()
+    assert lines[0].startswith("error: no kernel fits") and lines[0].split("(")[0].rstrip().endswith("tma")
+    assert all("no TMA loads (-use-tma)" in line for line in lines[2:] if "flash" in line)
+
+
+def test_list_kernels_shows_the_tma_column():
+    lines = fmha("-list-kernels").stdout.splitlines()
+    assert lines[0].split()[-2:] == ["warp_spec", "tma"]
+    assert all(line.split()[-1] == ("true" if "_ws_" in line else "false") for line in lines[1:-1])
