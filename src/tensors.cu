@@ -251,6 +251,34 @@ DeviceTensors make_tensors(const Problem& p, const SeqLens& lens) {
     return t;
 }
 
+std::vector<Params> timing_input_sets(const DeviceTensors& t, size_t l2_bytes,
+                                      std::vector<DeviceBuffer<uint16_t>>* copies) {
+    const DeviceBuffer<uint16_t>* inputs[] = {&t.qkv, &t.q, &t.kv, &t.k, &t.v};
+    size_t bytes = 0;
+    for (const auto* b : inputs) bytes += b->bytes();
+    const size_t wanted = bytes == 0 ? 1 : 2 * l2_bytes / bytes + 1;
+    const int sets = static_cast<int>(std::min<size_t>(kMaxTimingSets, wanted));
+    std::vector<Params> out{t.params};
+    for (int s = 1; s < sets; ++s) {
+        Params p = t.params;
+        for (const auto* b : inputs) {
+            if (b->size() == 0) continue;
+            copies->emplace_back(b->size());
+            const DeviceBuffer<uint16_t>& copy = copies->back();
+            CUDA_CHECK(cudaMemcpy(copy.get(), b->get(), b->bytes(), cudaMemcpyDeviceToDevice));
+            // Q, K and V may point anywhere inside a buffer (packed QKV): keep the offset.
+            const auto* base = reinterpret_cast<const char*>(b->get());
+            for (const void** ptr : {&p.q, &p.k, &p.v}) {
+                const auto* at = static_cast<const char*>(*ptr);
+                if (at >= base && at < base + b->bytes())
+                    *ptr = reinterpret_cast<const char*>(copy.get()) + (at - base);
+            }
+        }
+        out.push_back(p);
+    }
+    return out;
+}
+
 void poison_output(DeviceTensors& t, cudaStream_t stream) {
     const int64_t n = static_cast<int64_t>(t.o.size());
     poison_kernel<<<std::max(1, grid_for(n, kThreads)), kThreads, 0, stream>>>(t.o.get(), n);

@@ -89,6 +89,14 @@ struct DeviceTensors {
 // from the counter-based RNG. O is not filled: call poison_output before each checked run.
 DeviceTensors make_tensors(const Problem& p, const SeqLens& lens);
 
+// The input sets the timed launches cycle through: t.params first, then copies of Q, K and V
+// (owned by `copies`) until one pass over them is at least twice the L2, at most
+// kMaxTimingSets. Back-to-back launches over one set that fits in L2 would time the cache,
+// not the memory a real model's inputs come from (the SDPA side of bench/run.py rotates too).
+constexpr int kMaxTimingSets = 8;
+std::vector<Params> timing_input_sets(const DeviceTensors& t, size_t l2_bytes,
+                                      std::vector<DeviceBuffer<uint16_t>>* copies);
+
 // Writes kPoisonBits over the whole O allocation, guard rows included.
 void poison_output(DeviceTensors& t, cudaStream_t stream);
 
