@@ -62,7 +62,7 @@ void save_tensors(const Problem& p, const SeqLens& lens, const DeviceTensors& t,
     JsonObject meta;
     meta.add("kernel", kernel.name)
         .add("dtype", dtype_name(p.dtype))
-        .add("acc", dtype_name(p.acc))
+        .add("acc", dtype_name(kernel.acc))  // what ran: fp32 also serves a problem asking for fp16
         .add("output_dtype", dtype_name(p.dtype))
         .add("mask", mask_label(p.mask))
         .add("layout", layout_label(p.layout))
