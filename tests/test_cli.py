@@ -1,8 +1,8 @@
 """bin/fmha.exe's command line without a GPU: -help, bad arguments, no-device exit, -list-kernels.
 
 Runs the `fmha_exe` fixture's binary (conftest.py): $FMHA_EXE, bin/fmha.exe, or a small
-kernel subset built for the session where neither exists (CI). SPEC.md's exit codes: 0 ok, 1 check failed, 2 bad arguments / no kernel fits,
-3 no CUDA device / CUDA error.
+kernel subset built for the session where neither exists (CI). SPEC.md's exit codes: 0 ok,
+1 check failed, 2 bad arguments / no kernel fits, 3 no CUDA device / CUDA error.
 """
 
 import os
@@ -11,12 +11,6 @@ import subprocess
 from functools import lru_cache
 
 import pytest
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _exe(fmha_exe):
-    global EXE
-    EXE = fmha_exe
 
 
 @lru_cache(maxsize=None)
@@ -30,13 +24,19 @@ def gpu_present() -> bool:
     return out.returncode == 0 and "GPU" in out.stdout
 
 
-def fmha(*args: str) -> subprocess.CompletedProcess:
+@pytest.fixture(scope="module")
+def fmha(fmha_exe):
+    """fmha(*args): run the binary without colour, capturing its output."""
     env = dict(os.environ, NO_COLOR="1")
-    return subprocess.run([str(EXE), *args], capture_output=True, text=True, timeout=120, env=env)
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(fmha_exe), *args], capture_output=True, text=True, timeout=120, env=env)
+
+    return run
 
 
 @pytest.mark.parametrize("flag", ["-help", "--help"])
-def test_help_prints_usage_and_exits_0(flag):
+def test_help_prints_usage_and_exits_0(flag, fmha):
     r = fmha(flag)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("usage: fmha.exe")
@@ -44,7 +44,7 @@ def test_help_prints_usage_and_exits_0(flag):
         assert documented in r.stdout
 
 
-def test_help_wins_over_bad_flags():
+def test_help_wins_over_bad_flags(fmha):
     assert fmha("-b", "0", "-help").returncode == 0
 
 
@@ -91,7 +91,7 @@ BAD_ARGS = {
 
 
 @pytest.mark.parametrize("args,message", BAD_ARGS.values(), ids=BAD_ARGS.keys())
-def test_bad_arguments_exit_2_with_one_line(args, message):
+def test_bad_arguments_exit_2_with_one_line(args, message, fmha):
     r = fmha(*args)
     assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
     lines = r.stderr.splitlines()
@@ -100,7 +100,7 @@ def test_bad_arguments_exit_2_with_one_line(args, message):
     assert r.stdout == ""
 
 
-def test_unwritable_save_dir_exits_2(tmp_path):
+def test_unwritable_save_dir_exits_2(tmp_path, fmha):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     r = fmha("-save-tensors", str(blocker / "sub"))
@@ -108,7 +108,7 @@ def test_unwritable_save_dir_exits_2(tmp_path):
     assert "-save-tensors: cannot create directory" in r.stderr
 
 
-def test_list_kernels_needs_no_gpu():
+def test_list_kernels_needs_no_gpu(fmha):
     r = fmha("-list-kernels")
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
@@ -120,7 +120,7 @@ def test_list_kernels_needs_no_gpu():
 @pytest.mark.skipif(gpu_present(), reason="a GPU is present: this checks the no-device path")
 # d=64: a head size every build has (the fallback subset builds only that one).
 @pytest.mark.parametrize("args", [["-d", "64"], ["-d", "64", "-causal-mask", "-b", "2", "-s", "256", "-v", "1"]])
-def test_gpu_run_without_gpu_exits_3(args):
+def test_gpu_run_without_gpu_exits_3(args, fmha):
     r = fmha(*args)
     assert r.returncode == 3, (r.returncode, r.stdout, r.stderr)
     assert r.stderr.startswith("CUDA error: ")
@@ -130,7 +130,7 @@ def test_gpu_run_without_gpu_exits_3(args):
 
 @pytest.mark.parametrize("args", [["-d", "100"], ["-d", "64", "-dv", "40", "-separate-q-k-v"]],
                          ids=["head size without a kernel", "dv without a kernel"])
-def test_no_kernel_fits_exits_2_before_touching_the_gpu(args):
+def test_no_kernel_fits_exits_2_before_touching_the_gpu(args, fmha):
     r = fmha(*args)
     assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
     lines = r.stderr.splitlines()
@@ -139,7 +139,7 @@ def test_no_kernel_fits_exits_2_before_touching_the_gpu(args):
     assert lines[1] == "closest kernels:" and lines[2].startswith("  fmha_v2_flash_")
 
 
-def test_use_tma_keeps_only_tma_kernels():
+def test_use_tma_keeps_only_tma_kernels(fmha):
     # No family loads d=32 through TMA (the ws family has d 64/128/256), in any build.
     r = fmha("-use-tma", "-d", "32")
     assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
@@ -148,7 +148,7 @@ def test_use_tma_keeps_only_tma_kernels():
     assert all("no TMA loads (-use-tma)" in line for line in lines[2:] if "flash" in line)
 
 
-def test_list_kernels_shows_the_tma_column():
+def test_list_kernels_shows_the_tma_column(fmha):
     lines = fmha("-list-kernels").stdout.splitlines()
     assert lines[0].split()[-2:] == ["warp_spec", "tma"]
     assert all(line.split()[-1] == ("true" if "_ws_" in line else "false") for line in lines[1:-1])
