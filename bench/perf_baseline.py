@@ -52,7 +52,7 @@ class Baseline:
 
 
 def gpu_slug(name: str) -> str:
-    """'NVIDIA H200' -> 'nvidia-h200' (the rule bench/run.py names its results with)."""
+    """'NVIDIA H200' -> 'nvidia-h200': the one rule that names baselines and bench/run.py's results."""
     return SLUG_RE.sub("-", name.lower()).strip("-")
 
 

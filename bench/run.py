@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import re
 import shlex
 import statistics
 import subprocess
@@ -42,6 +41,7 @@ sys.path.insert(0, str(REPO))  # `bench` as a package; fmha_test.py holds the on
 
 from bench import report  # noqa: E402
 from bench.suites import ALL, DTYPES, SUITES, Problem, Suite, select  # noqa: E402
+from bench.perf_baseline import gpu_slug  # noqa: E402  (results and baselines share one name rule)
 
 NAN = float("nan")
 BACKENDS = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION", "efficient": "EFFICIENT_ATTENTION"}
@@ -309,7 +309,7 @@ def run_suite(suite: Suite, dtype: str, timers: dict[str, Timer], progress: Prog
 
 def write_suite(out: Path, meta: dict, rows: list[dict]) -> list[Path]:
     """CSV, markdown and (where matplotlib is) PNG of one suite; the paths written."""
-    stem = out / f"{meta['suite']}_{slug(meta['gpu'])}_{meta['dtype']}"
+    stem = out / f"{meta['suite']}_{gpu_slug(meta['gpu'])}_{meta['dtype']}"
     written = [report.write_csv(stem.with_suffix(".csv"), meta, rows)]
     stem.with_suffix(".md").write_text(report.markdown(meta, rows))
     written.append(stem.with_suffix(".md"))
@@ -320,11 +320,6 @@ def write_suite(out: Path, meta: dict, rows: list[dict]) -> list[Path]:
         print(f"no plot ({type(error).__name__}: {error}); make it with: python3 bench/plot.py {stem}.csv",
               file=sys.stderr)
     return written
-
-
-def slug(text: str) -> str:
-    """'NVIDIA H200' -> 'nvidia-h200' (bench/perf_baseline.py names its baselines the same way)."""
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
 def pack(paths: list[Path], tar_path: Path) -> Path:
