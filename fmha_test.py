@@ -187,8 +187,9 @@ SHAPES = (
     Shape(3, 513, s_q=1),
     Shape(2, 190, s_q=126, min_s=150),  # var-len K/V with s_q < s
 )
-# Head sizes that get the whole table; every other head size (the flash family builds every
-# multiple of 8) runs the short one, so the tier grows by a few runs per kernel, not 26.
+# Head sizes that get the whole table; every other head size of the flash family (it builds
+# every multiple of 8) runs the short one, so the tier grows by a few runs per kernel, not 26.
+# Every ws kernel (a handful of head sizes) gets the whole table.
 CORE_HEAD_SIZES = (32, 64, 128, 256)
 BRIEF_SHAPES = (Shape(3, 77), Shape(3, 256, min_s=16), Shape(3, 300, s_q=37))
 # Input and scale variations, each run once per kernel on a small problem.
@@ -261,7 +262,8 @@ def cases_for(kernel: dict, index: int) -> list[Case]:
         step += 1
         return PAIRS[(step - 1) % len(PAIRS)]
 
-    if kernel["d"] not in CORE_HEAD_SIZES:  # the short table: tails, var-len, s_q < s
+    full = kernel["d"] in CORE_HEAD_SIZES or FAMILIES[kernel["family"]].warp_specialized
+    if not full:  # the short table: tails, var-len, s_q < s
         return [Case(kernel, mask, *next_pair(shape), shape) for mask in masks for shape in BRIEF_SHAPES]
 
     cases = []

@@ -78,15 +78,21 @@ WS_DTYPES = (("fp16", "fp32"), ("bf16", "fp32"))
 def ws_tile(d: int) -> tuple:
     """(block_m, block_n, warps_m, warps_n) of the ws family for head size d.
 
-    block_m is fixed at 128 query rows: two consumer warpgroups of 64 rows each (the wgmma
-    M). warps_m x warps_n counts the consumer warps, 8 x 1 (the producer warpgroup, 4 more
-    warps that only issue TMA, is not in the name; the CTA has 384 threads). block_n is the
-    key block, a wgmma N: 128 up to d=128 and 64 at d=256, where two 128-key K/V stages no
-    longer fit shared memory next to Q (2 x 128 KB + 64 KB > 227 KB); tests/kernel_dev/
-    NOTES_sm90.md measured 128x64 at d=128 (3 stages) 10-36 % slower than 128x128. The
-    Traits' two extra parameters keep their defaults (the kernel template passes the eight
-    common ones): kStages 0 (= 2 K/V stages) and kPingPong true.
+    block_m is the query rows of a CTA: one 64-row slab (the wgmma M) per consumer
+    warpgroup. warps_m x warps_n counts the consumer warps (the producer warpgroup, 4 more
+    warps that only issue TMA, is not in the name). block_n is the key block, a wgmma N.
+      d=64:  192 x 128, three consumer warpgroups at 160 registers. The 128 x 128 tile does
+             too little wgmma work per softmax at d=64; 192 rows measured +15-20 % at s=2k
+             and 8k (tests/kernel_dev/NOTES_sm90.md, stage 3).
+      d=128: 128 x 128, two consumer warpgroups at 240 registers.
+      d=192, 256: 128 x 64: two 128-key K/V stages no longer fit shared memory next to Q
+             (d=256: 2 x 128 KB + 64 KB > 227 KB); 128x64 at d=128 (3 stages) measured
+             10-36 % slower than 128x128 there.
+    The Traits' scheduling parameter comes from SCHEDULING_MODE (render.py); kStages and
+    kPingPong keep their defaults: 2 K/V stages (3 measured no better), ping-pong on.
     """
+    if d <= 64:
+        return (192, 128, 12, 1)
     return (128, 128 if d <= 128 else 64, 8, 1)
 
 

@@ -104,11 +104,10 @@ def main(argv=None, environ=None) -> int:
     for flag, what in PLANNED_FAMILIES.items():
         if getattr(config, flag.lower()):
             print(f"{flag}=1: {what} does not exist yet; nothing was generated for it")
-    if environ.get("SCHEDULING_MODE", "").strip():
-        print(
-            f"SCHEDULING_MODE={config.scheduling_mode}: validated; it applies to the ws family, which has "
-            "only a static grid today (the persistent scheduler, 1, is not implemented yet)"
-        )
+    scheduled = [name for name in selections if FAMILIES[name].scheduled and selections[name].kept]
+    if scheduled:
+        how = "persistent CTAs, dynamic tile counter" if config.scheduling_mode == 1 else "static grid, one CTA per tile"
+        print(f"SCHEDULING_MODE={config.scheduling_mode}: {', '.join(scheduled)} kernels use {how}")
     changed = len(outcome.written) + len(outcome.removed)
     print(
         f"{where}: {len(outcome.written)} files written, {len(outcome.removed)} stale kernels removed"

@@ -39,8 +39,12 @@ def environment(templates: Path = TEMPLATES) -> jinja2.Environment:
     )
 
 
-def _kernel_vars(spec: KernelSpec) -> dict:
-    """The C++ spellings of one spec, shared by the kernel and registry templates."""
+def _kernel_vars(spec: KernelSpec, scheduling_mode: int) -> dict:
+    """The C++ spellings of one spec, shared by the kernel and registry templates.
+
+    scheduling_mode is SCHEDULING_MODE (env.py): families with `scheduled` get it as their
+    Traits' kPersistent; the others ignore it (their KernelMeta::persistent is false).
+    """
     family = FAMILIES[spec.family]
     element, dtype_enum = DTYPES[spec.dtype]
     return {
@@ -54,15 +58,16 @@ def _kernel_vars(spec: KernelSpec) -> dict:
         "mask_bits": " | ".join(f"mask_bit({MASKS[m]})" for m in spec.masks) or "0u",
         "warp_specialized": "true" if family.warp_specialized else "false",
         "uses_tma": "true" if family.uses_tma else "false",
+        "persistent": "true" if family.scheduled and scheduling_mode == 1 else "false",
     }
 
 
-def render_kernel(env: jinja2.Environment, spec: KernelSpec) -> str:
-    return env.get_template(FAMILIES[spec.family].template).render(**_kernel_vars(spec))
+def render_kernel(env: jinja2.Environment, spec: KernelSpec, scheduling_mode: int = 1) -> str:
+    return env.get_template(FAMILIES[spec.family].template).render(**_kernel_vars(spec, scheduling_mode))
 
 
-def render_registry(env: jinja2.Environment, specs: list[KernelSpec]) -> str:
-    return env.get_template("registry.cpp.j2").render(kernels=[_kernel_vars(s) for s in specs])
+def render_registry(env: jinja2.Environment, specs: list[KernelSpec], scheduling_mode: int = 1) -> str:
+    return env.get_template("registry.cpp.j2").render(kernels=[_kernel_vars(s, scheduling_mode) for s in specs])
 
 
 def gencode(archs) -> str:
@@ -118,8 +123,8 @@ class Outcome:
 def render_all(specs: list[KernelSpec], config: Config, out: Path) -> Outcome:
     """Bring `out` in line with `specs`: write what changed, remove stale kernels."""
     env = environment()
-    files = {kernel_path(s): render_kernel(env, s) for s in specs}
-    files["registry.cpp"] = render_registry(env, specs)
+    files = {kernel_path(s): render_kernel(env, s, config.scheduling_mode) for s in specs}
+    files["registry.cpp"] = render_registry(env, specs, config.scheduling_mode)
     files["makefile"] = render_makefile(env, specs, config)
     files["manifest.json"] = render_manifest(specs, config)
     files[ARCH_STAMP] = render_arch_stamp(config)

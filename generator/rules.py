@@ -47,7 +47,8 @@ def _hmma_fp32_enabled(spec: KernelSpec, config: Config) -> bool:
 
 # What fmha::flash_sm90::Traits static_asserts (src/fmha/kernel/flash_sm90.h), so that a spec
 # outside it gets a reason here instead of a static_assert from nvcc.
-WS_HEAD_SIZES = (64, 128, 256)
+WS_HEAD_SIZES = (64, 128, 192, 256)   # whole 64-column TMA panels (128-byte swizzle rows)
+WS_BLOCK_M = (128, 192)               # two or three consumer warpgroups of 64 rows
 WS_BLOCK_N = (64, 128)
 
 
@@ -59,7 +60,8 @@ def _ws_traits_ok(spec: KernelSpec) -> bool:
     if spec.family != "ws":
         return True
     return (spec.d in WS_HEAD_SIZES and spec.dv == spec.d and spec.acc == "fp32"
-            and (spec.block_m, spec.warps_m, spec.warps_n) == (128, 8, 1) and spec.block_n in WS_BLOCK_N)
+            and spec.block_m in WS_BLOCK_M and spec.warps_m == spec.block_m // 16 and spec.warps_n == 1
+            and spec.block_n in WS_BLOCK_N)
 
 
 RULES = (
@@ -101,7 +103,8 @@ RULES = (
     Rule(
         "ws_traits",
         "family {family} (flash_sm90::Traits) needs d = dv in " + _WS_HEADS + ", fp32 accumulation, "
-        "block_m 128 over warps 8x1 and block_n " + " or ".join(map(str, WS_BLOCK_N)),
+        "block_m " + " or ".join(map(str, WS_BLOCK_M)) + " over warps (block_m/16)x1 and block_n "
+        + " or ".join(map(str, WS_BLOCK_N)),
         lambda s, c: _ws_traits_ok(s),
     ),
     Rule(

@@ -23,6 +23,9 @@ class Family:
     warp_specialized: bool   # KernelMeta::warp_specialized for every kernel of the family
     uses_tma: bool           # KernelMeta::uses_tma: loads tiles with the bulk tensor copy engine
     template: str            # the kernel translation-unit template
+    # True: the family's Traits take SCHEDULING_MODE as kPersistent (after kAccFp16):
+    # 0 static grid, 1 persistent CTAs pulling tiles from a counter (KernelMeta::persistent).
+    scheduled: bool = False
     # False: portable SASS, built for every TORCH_CUDA_ARCH_LIST entry >= sm. True: uses
     # instructions that exist only in the arch-specific target sm_<sm>a (wgmma, setmaxnreg on
     # Hopper), which runs on that one arch: built for sm_<sm>a alone, whenever the list names
@@ -45,6 +48,7 @@ FAMILIES = {
         uses_tma=True,
         template="kernel.cu.j2",
         arch_specific=True,
+        scheduled=True,
     ),
     "flash": Family(
         name="flash",

@@ -101,17 +101,18 @@ void print_kernel_table(std::FILE* out) {
     int name_w = 4;
     for (int i = 0; i < kNumKernels; ++i)
         name_w = std::max(name_w, static_cast<int>(std::strlen(kKernels[i].name)));
-    std::fprintf(out, "%-*s  %-6s  %-4s  %-5s  %-4s  %4s  %4s  %-9s  %-5s  %-14s  %-9s  %s\n", name_w,
+    std::fprintf(out, "%-*s  %-6s  %-4s  %-5s  %-4s  %4s  %4s  %-9s  %-5s  %-14s  %-9s  %-5s  %s\n", name_w,
                  "name", "family", "sm", "dtype", "acc", "d", "dv", "tile", "warps", "masks",
-                 "warp_spec", "tma");
+                 "warp_spec", "tma", "sched");
     for (int i = 0; i < kNumKernels; ++i) {
         const KernelMeta& k = kKernels[i];
         const std::string tile = std::to_string(k.block_m) + "x" + std::to_string(k.block_n);
         const std::string warps = std::to_string(k.warps_m) + "x" + std::to_string(k.warps_n);
-        std::fprintf(out, "%-*s  %-6s  %-4d  %-5s  %-4s  %4d  %4d  %-9s  %-5s  %-14s  %-9s  %s\n", name_w,
+        std::fprintf(out, "%-*s  %-6s  %-4d  %-5s  %-4s  %4d  %4d  %-9s  %-5s  %-14s  %-9s  %-5s  %s\n", name_w,
                      k.name, k.family, k.sm, dtype_name(k.dtype), dtype_name(k.acc), k.d, k.dv,
                      tile.c_str(), warps.c_str(), masks_text(k.masks).c_str(),
-                     k.warp_specialized ? "true" : "false", k.uses_tma ? "true" : "false");
+                     k.warp_specialized ? "true" : "false", k.uses_tma ? "true" : "false",
+                     k.persistent ? "persistent" : "grid");
     }
     std::fprintf(out, "%d kernels\n", kNumKernels);
 }

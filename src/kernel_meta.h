@@ -33,6 +33,8 @@ struct KernelMeta {
     uint32_t masks;       // bitmask of mask_bit(MaskType)
     bool warp_specialized;
     bool uses_tma;        // loads Q/K/V tiles with TMA (cp.async.bulk.tensor): -use-tma
+    bool persistent;      // one CTA per SM pulling tiles from Params::tile_counter
+                          // (SCHEDULING_MODE=1); false: one CTA per tile
     LaunchFn launch;
     EntryFn entry;
 };

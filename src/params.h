@@ -63,6 +63,12 @@ struct Params {
     float scale_bmm2 = 1.f;
 
     int num_sms = 0;   // filled by the driver from the device
+
+    // Persistent scheduling (SM90 family built with SCHEDULING_MODE=1): one device int the
+    // CTAs draw tile indices from. Zero it once before the first launch; every launch leaves
+    // it zero again. Launches that share one counter must not overlap in time (one stream).
+    // A persistent kernel refuses a launch without it (cudaErrorInvalidValue).
+    int* tile_counter = nullptr;
 };
 
 }  // namespace fmha

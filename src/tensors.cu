@@ -180,6 +180,7 @@ DeviceTensors make_tensors(const Problem& p, const SeqLens& lens) {
     t.q_lens = to_device(lens.q_lens);
     t.kv_offsets = to_device(lens.kv_offsets);
     t.kv_lens = to_device(lens.kv_lens);
+    t.tile_counter = to_device(std::vector<int>{0});  // persistent kernels' counter, starts at 0
 
     const int64_t tq = lens.q_storage_tokens, tkv = lens.kv_storage_tokens;
     const int64_t d = p.d, dv = p.dv, h = p.h, hkv = p.h_kv;
@@ -235,6 +236,7 @@ DeviceTensors make_tensors(const Problem& p, const SeqLens& lens) {
     prm.q_lens = t.q_lens.get();
     prm.kv_offsets = t.kv_offsets.get();
     prm.kv_lens = t.kv_lens.get();
+    prm.tile_counter = t.tile_counter.get();
     prm.q_tokens = tq;    // packed QKV: tq == tkv, the qkv buffer's rows
     prm.kv_tokens = tkv;
     prm.b = p.b;

@@ -82,6 +82,7 @@ struct DeviceTensors {
     DeviceBuffer<uint16_t> v;    // [tokens_kv, h_kv, dv]   (separate)
     DeviceBuffer<uint16_t> o;    // [kGuardRows + tokens_q + kGuardRows, h, dv]
     DeviceBuffer<int> q_offsets, q_lens, kv_offsets, kv_lens;
+    DeviceBuffer<int> tile_counter;  // Params::tile_counter: every launch runs on one stream
     Params params;
 };
 

@@ -22,7 +22,7 @@ FAMILY_HEADER = "src/fmha/kernel/flash_sm80.h"
 DRIVER = "src/fused_multihead_attention.cpp"
 SMALL_FILTER = "*_fp16_d64_*"     # one kernel: d=64 compiles fastest of the 2-mask TUs
 WS_HEADER = "src/fmha/kernel/flash_sm90.h"
-WS_KERNEL = "fmha_v2_ws_bf16_d64_128x128_w8x1_sm90"   # bf16: no ENABLE_HMMA_FP32 needed
+WS_KERNEL = "fmha_v2_ws_bf16_d64_192x128_w12x1_sm90"   # bf16: no ENABLE_HMMA_FP32 needed
 SM90A = "-gencode arch=compute_90a,code=sm_90a"
 
 needs_make = pytest.mark.skipif(shutil.which("make") is None, reason="make not found")
@@ -217,8 +217,9 @@ def test_ws_exe_lists_its_kernel(built_ws):
     result = run([str(tree / "bin" / "fmha.exe"), "-list-kernels"], tree)
     assert result.returncode == 0, result.stderr
     row = next(l for l in result.stdout.splitlines() if l.startswith(WS_KERNEL))
-    # family sm dtype acc d dv tile warps masks warp_spec tma
-    assert row.split()[1:] == ["ws", "90", "bf16", "fp32", "64", "64", "128x128", "8x1", "padding,causal", "true", "true"]
+    # family sm dtype acc d dv tile warps masks warp_spec tma sched
+    assert row.split()[1:] == ["ws", "90", "bf16", "fp32", "64", "64", "192x128", "12x1", "padding,causal", "true",
+                               "true", "persistent"]
 
 
 @pytest.mark.build

@@ -128,7 +128,7 @@ def test_no_kernel_fits_exits_2_before_touching_the_gpu(args, fmha):
 
 
 def test_use_tma_keeps_only_tma_kernels(fmha):
-    # No family loads d=32 through TMA (the ws family has d 64/128/256), in any build.
+    # No family loads d=32 through TMA (the ws family has d 64/128/192/256), in any build.
     r = fmha("-use-tma", "-d", "32")
     assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
     lines = r.stderr.splitlines()
@@ -136,7 +136,11 @@ def test_use_tma_keeps_only_tma_kernels(fmha):
     assert all("no TMA loads (-use-tma)" in line for line in lines[2:] if "flash" in line)
 
 
-def test_list_kernels_shows_the_tma_column(fmha):
+def test_list_kernels_shows_the_tma_and_scheduling_columns(fmha):
     lines = fmha("-list-kernels").stdout.splitlines()
-    assert lines[0].split()[-2:] == ["warp_spec", "tma"]
-    assert all(line.split()[-1] == ("true" if "_ws_" in line else "false") for line in lines[1:-1])
+    assert lines[0].split()[-3:] == ["warp_spec", "tma", "sched"]
+    assert all(line.split()[-2] == ("true" if "_ws_" in line else "false") for line in lines[1:-1])
+    # SCHEDULING_MODE picks one scheduler for every ws kernel of a build; flash is always a grid.
+    ws_sched = {line.split()[-1] for line in lines[1:-1] if "_ws_" in line}
+    assert len(ws_sched) <= 1 and ws_sched <= {"persistent", "grid"}, ws_sched
+    assert all(line.split()[-1] == "grid" for line in lines[1:-1] if "_ws_" not in line)

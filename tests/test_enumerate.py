@@ -60,7 +60,7 @@ def test_counts(environ, flash, ws):
 
 
 def test_default_kernels():
-    ws = [f"fmha_v2_ws_{dtype}_d{d}_{'x'.join(map(str, enum.ws_tile(d)[:2]))}_w8x1_sm90"
+    ws = [f"fmha_v2_ws_{dtype}_d{d}_{'x'.join(map(str, enum.ws_tile(d)[:2]))}_w{enum.ws_tile(d)[2]}x1_sm90"
           for dtype in ("fp16_fp32", "bf16") for d in enum.WS_HEAD_SIZES]
     flash = [
         f"fmha_v2_flash_{dtype}_d{d}_{'x'.join(map(str, enum.flash_tile(d)[:2]))}_w4x1_sm80"
@@ -71,11 +71,13 @@ def test_default_kernels():
 
 def test_ws_kernels_with_hmma_fp32():
     assert [n for n in names({"TORCH_CUDA_ARCH_LIST": "9.0", "ENABLE_HMMA_FP32": "1"}) if "_ws_" in n] == [
-        "fmha_v2_ws_fp16_fp32_d64_128x128_w8x1_sm90",
+        "fmha_v2_ws_fp16_fp32_d64_192x128_w12x1_sm90",
         "fmha_v2_ws_fp16_fp32_d128_128x128_w8x1_sm90",
+        "fmha_v2_ws_fp16_fp32_d192_128x64_w8x1_sm90",
         "fmha_v2_ws_fp16_fp32_d256_128x64_w8x1_sm90",
-        "fmha_v2_ws_bf16_d64_128x128_w8x1_sm90",
+        "fmha_v2_ws_bf16_d64_192x128_w12x1_sm90",
         "fmha_v2_ws_bf16_d128_128x128_w8x1_sm90",
+        "fmha_v2_ws_bf16_d192_128x64_w8x1_sm90",
         "fmha_v2_ws_bf16_d256_128x64_w8x1_sm90",
     ]
 
@@ -127,8 +129,10 @@ def test_tiles_come_from_their_tile_function_and_pass_the_rules():
 
 
 def test_ws_tile():
-    # 128 rows over two consumer warpgroups (8 warps); 128-key blocks, 64 at d=256 (smem).
-    assert [enum.ws_tile(d) for d in enum.WS_HEAD_SIZES] == [(128, 128, 8, 1), (128, 128, 8, 1), (128, 64, 8, 1)]
+    # d=64: 192 rows over three consumer warpgroups (12 warps); otherwise 128 rows over two.
+    # 128-key blocks, 64 at d=192 and 256 (shared memory).
+    assert [enum.ws_tile(d) for d in enum.WS_HEAD_SIZES] == [
+        (192, 128, 12, 1), (128, 128, 8, 1), (128, 64, 8, 1), (128, 64, 8, 1)]
 
 
 # --- FMHA_FILTER ------------------------------------------------------------------------
@@ -282,8 +286,30 @@ def test_setup_reports_flags_of_families_that_do_not_exist(tmp_path):
     assert run.returncode == 0, run.stderr
     for flag in ("ENABLE_SM89_QMMA", "ENABLE_SM100", "ENABLE_SM120"):
         assert f"{flag}=1: " in run.stdout and "does not exist yet; nothing was generated" in run.stdout
-    assert ("SCHEDULING_MODE=0: validated; it applies to the ws family, which has only a static grid "
-            "today (the persistent scheduler, 1, is not implemented yet)") in run.stdout
+    assert "SCHEDULING_MODE=0: ws kernels use static grid, one CTA per tile" in run.stdout
+
+
+@pytest.mark.parametrize("mode, persistent", [("0", "false"), ("1", "true"), (None, "true")])
+def test_scheduling_mode_reaches_the_ws_traits_and_registry(tmp_path, mode, persistent):
+    """SCHEDULING_MODE (default 1) is the ws kernels' kPersistent and KernelMeta::persistent;
+    the flash family has no scheduler parameter."""
+    env = {"FMHA_FILTER": "*_d128_*", "TORCH_CUDA_ARCH_LIST": "9.0"}
+    if mode is not None:
+        env["SCHEDULING_MODE"] = mode
+    run = run_setup(tmp_path, **env)
+    assert run.returncode == 0, run.stderr
+    kernels = sorted((tmp_path / "gen" / "kernels").glob("*.cu"))
+    ws = [k for k in kernels if "_ws_" in k.name]
+    flash = [k for k in kernels if "_flash_" in k.name]
+    assert ws and flash
+    for k in ws:
+        assert f"/*kPersistent=*/{persistent}>" in k.read_text(), k.name
+    for k in flash:
+        assert "kPersistent" not in k.read_text(), k.name
+    registry = (tmp_path / "gen" / "registry.cpp").read_text()
+    rows = registry.split("const KernelMeta kKernels[] = {")[1]
+    assert rows.count(f"/*persistent=*/{persistent}") >= len(ws)
+    assert rows.count("/*persistent=*/false") >= len(flash)
 
 
 def test_setup_bad_argument_exits_2(tmp_path):

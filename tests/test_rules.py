@@ -12,8 +12,8 @@ GOOD = KernelSpec(family="flash", sm=80, dtype="fp16", acc="fp16", d=128, dv=128
 DEFAULT = parse({})
 # A ws kernel's fields (bf16: no ENABLE_HMMA_FP32 needed), to change one at a time.
 WS = {"family": "ws", "sm": 90, "dtype": "bf16", "acc": "fp32", "block_m": 128, "block_n": 128, "warps_m": 8}
-WS_TRAITS = ("family ws (flash_sm90::Traits) needs d = dv in {64, 128, 256}, fp32 accumulation, "
-             "block_m 128 over warps 8x1 and block_n 64 or 128")
+WS_TRAITS = ("family ws (flash_sm90::Traits) needs d = dv in {64, 128, 192, 256}, fp32 accumulation, "
+             "block_m 128 or 192 over warps (block_m/16)x1 and block_n 64 or 128")
 
 # rule name -> (spec changes, config, the reason -v prints). Each breaks exactly that rule.
 CASES = {
@@ -42,6 +42,7 @@ CASES = {
     ],
     "ws_traits": [
         ({**WS, "d": 96, "dv": 96}, DEFAULT, WS_TRAITS),
+        ({**WS, "block_m": 192, "warps_m": 4}, DEFAULT, WS_TRAITS),   # 192 rows need 12 warps
         ({**WS, "dv": 64}, DEFAULT, WS_TRAITS),
         ({**WS, "dtype": "fp16", "acc": "fp16"}, DEFAULT, WS_TRAITS),
         ({**WS, "block_n": 192}, DEFAULT, WS_TRAITS),

@@ -10,7 +10,8 @@
 namespace fmha {
 namespace {
 using Traits = flash_sm90::Traits<__nv_bfloat16, /*kHeadDim=*/128, /*kHeadDimV=*/128,
-    /*kBlockM=*/128, /*kBlockN=*/128, /*kWarpsM=*/8, /*kWarpsN=*/1, /*kAccFp16=*/false>;
+    /*kBlockM=*/128, /*kBlockN=*/128, /*kWarpsM=*/8, /*kWarpsN=*/1, /*kAccFp16=*/false,
+    /*kPersistent=*/true>;
 }  // namespace
 
 cudaError_t launch_fmha_v2_ws_bf16_d128_128x128_w8x1_sm90(const Params& params, cudaStream_t stream) {

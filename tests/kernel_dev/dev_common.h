@@ -61,6 +61,18 @@ struct Config {
     const void* (*entry)(MaskType);
 };
 
+// The persistent scheduler's counter (Params::tile_counter): one zeroed int for the
+// process; launches run one at a time on the default stream.
+inline int* tile_counter() {
+    static int* counter = [] {
+        int* c = nullptr;
+        CUDA_CHECK(cudaMalloc(&c, sizeof(int)));
+        CUDA_CHECK(cudaMemset(c, 0, sizeof(int)));
+        return c;
+    }();
+    return counter;
+}
+
 // Writes the fp32 reference o_ref[token, head, 0:dv] (dense; a row with no allowed key gets 0)
 // for the inputs described by p, asynchronously on the default stream; returns the launch error.
 using ReferenceFn = cudaError_t (*)(const Params& p, bool bf16, bool causal, float* o_ref);
@@ -234,6 +246,7 @@ Params setup(const Problem& prob, int d, int dv, bool causal, uint64_t seed, Ref
     p.scale_bmm1 = 1.f / std::sqrt(static_cast<float>(d));
     p.scale_softmax = 1.f;
     p.scale_bmm2 = 1.f;
+    p.tile_counter = tile_counter();
 
     const float range_qk = prob.range_qk, center_v = prob.center_v, range_v = prob.range_v;
     if (prob.layout == Layout::kPackedQkv) {

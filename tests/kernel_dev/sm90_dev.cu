@@ -24,31 +24,38 @@ using fmha::Params;
 // ---------------------------------------------------------------------------------------
 // Kernel configurations under test.
 
-template <typename E, int D, int BN, int ST = 0, bool PP = true>
+template <typename E, int D, int BM, int BN, bool PERSIST, int ST = 0, bool PP = true>
 Config make_config() {
-    using T = fmha::flash_sm90::Traits<E, D, D, 128, BN, 8, 1, false, ST, PP>;
+    using T = fmha::flash_sm90::Traits<E, D, D, BM, BN, BM / 16, 1, false, PERSIST, ST, PP>;
     const bool bf16 = fmha::ElementTraits<E>::kIsBf16;
     char name[128];
-    std::snprintf(name, sizeof(name), "sm90_%s_d%d_128x%d_st%d%s", bf16 ? "bf16" : "fp16_fp32", D, BN, T::kStages,
-                  T::kPingPong ? "" : "_nopp");
-    return Config{name, bf16, false, D, D, 128, BN, 8, T::kStages, T::kSmemBytes,
+    std::snprintf(name, sizeof(name), "sm90_%s_d%d_%dx%d_st%d%s%s", bf16 ? "bf16" : "fp16_fp32", D, BM, BN,
+                  T::kStages, PERSIST ? "_pers" : "", T::kPingPong ? "" : "_nopp");
+    return Config{name, bf16, false, D, D, BM, BN, BM / 16, T::kStages, T::kSmemBytes,
                   &fmha::flash_sm90::launch<T>, &fmha::flash_sm90::launch_with_extents<T>,
                   &fmha::flash_sm90::entry<T>};
 }
 
 std::vector<Config> all_configs() {
     return {
-        make_config<__half, 64, 128>(),
-        make_config<__half, 128, 128>(),
-        make_config<__half, 256, 64>(),
-        make_config<__nv_bfloat16, 64, 128>(),
-        make_config<__nv_bfloat16, 128, 128>(),
-        make_config<__nv_bfloat16, 256, 64>(),
-        // alternatives, for the benchmark
-        make_config<__half, 64, 128, 0, false>(),
-        make_config<__half, 128, 128, 0, false>(),
-        make_config<__half, 256, 64, 0, false>(),
-        make_config<__half, 128, 64, 3>(),
+        // static grid (SCHEDULING_MODE 0) and persistent (1), per head size
+        make_config<__half, 64, 128, 128, false>(),
+        make_config<__half, 64, 128, 128, true>(),
+        make_config<__half, 64, 192, 128, false>(),
+        make_config<__half, 64, 192, 128, true>(),
+        make_config<__half, 64, 192, 128, true, 3>(),
+        make_config<__half, 128, 128, 128, false>(),
+        make_config<__half, 128, 128, 128, true>(),
+        make_config<__half, 128, 128, 128, true, 3>(),
+        make_config<__half, 192, 128, 64, false>(),
+        make_config<__half, 192, 128, 64, true>(),
+        make_config<__half, 192, 128, 64, true, 3>(),
+        make_config<__half, 256, 128, 64, false>(),
+        make_config<__half, 256, 128, 64, true>(),
+        make_config<__nv_bfloat16, 64, 192, 128, true>(),
+        make_config<__nv_bfloat16, 128, 128, 128, true>(),
+        make_config<__nv_bfloat16, 192, 128, 64, true>(),
+        make_config<__nv_bfloat16, 256, 128, 64, true>(),
     };
 }
 

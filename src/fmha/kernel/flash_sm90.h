@@ -1,26 +1,37 @@
 // The "flash_sm90" family: FlashAttention-3-style forward for Hopper (sm_90a: wgmma, TMA,
 // setmaxnreg). Build with -gencode arch=compute_90a,code=sm_90a.
 //
-// One CTA owns kBlockM = 128 query rows of one (batch, head) and runs three warpgroups:
+// A CTA works on tiles of kBlockM query rows of one (batch, head) with 1 + kBlockM / 64
+// warpgroups:
 //   warpgroup 0, producer (setmaxnreg down to kProducerRegs): one thread issues TMA loads,
-//     Q once, then K[j] and V[j] for every key block into a kStages-deep ring; "full"
-//     mbarriers complete on the TMA bytes, "empty" ones on one arrival per consumer warp.
-//   warpgroups 1, 2, consumers (setmaxnreg up to kConsumerRegs): each owns 64 query rows
+//     per tile Q once, then K[j] and V[j] for every key block into a kStages-deep ring;
+//     "full" mbarriers complete on the TMA bytes, "empty" ones on one arrival per consumer
+//     warp. Q has its own full/empty pair, so the next tile's Q loads as soon as every
+//     consumer has issued its last Q K^T of this one.
+//   warpgroups 1.., consumers (setmaxnreg up to kConsumerRegs): each owns 64 query rows
 //     and keeps S, P and O in registers. Per key block j, walked from the last one down
 //     (the masked blocks, key tail and causal diagonal, come first, as in flash_sm80):
 //       issue S[j] = Q K[j]^T (wgmma SS); issue O += P[j+1] V[j+1] (wgmma RS, P from
 //       registers); wait for S[j] -> release K[j], mask, softmax; wait for the P.V ->
 //       release V[j+1], rescale O; pack P[j]. Softmax of one block thus runs while the
 //       tensor cores do the other block's P.V (FA3's intra-warpgroup overlap).
-// Causal: key blocks past the tile's last row are never loaded (block skipping); the
-// m-blocks are launched heaviest first (sched::static_tile). SCHEDULING_MODE 0 (static
-// grid) only. Ping-pong (kPingPong, default on): the two consumer warpgroups alternate
-// their wgmma issue through named barriers, so one's softmax overlaps the other's GEMMs.
+// Ping-pong (kPingPong, default on): the consumer warpgroups take turns issuing their
+// wgmmas, round robin through named barriers, so one's softmax overlaps another's GEMMs.
+// Causal: key blocks past the tile's last row are never loaded (block skipping).
+//
+// Tile order: sched::tile_at over m_blocks x heads x batch (heaviest first when causal).
+//   kPersistent == false (SCHEDULING_MODE 0): a 1-D grid of one CTA per tile.
+//   kPersistent == true  (SCHEDULING_MODE 1): min(tiles, SMs) CTAs; CTA i starts with tile
+//     i and the producer pulls each next tile from Params::tile_counter (atomicAdd), passes
+//     it to the consumers through a 2-slot shared-memory ring (mbarriers) and starts its
+//     loads while the consumers finish the tile before (normalise, store O). The CTA that
+//     draws the launch's last index puts the counter back to 0, so it needs no reset
+//     between launches (launches that share a counter must not overlap in time).
 //
 // What an instantiation supports (static_asserted in Traits; launch checks the rest):
 //   Element      __half or __nv_bfloat16, f32 accumulation only (kAccFp16 == false)
-//   kHeadDim     64, 128 or 256, kHeadDimV == kHeadDim
-//   kBlockM 128, kWarpsM 8 (two consumer warpgroups of 64 rows), kWarpsN 1
+//   kHeadDim     64, 128, 192 or 256 (whole 64-column TMA panels), kHeadDimV == kHeadDim
+//   kBlockM      128 or 192 (two or three consumer warpgroups), kWarpsM = kBlockM / 16, kWarpsN 1
 //   kBlockN      64 or 128 (a wgmma N), shared memory <= 227 KB
 //   run time     padding and causal (bottom-right) masks, var-len packed or padded
 //                storage via offsets/lens, GQA/MQA, s_q != s_kv, any row/head strides
@@ -59,7 +70,7 @@ constexpr int kWarpgroupThreads = 128;
 constexpr int kWarpgroupRows = 64;  // wgmma M
 
 template <typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockM_, int kBlockN_, int kWarpsM_,
-          int kWarpsN_, bool kAccFp16_, int kStages_ = 0, bool kPingPong_ = true>
+          int kWarpsN_, bool kAccFp16_, bool kPersistent_ = false, int kStages_ = 0, bool kPingPong_ = true>
 struct Traits {
     using Element = Element_;
     static constexpr bool kBf16 = ElementTraits<Element>::kIsBf16;
@@ -70,14 +81,15 @@ struct Traits {
     static constexpr int kWarpsM = kWarpsM_;
     static constexpr int kWarpsN = kWarpsN_;
     static constexpr bool kAccFp16 = kAccFp16_;
+    static constexpr bool kPersistent = kPersistent_;
 
     static constexpr int kConsumerWarpgroups = kWarpsM / 4;
     static constexpr int kConsumerWarps = kWarpsM;
     static constexpr int kThreads = (kConsumerWarpgroups + 1) * kWarpgroupThreads;
     static constexpr int kStages = kStages_ != 0 ? kStages_ : 2;
     // Ping-pong: the consumer warpgroups take turns issuing their wgmmas (named barriers),
-    // so that one's softmax runs while the other's GEMMs own the tensor cores.
-    static constexpr bool kPingPong = kPingPong_ && kConsumerWarpgroups == 2;
+    // so that one's softmax runs while another's GEMMs own the tensor cores.
+    static constexpr bool kPingPong = kPingPong_ && kConsumerWarpgroups >= 2;
 
     static constexpr int kNTilesS = kBlockN / 8;     // n8 tiles of S per thread row pair
     static constexpr int kNTilesO = kHeadDimV / 8;   // n8 tiles of O
@@ -90,20 +102,25 @@ struct Traits {
     static constexpr int kSmemQ = kBlockM * kHeadDim * 2;      // [kBlockM, d]
     static constexpr int kSmemK = kBlockN * kHeadDim * 2;      // [kBlockN, d], one stage
     static constexpr int kSmemV = kBlockN * kHeadDimV * 2;     // [kBlockN, dv], one stage
-    static constexpr int kNumBarriers = 1 + 4 * kStages;       // Q; K full/empty; V full/empty
+    // Q full/empty; K full/empty, V full/empty per stage; tile slot full/empty x 2.
+    static constexpr int kNumBarriers = 2 + 4 * kStages + 4;
     static constexpr int kSmemAlign = 1024;                    // SW128 tiles: one swizzle period
-    static constexpr int kSmemBytes = kSmemAlign + kSmemQ + kStages * (kSmemK + kSmemV) + 8 * kNumBarriers;
+    static constexpr int kSmemBytes =
+        kSmemAlign + kSmemQ + kStages * (kSmemK + kSmemV) + 8 * kNumBarriers + 2 * 4 /* tile slots */;
     static constexpr int kMaxSmemBytes = 227 * 1024;
 
-    // 128 * 24 + 256 * 240 = 64512 of the SM's 65536 registers.
+    // Two consumers: 128 * 24 + 256 * 240 = 64512 of the SM's 65536 registers;
+    // three: 128 * 24 + 384 * 160 = 64512.
     static constexpr int kProducerRegs = 24;
-    static constexpr int kConsumerRegs = 240;
+    static constexpr int kConsumerRegs = kConsumerWarpgroups == 2 ? 240 : 160;
 
     static_assert(kIsSupportedElement<Element>, "Element must be __half or __nv_bfloat16");
     static_assert(!kAccFp16, "flash_sm90: f32 accumulation only");
-    static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "flash_sm90: d in {64, 128, 256}");
+    static_assert(kHeadDim % memory::kTmaPanelCols == 0 && kHeadDim <= 256,
+                  "flash_sm90: d in {64, 128, 192, 256} (whole 64-column TMA panels)");
     static_assert(kHeadDimV == kHeadDim, "flash_sm90: dv == d");
-    static_assert(kBlockM == 128 && kWarpsM == 8, "flash_sm90: 128 rows over two consumer warpgroups");
+    static_assert((kBlockM == 128 || kBlockM == 192) && kWarpsM == kBlockM / 16,
+                  "flash_sm90: 128 or 192 rows over two or three consumer warpgroups");
     static_assert(kBlockM == kConsumerWarpgroups * kWarpgroupRows, "one 64-row slab per consumer warpgroup");
     static_assert(kWarpsN == 1, "warps split query rows only");
     static_assert(kBlockN == 64 || kBlockN == 128, "flash_sm90: kBlockN in {64, 128}");
@@ -118,8 +135,8 @@ struct TmaMaps {
     CUtensorMap q, k, v;
 };
 
-// Named barriers 1 and 2 (0 is __syncthreads): consumer c waits on barrier 1 + c for its
-// turn and hands the turn over with an arrival on the other's.
+// Named barriers 1.. (0 is __syncthreads): consumer c waits on barrier 1 + c for its turn
+// and hands the turn over with an arrival on the next consumer's (round robin).
 constexpr int kPingPongBarrier0 = 1;
 constexpr int kPingPongThreads = 2 * kWarpgroupThreads;
 FMHA_DEVICE void named_barrier_sync(int id) {
@@ -138,6 +155,33 @@ FMHA_DEVICE void setmaxnreg_inc() {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
 }
 
+// One tile's bounds, the same on the producer and consumer sides.
+struct TileWork {
+    int batch, head, kv_head, m0, q_len, kv_len, q_off, kv_off;
+    int n_blocks;  // key blocks to visit; 0 when the tile has no visible key
+    bool active;   // the tile has query rows (m0 < q_len)
+};
+
+template <class Tr, bool kCausal>
+FMHA_DEVICE TileWork tile_work(const Params& p, int t, int m_blocks) {
+    const sched::Tile tile = sched::tile_at(t, m_blocks, p.h, p.b, kCausal);
+    TileWork w;
+    w.batch = tile.batch;
+    w.head = tile.head;
+    w.kv_head = tile.head / (p.h / p.h_kv);
+    w.m0 = tile.m_block * Tr::kBlockM;
+    w.q_len = p.q_lens[tile.batch];
+    w.active = w.m0 < w.q_len;
+    w.kv_len = p.kv_lens[tile.batch];
+    w.q_off = p.q_offsets[tile.batch];
+    w.kv_off = p.kv_offsets[tile.batch];
+    // Keys [0, key_end) are visible to some row of the tile: the blocks above are skipped.
+    const int key_end =
+        w.active ? mask::key_limit<kCausal>(w.m0 + min_int(w.q_len - w.m0, Tr::kBlockM) - 1, w.kv_len, w.q_len) : 0;
+    w.n_blocks = key_end > 0 ? ceil_div(key_end, Tr::kBlockN) : 0;
+    return w;
+}
+
 template <class Tr, bool kCausal>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
     fwd_kernel(const __grid_constant__ Params p, const __grid_constant__ TmaMaps maps) {
@@ -148,57 +192,82 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     const uint32_t smem_q = (smem_u32(smem_raw) + Tr::kSmemAlign - 1) & ~uint32_t(Tr::kSmemAlign - 1);
     const uint32_t smem_k = smem_q + Tr::kSmemQ;      // S x [kBlockN, d]
     const uint32_t smem_v = smem_k + S * Tr::kSmemK;  // S x [kBlockN, dv]
-    const uint32_t bar_q = smem_v + S * Tr::kSmemV;
-    const auto k_full = [&](int st) { return bar_q + 8u * (1 + st); };
-    const auto k_empty = [&](int st) { return bar_q + 8u * (1 + S + st); };
-    const auto v_full = [&](int st) { return bar_q + 8u * (1 + 2 * S + st); };
-    const auto v_empty = [&](int st) { return bar_q + 8u * (1 + 3 * S + st); };
+    const uint32_t bar_base = smem_v + S * Tr::kSmemV;
+    const uint32_t q_full = bar_base, q_empty = bar_base + 8u;
+    const auto k_full = [&](int st) { return bar_base + 8u * (2 + st); };
+    const auto k_empty = [&](int st) { return bar_base + 8u * (2 + S + st); };
+    const auto v_full = [&](int st) { return bar_base + 8u * (2 + 2 * S + st); };
+    const auto v_empty = [&](int st) { return bar_base + 8u * (2 + 3 * S + st); };
+    const auto tile_full = [&](int slot) { return bar_base + 8u * (2 + 4 * S + slot); };
+    const auto tile_empty = [&](int slot) { return bar_base + 8u * (2 + 4 * S + 2 + slot); };
+    const uint32_t tile_slot0 = bar_base + 8u * Tr::kNumBarriers;  // int[2]
 
-    const sched::Tile tile = sched::static_tile<kCausal>();
-    const int q_len = p.q_lens[tile.batch];
-    const int m0 = tile.m_block * Tr::kBlockM;
-    if (m0 >= q_len) return;  // the whole CTA, before any barrier
-    const int kv_len = p.kv_lens[tile.batch];
-    const int q_off = p.q_offsets[tile.batch];
-    const int kv_off = p.kv_offsets[tile.batch];
-    const int kv_head = tile.head / (p.h / p.h_kv);
-    // Keys [0, key_end) are visible to some row of the tile: the blocks above are skipped.
-    const int key_end = mask::key_limit<kCausal>(m0 + min_int(q_len - m0, Tr::kBlockM) - 1, kv_len, q_len);
-    const int n_blocks = key_end > 0 ? ceil_div(key_end, Tr::kBlockN) : 0;
-
+    const int m_blocks = ceil_div(p.s_q_max, Tr::kBlockM);
+    const int num_tiles = m_blocks * p.h * p.b;
     const int tid = threadIdx.x;
     const int warpgroup = __shfl_sync(0xffffffffu, tid / kWarpgroupThreads, 0);
     if (tid == 0) {
-        memory::mbar_init(bar_q, 1);
+        memory::mbar_init(q_full, 1);
+        memory::mbar_init(q_empty, Tr::kConsumerWarps);
         for (int st = 0; st < S; ++st) {
             memory::mbar_init(k_full(st), 1);
             memory::mbar_init(v_full(st), 1);
             memory::mbar_init(k_empty(st), Tr::kConsumerWarps);
             memory::mbar_init(v_empty(st), Tr::kConsumerWarps);
         }
+        for (int slot = 0; slot < 2; ++slot) {
+            memory::mbar_init(tile_full(slot), 1);
+            memory::mbar_init(tile_empty(slot), Tr::kConsumerWarps);
+        }
         memory::mbar_fence_init();
     }
     __syncthreads();
 
     if (warpgroup == 0) {
-        // Producer: key blocks from the last one down, the order the consumers take them.
+        // Producer: per tile Q, then key blocks from the last one down, the order the
+        // consumers take them. The ring position (kv_iter) runs on across tiles.
         setmaxnreg_dec<Tr::kProducerRegs>();
-        if (tid == 0 && n_blocks > 0) {
-            memory::tma_prefetch_map(&maps.q);
-            memory::tma_prefetch_map(&maps.k);
-            memory::tma_prefetch_map(&maps.v);
-            memory::mbar_arrive_expect_tx(bar_q, Tr::kSmemQ);
-            memory::tma_load_head_tile(smem_q, &maps.q, bar_q, q_off + m0, tile.head);
-            for (int it = 0; it < n_blocks; ++it) {
-                const int st = it % S;
-                const uint32_t phase = (it / S) & 1;
-                const int token = kv_off + (n_blocks - 1 - it) * Tr::kBlockN;
-                memory::mbar_wait(k_empty(st), phase ^ 1);
-                memory::mbar_arrive_expect_tx(k_full(st), Tr::kSmemK);
-                memory::tma_load_head_tile(smem_k + st * Tr::kSmemK, &maps.k, k_full(st), token, kv_head);
-                memory::mbar_wait(v_empty(st), phase ^ 1);
-                memory::mbar_arrive_expect_tx(v_full(st), Tr::kSmemV);
-                memory::tma_load_head_tile(smem_v + st * Tr::kSmemV, &maps.v, v_full(st), token, kv_head);
+        if (tid != 0) return;
+        memory::tma_prefetch_map(&maps.q);
+        memory::tma_prefetch_map(&maps.k);
+        memory::tma_prefetch_map(&maps.v);
+        int kv_iter = 0, q_iter = 0;
+        int t = blockIdx.x;
+        for (int tile_iter = 0;; ++tile_iter) {
+            if constexpr (Tr::kPersistent) {
+                const int slot = tile_iter & 1;
+                memory::mbar_wait(tile_empty(slot), ((tile_iter >> 1) & 1) ^ 1);
+                asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(tile_slot0 + 4u * slot), "r"(t) : "memory");
+                memory::mbar_arrive(tile_full(slot));
+            }
+            if (t >= num_tiles) break;
+            const TileWork w = tile_work<Tr, kCausal>(p, t, m_blocks);
+            if (w.n_blocks > 0) {
+                memory::mbar_wait(q_empty, (q_iter & 1) ^ 1);
+                memory::mbar_arrive_expect_tx(q_full, Tr::kSmemQ);
+                memory::tma_load_head_tile(smem_q, &maps.q, q_full, w.q_off + w.m0, w.head);
+                ++q_iter;
+                for (int it = 0; it < w.n_blocks; ++it, ++kv_iter) {
+                    const int st = kv_iter % S;
+                    const uint32_t phase = (kv_iter / S) & 1;
+                    const int token = w.kv_off + (w.n_blocks - 1 - it) * Tr::kBlockN;
+                    memory::mbar_wait(k_empty(st), phase ^ 1);
+                    memory::mbar_arrive_expect_tx(k_full(st), Tr::kSmemK);
+                    memory::tma_load_head_tile(smem_k + st * Tr::kSmemK, &maps.k, k_full(st), token, w.kv_head);
+                    memory::mbar_wait(v_empty(st), phase ^ 1);
+                    memory::mbar_arrive_expect_tx(v_full(st), Tr::kSmemV);
+                    memory::tma_load_head_tile(smem_v + st * Tr::kSmemV, &maps.v, v_full(st), token, w.kv_head);
+                }
+            }
+            if constexpr (Tr::kPersistent) {
+                // Every CTA draws until it gets an index past the end: num_tiles - gridDim.x
+                // real draws plus one per CTA, so the draw that returns num_tiles - 1 is the
+                // launch's last, and the counter is free to go back to 0.
+                const int drawn = atomicAdd(p.tile_counter, 1);
+                if (drawn == num_tiles - 1) atomicExch(p.tile_counter, 0);
+                t = static_cast<int>(gridDim.x) + drawn;
+            } else {
+                t = num_tiles;
             }
         }
         return;
@@ -207,10 +276,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     setmaxnreg_inc<Tr::kConsumerRegs>();
     const int lane = tid % kWarpSize;
     const int consumer = warpgroup - 1;
-    const int wg_row0 = m0 + consumer * kWarpgroupRows;             // first query row of this warpgroup
-    const int row_g = (tid / kWarpSize) % 4 * 16 + lane / 4;        // this thread's first row in it
-    // Blocks below n_unmasked are visible to every row of this warpgroup.
-    const int n_unmasked = max_int(0, mask::key_limit<kCausal>(wg_row0, kv_len, q_len)) / Tr::kBlockN;
+    const int row_g = (tid / kWarpSize) % 4 * 16 + lane / 4;  // this thread's first row in its warpgroup
 
     // Descriptors at stage 0 / k-slice 0; slices and stages add (bytes >> 4).
     const uint64_t desc_q = mma::make_smem_desc_sw128(smem_q + consumer * kWarpgroupRows * Tr::kRowBytes, 16,
@@ -220,16 +286,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     constexpr int kSliceBytesK = 16 * 2;                    // k16 inside a 128-byte row
     constexpr int kSliceBytesV = 16 * Tr::kRowBytes;        // 16 key rows
     constexpr int kSlicesPerPanel = memory::kTmaPanelCols / 16;
-
-    float acc_o[1][Tr::kNTilesO][4];  // [64 rows, dv] f32 of this warpgroup
-#pragma unroll
-    for (int nt = 0; nt < Tr::kNTilesO; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc_o[0][nt][e] = 0.f;
-    }
-    uint32_t p_frag[1][Tr::kKSlicesPV][4];  // P of the previous block as wgmma A, [64 rows, kBlockN]
-    softmax::OnlineSoftmaxSm90 softmax;
-    softmax.init();
 
     const auto release = [&](uint32_t bar) {
         __syncwarp();
@@ -247,89 +303,132 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         }
         mma::wgmma_commit();
     };
-    const auto issue_pv = [&](int st) {
-        mma::wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < Tr::kKSlicesPV; ++kk) {
-            const uint32_t off_v = st * Tr::kSmemV + kk * kSliceBytesV;
-            mma::wgmma_rs<Tr::kBf16, Tr::kHeadDimV>(mma::flat(acc_o), p_frag[0][kk], desc_v + (off_v >> 4), true);
-        }
-        mma::wgmma_commit();
-    };
     const float scale_log2 = p.scale_bmm1 * kLog2e;
-    // Mask (boundary blocks only) and softmax of block nb; alpha: the O rescale it needs.
-    const auto softmax_block = [&](float (&acc_s)[1][Tr::kNTilesS][4], int nb, float (&alpha)[2]) {
-        if (nb >= n_unmasked) {
-            mask::apply<kCausal>(acc_s, wg_row0 + row_g, nb * Tr::kBlockN + 2 * (lane % 4), kv_len, q_len);
-            softmax.template scale<true>(acc_s, alpha, scale_log2);
-        } else {
-            softmax.template scale<false>(acc_s, alpha, scale_log2);
-        }
-    };
 
-    // Turns: n_blocks + 1 issue phases per warpgroup; consumer 0 goes first, and consumer 1
-    // skips its last hand-over so that every arrival is matched by a wait.
+    // Turns: n_blocks + 1 issue phases per warpgroup and tile, round robin from consumer 0.
+    // The last consumer opens each tile with an arrival on consumer 0's barrier and skips
+    // its own last hand-over, so every arrival is matched by one wait.
+    constexpr int kLastConsumer = Tr::kConsumerWarpgroups - 1;
     const auto my_turn = [&] {
         if constexpr (Tr::kPingPong) named_barrier_sync(kPingPongBarrier0 + consumer);
     };
     const auto your_turn = [&] {
-        if constexpr (Tr::kPingPong) named_barrier_arrive(kPingPongBarrier0 + (consumer ^ 1));
+        if constexpr (Tr::kPingPong) {
+            named_barrier_arrive(kPingPongBarrier0 + (consumer == kLastConsumer ? 0 : consumer + 1));
+        }
     };
 
-    if (n_blocks > 0) {
-        if (consumer == 1) your_turn();
-        memory::mbar_wait(bar_q, 0);
-        {
-            float acc_s[1][Tr::kNTilesS][4];
-            float alpha[2];
-            memory::mbar_wait(k_full(0), 0);
-            my_turn();
-            issue_qk(acc_s, 0);
-            your_turn();
-            mma::wgmma_wait<0>();
-            mma::fence_operands(acc_s);
-            release(k_empty(0));
-            softmax_block(acc_s, n_blocks - 1, alpha);  // O is still zero: alpha unused
-            mma::s_to_p<Element>(p_frag, acc_s);
+    int kv_iter = 0, q_iter = 0;
+    int t = blockIdx.x;
+    for (int tile_iter = 0;; ++tile_iter) {
+        if constexpr (Tr::kPersistent) {
+            const int slot = tile_iter & 1;
+            memory::mbar_wait(tile_full(slot), (tile_iter >> 1) & 1);
+            asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(t) : "r"(tile_slot0 + 4u * slot) : "memory");
+            release(tile_empty(slot));
+        } else if (tile_iter > 0) {
+            t = num_tiles;
         }
-        for (int it = 1; it < n_blocks; ++it) {
-            const int st = it % S, prev = (it - 1) % S;
-            float acc_s[1][Tr::kNTilesS][4];
-            float alpha[2];
-            memory::mbar_wait(k_full(st), (it / S) & 1);
-            memory::mbar_wait(v_full(prev), ((it - 1) / S) & 1);
-            my_turn();
-            issue_qk(acc_s, st);
-            mma::fence_operands(acc_o);
-            issue_pv(prev);
-            your_turn();
-            mma::wgmma_wait<1>();  // S done, P.V may still run
-            mma::fence_operands(acc_s);
-            release(k_empty(st));
-            softmax_block(acc_s, n_blocks - 1 - it, alpha);
-            mma::wgmma_wait<0>();
-            mma::fence_operands(acc_o);
-            mma::fence_operands(p_frag);
-            release(v_empty(prev));
-            softmax::OnlineSoftmaxSm90::rescale(acc_o, alpha);
-            mma::s_to_p<Element>(p_frag, acc_s);
-        }
-        const int last = (n_blocks - 1) % S;
-        memory::mbar_wait(v_full(last), ((n_blocks - 1) / S) & 1);
-        mma::fence_operands(acc_o);
-        my_turn();
-        issue_pv(last);
-        if (consumer == 0) your_turn();
-        mma::wgmma_wait<0>();
-        mma::fence_operands(acc_o);
-        release(v_empty(last));
-    }
+        if (t >= num_tiles) break;
+        const TileWork w = tile_work<Tr, kCausal>(p, t, m_blocks);
+        if (!w.active) continue;
+        const int n_blocks = w.n_blocks;
+        const int wg_row0 = w.m0 + consumer * kWarpgroupRows;  // first query row of this warpgroup
+        // Blocks below n_unmasked are visible to every row of this warpgroup.
+        const int n_unmasked = max_int(0, mask::key_limit<kCausal>(wg_row0, w.kv_len, w.q_len)) / Tr::kBlockN;
 
-    float inv[2];
-    softmax.finalize(inv, p.scale_softmax * p.scale_bmm2);
-    Element* o = static_cast<Element*>(p.o) + static_cast<int64_t>(q_off + wg_row0) * p.o_row_stride +
-                 static_cast<int64_t>(tile.head) * p.o_head_stride;
-    epilogue::store_o_rows<Element>(acc_o, inv, o, p.o_row_stride, row_g, lane, q_len - wg_row0);
+        float acc_o[1][Tr::kNTilesO][4];  // [64 rows, dv] f32 of this warpgroup
+#pragma unroll
+        for (int nt = 0; nt < Tr::kNTilesO; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc_o[0][nt][e] = 0.f;
+        }
+        uint32_t p_frag[1][Tr::kKSlicesPV][4];  // P of the previous block as wgmma A, [64 rows, kBlockN]
+        softmax::OnlineSoftmaxSm90 softmax;
+        softmax.init();
+
+        const auto issue_pv = [&](int st) {
+            mma::wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < Tr::kKSlicesPV; ++kk) {
+                const uint32_t off_v = st * Tr::kSmemV + kk * kSliceBytesV;
+                mma::wgmma_rs<Tr::kBf16, Tr::kHeadDimV>(mma::flat(acc_o), p_frag[0][kk], desc_v + (off_v >> 4), true);
+            }
+            mma::wgmma_commit();
+        };
+        // Mask (boundary blocks only) and softmax of block nb; alpha: the O rescale it needs.
+        const auto softmax_block = [&](float (&acc_s)[1][Tr::kNTilesS][4], int nb, float (&alpha)[2]) {
+            if (nb >= n_unmasked) {
+                mask::apply<kCausal>(acc_s, wg_row0 + row_g, nb * Tr::kBlockN + 2 * (lane % 4), w.kv_len, w.q_len);
+                softmax.template scale<true>(acc_s, alpha, scale_log2);
+            } else {
+                softmax.template scale<false>(acc_s, alpha, scale_log2);
+            }
+        };
+
+        if (n_blocks > 0) {
+            const int g0 = kv_iter;  // ring position of this tile's first block
+            if (consumer == kLastConsumer) your_turn();
+            memory::mbar_wait(q_full, q_iter & 1);
+            {
+                float acc_s[1][Tr::kNTilesS][4];
+                float alpha[2];
+                const int st = g0 % S;
+                memory::mbar_wait(k_full(st), (g0 / S) & 1);
+                my_turn();
+                issue_qk(acc_s, st);
+                your_turn();
+                mma::wgmma_wait<0>();
+                mma::fence_operands(acc_s);
+                release(k_empty(st));
+                if (n_blocks == 1) release(q_empty);
+                softmax_block(acc_s, n_blocks - 1, alpha);  // O is still zero: alpha unused
+                mma::s_to_p<Element>(p_frag, acc_s);
+            }
+            for (int it = 1; it < n_blocks; ++it) {
+                const int g = g0 + it;
+                const int st = g % S, prev = (g - 1) % S;
+                float acc_s[1][Tr::kNTilesS][4];
+                float alpha[2];
+                memory::mbar_wait(k_full(st), (g / S) & 1);
+                memory::mbar_wait(v_full(prev), ((g - 1) / S) & 1);
+                my_turn();
+                issue_qk(acc_s, st);
+                mma::fence_operands(acc_o);
+                issue_pv(prev);
+                your_turn();
+                mma::wgmma_wait<1>();  // S done, P.V may still run
+                mma::fence_operands(acc_s);
+                release(k_empty(st));
+                if (it == n_blocks - 1) release(q_empty);  // the tile's last read of Q
+                softmax_block(acc_s, n_blocks - 1 - it, alpha);
+                mma::wgmma_wait<0>();
+                mma::fence_operands(acc_o);
+                mma::fence_operands(p_frag);
+                release(v_empty(prev));
+                softmax::OnlineSoftmaxSm90::rescale(acc_o, alpha);
+                mma::s_to_p<Element>(p_frag, acc_s);
+            }
+            const int g_last = g0 + n_blocks - 1;
+            const int last = g_last % S;
+            memory::mbar_wait(v_full(last), (g_last / S) & 1);
+            mma::fence_operands(acc_o);
+            my_turn();
+            issue_pv(last);
+            if (consumer != kLastConsumer) your_turn();
+            mma::wgmma_wait<0>();
+            mma::fence_operands(acc_o);
+            release(v_empty(last));
+            kv_iter += n_blocks;
+            ++q_iter;
+        }
+
+        float inv[2];
+        softmax.finalize(inv, p.scale_softmax * p.scale_bmm2);
+        Element* o = static_cast<Element*>(p.o) + static_cast<int64_t>(w.q_off + wg_row0) * p.o_row_stride +
+                     static_cast<int64_t>(w.head) * p.o_head_stride;
+        epilogue::store_o_rows<Element>(acc_o, inv, o, p.o_row_stride, row_g, lane, w.q_len - wg_row0);
+    }
 #endif
 }
 
@@ -343,17 +442,43 @@ const void* entry(MaskType m) {
     return nullptr;
 }
 
+// Grid of a launch: one CTA per tile, or min(tiles, SMs) persistent CTAs. 0 when the tile
+// count does not fit an int.
+template <class Tr>
+int grid_size(const Params& p, int num_sms) {
+    const int64_t tiles = static_cast<int64_t>(ceil_div(p.s_q_max, Tr::kBlockM)) * p.h * p.b;
+    if (tiles > INT32_MAX) return 0;
+    return static_cast<int>(Tr::kPersistent ? std::min<int64_t>(tiles, num_sms) : tiles);
+}
+
+// cudaFuncSetAttribute once per kernel and process (the first launch pays it).
+template <class Tr, bool kCausal>
+cudaError_t allow_smem() {
+    static const cudaError_t err = cudaFuncSetAttribute(reinterpret_cast<const void*>(&fwd_kernel<Tr, kCausal>),
+                                                        cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
+    return err;
+}
+
 // Returns cudaErrorInvalidValue without launching when the problem does not fit this
-// instantiation (d, dv, b, h, h_kv, alignment and strides as flash_sm80) or when an
-// extent is not in [1, INT32_MAX] (TMA coordinates are 32-bit), and
-// cudaErrorNotSupported when the driver offers no tensor-map encoder.
+// instantiation (d, dv, b, h, h_kv, alignment and strides as flash_sm80; persistent: a
+// tile counter), or when an extent is not in [1, INT32_MAX] (TMA coordinates are 32-bit),
+// and cudaErrorNotSupported when the driver offers no tensor-map encoder.
 template <class Tr>
 cudaError_t launch_with_extents(const Params& p, int64_t q_tokens, int64_t kv_tokens, cudaStream_t stream) {
     using Element = typename Tr::Element;
     if (q_tokens < 1 || kv_tokens < 1 || q_tokens > INT32_MAX || kv_tokens > INT32_MAX) return cudaErrorInvalidValue;
     if (!kernel::params_fit(p, Tr::kHeadDim, Tr::kHeadDimV)) return cudaErrorInvalidValue;
-    const void* fn = entry<Tr>(p.mask);
-    if (fn == nullptr) return cudaErrorInvalidValue;
+    if (p.mask != MaskType::kPadding && p.mask != MaskType::kCausal) return cudaErrorInvalidValue;
+    if (Tr::kPersistent && p.tile_counter == nullptr) return cudaErrorInvalidValue;
+    int num_sms = p.num_sms;
+    if (Tr::kPersistent && num_sms < 1) {
+        int dev = 0;
+        cudaError_t err = cudaGetDevice(&dev);
+        if (err == cudaSuccess) err = cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, dev);
+        if (err != cudaSuccess) return err;
+    }
+    const int grid = grid_size<Tr>(p, num_sms);
+    if (grid < 1) return cudaErrorInvalidValue;
 
     TmaMaps maps;
     cudaError_t err = memory::make_head_tile_map<Element>(&maps.q, p.q, q_tokens, p.h, Tr::kHeadDim, p.q_row_stride,
@@ -366,12 +491,12 @@ cudaError_t launch_with_extents(const Params& p, int64_t q_tokens, int64_t kv_to
         err = memory::make_head_tile_map<Element>(&maps.v, p.v, kv_tokens, p.h_kv, Tr::kHeadDimV, p.v_row_stride,
                                                   p.v_head_stride, Tr::kBlockN);
     }
-    if (err == cudaSuccess) err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
     if (err != cudaSuccess) return err;
-    const dim3 grid = sched::static_grid(ceil_div(p.s_q_max, Tr::kBlockM), p.h, p.b);
     if (p.mask == MaskType::kCausal) {
+        if ((err = allow_smem<Tr, true>()) != cudaSuccess) return err;
         fwd_kernel<Tr, true><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, maps);
     } else {
+        if ((err = allow_smem<Tr, false>()) != cudaSuccess) return err;
         fwd_kernel<Tr, false><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, maps);
     }
     return cudaGetLastError();

@@ -62,6 +62,7 @@ FMHA_DEVICE void fence_operands(T (&x)[1][kN][kK]) {
 #define FMHA_WGMMA_OP16(d, i) FMHA_WGMMA_OP4(d, i), FMHA_WGMMA_OP4(d, i + 4), FMHA_WGMMA_OP4(d, i + 8), FMHA_WGMMA_OP4(d, i + 12)
 #define FMHA_WGMMA_OP32(d, i) FMHA_WGMMA_OP16(d, i), FMHA_WGMMA_OP16(d, i + 16)
 #define FMHA_WGMMA_OP64(d, i) FMHA_WGMMA_OP32(d, i), FMHA_WGMMA_OP32(d, i + 32)
+#define FMHA_WGMMA_OP96(d, i) FMHA_WGMMA_OP64(d, i), FMHA_WGMMA_OP32(d, i + 64)
 #define FMHA_WGMMA_OP128(d, i) FMHA_WGMMA_OP64(d, i), FMHA_WGMMA_OP64(d, i + 64)
 
 // Accumulator placeholders "{%0, ..., %R-1}".
@@ -76,6 +77,15 @@ FMHA_DEVICE void fence_operands(T (&x)[1][kN][kK]) {
     "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, " \
     "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, " \
     "%56, %57, %58, %59, %60, %61, %62, %63" \
+    "}"
+#define FMHA_WGMMA_D96 \
+    "{" \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
+    "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, " \
+    "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, " \
+    "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, " \
+    "%70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, " \
+    "%87, %88, %89, %90, %91, %92, %93, %94, %95" \
     "}"
 #define FMHA_WGMMA_D128 \
     "{" \
@@ -107,16 +117,19 @@ FMHA_DEVICE void fence_operands(T (&x)[1][kN][kK]) {
                  : FMHA_WGMMA_OP##R(d, 0)                                                      \
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<int>(accumulate)))
 
-// d: the m64nN accumulator as N/2 floats. N in {64, 128, 256}.
+// d: the m64nN accumulator as N/2 floats. N in {64, 128, 192, 256}.
 template <bool kBf16, int N>
 FMHA_DEVICE void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
-    static_assert(N == 64 || N == 128 || N == 256, "wgmma_ss: N in {64, 128, 256}");
+    static_assert(N == 64 || N == 128 || N == 192 || N == 256, "wgmma_ss: N in {64, 128, 192, 256}");
     if constexpr (N == 64) {
         if constexpr (kBf16) FMHA_WGMMA_SS(64, 32, "32", "33", "34", "bf16");
         else FMHA_WGMMA_SS(64, 32, "32", "33", "34", "f16");
     } else if constexpr (N == 128) {
         if constexpr (kBf16) FMHA_WGMMA_SS(128, 64, "64", "65", "66", "bf16");
         else FMHA_WGMMA_SS(128, 64, "64", "65", "66", "f16");
+    } else if constexpr (N == 192) {
+        if constexpr (kBf16) FMHA_WGMMA_SS(192, 96, "96", "97", "98", "bf16");
+        else FMHA_WGMMA_SS(192, 96, "96", "97", "98", "f16");
     } else {
         if constexpr (kBf16) FMHA_WGMMA_SS(256, 128, "128", "129", "130", "bf16");
         else FMHA_WGMMA_SS(256, 128, "128", "129", "130", "f16");
@@ -125,13 +138,16 @@ FMHA_DEVICE void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, b
 
 template <bool kBf16, int N>
 FMHA_DEVICE void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b, bool accumulate) {
-    static_assert(N == 64 || N == 128 || N == 256, "wgmma_rs: N in {64, 128, 256}");
+    static_assert(N == 64 || N == 128 || N == 192 || N == 256, "wgmma_rs: N in {64, 128, 192, 256}");
     if constexpr (N == 64) {
         if constexpr (kBf16) FMHA_WGMMA_RS(64, 32, "32", "33", "34", "35", "36", "37", "bf16");
         else FMHA_WGMMA_RS(64, 32, "32", "33", "34", "35", "36", "37", "f16");
     } else if constexpr (N == 128) {
         if constexpr (kBf16) FMHA_WGMMA_RS(128, 64, "64", "65", "66", "67", "68", "69", "bf16");
         else FMHA_WGMMA_RS(128, 64, "64", "65", "66", "67", "68", "69", "f16");
+    } else if constexpr (N == 192) {
+        if constexpr (kBf16) FMHA_WGMMA_RS(192, 96, "96", "97", "98", "99", "100", "101", "bf16");
+        else FMHA_WGMMA_RS(192, 96, "96", "97", "98", "99", "100", "101", "f16");
     } else {
         if constexpr (kBf16) FMHA_WGMMA_RS(256, 128, "128", "129", "130", "131", "132", "133", "bf16");
         else FMHA_WGMMA_RS(256, 128, "128", "129", "130", "131", "132", "133", "f16");

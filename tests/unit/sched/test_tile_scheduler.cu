@@ -110,6 +110,48 @@ TEST_P(TileScheduler, CausalHeaviestFirstCoversEveryTileOnce) {
     }
 }
 
+// tile_at (host and device): the linear tile order of the SM90 family's 1-D and persistent
+// grids. Checked on the host over the same shapes.
+class TileAt : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(TileAt, AscendingCoversEveryTileOnceMBlockFastest) {
+    const Shape& s = GetParam();
+    const int n = s.m_blocks * s.heads * s.batch;
+    std::vector<int> seen(n, 0);
+    for (int t = 0; t < n; ++t) {
+        const Tile tile = fmha::sched::tile_at(t, s.m_blocks, s.heads, s.batch, false);
+        ASSERT_TRUE(tile.m_block >= 0 && tile.m_block < s.m_blocks && tile.head >= 0 && tile.head < s.heads &&
+                    tile.batch >= 0 && tile.batch < s.batch) << "tile " << t;
+        ++seen[(tile.batch * s.heads + tile.head) * s.m_blocks + tile.m_block];
+        EXPECT_EQ(tile.m_block, t % s.m_blocks) << "tile " << t;
+        EXPECT_EQ(tile.head, t / s.m_blocks % s.heads) << "tile " << t;
+    }
+    for (int i = 0; i < n; ++i) EXPECT_EQ(seen[i], 1) << "tile " << i;
+}
+
+TEST_P(TileAt, HeaviestFirstCoversEveryTileOnceNeverGoingUp) {
+    const Shape& s = GetParam();
+    const int n = s.m_blocks * s.heads * s.batch;
+    std::vector<int> seen(n, 0);
+    int prev_m = s.m_blocks - 1;
+    for (int t = 0; t < n; ++t) {
+        const Tile tile = fmha::sched::tile_at(t, s.m_blocks, s.heads, s.batch, true);
+        ASSERT_TRUE(tile.m_block >= 0 && tile.m_block < s.m_blocks && tile.head >= 0 && tile.head < s.heads &&
+                    tile.batch >= 0 && tile.batch < s.batch) << "tile " << t;
+        ++seen[(tile.batch * s.heads + tile.head) * s.m_blocks + tile.m_block];
+        // Over the whole launch the m-block (the work of a causal tile) never goes up.
+        EXPECT_LE(tile.m_block, prev_m) << "tile " << t;
+        prev_m = tile.m_block;
+    }
+    EXPECT_EQ(fmha::sched::tile_at(0, s.m_blocks, s.heads, s.batch, true).m_block, s.m_blocks - 1);
+    for (int i = 0; i < n; ++i) EXPECT_EQ(seen[i], 1) << "tile " << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Grids, TileAt,
+                         ::testing::Values(Shape{"one_tile", 1, 1, 1}, Shape{"m7_h3_b2", 7, 3, 2},
+                                           Shape{"m33_h5_b4", 33, 5, 4}, Shape{"m2_h1_b300", 2, 1, 300}),
+                         [](const ::testing::TestParamInfo<Shape>& info) { return std::string(info.param.name); });
+
 INSTANTIATE_TEST_SUITE_P(Grids, TileScheduler,
                          ::testing::Values(Shape{"one_tile", 1, 1, 1}, Shape{"m7_h3_b2", 7, 3, 2},
                                            Shape{"m33_h5_b4", 33, 5, 4}, Shape{"m2_h1_b300", 2, 1, 300}),

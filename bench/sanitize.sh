@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# compute-sanitizer memcheck and racecheck over ws (SM90) kernels of bin/fmha.exe, one small
+# problem per kernel that exercises var-len lengths, GQA, s_q < s and the causal mask (and a
+# padding-mask run), so every kernel path (tails, diagonal blocks, persistent tile hand-over)
+# runs under the tools. Needs a built bin/fmha.exe and compute-sanitizer; logs under $OUT.
+#
+#   bash bench/sanitize.sh [kernel glob, default *_ws_*]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/fmha_sanitize}
+mkdir -p "$OUT"
+glob=${1:-*_ws_*}
+kernels=$(bin/fmha.exe -list-kernels | awk 'NR > 1 && NF > 3 {print $1}')
+status=0
+printf '| kernel | tool | mask | errors |\n|---|---|---|---|\n' >"$OUT/sanitize.md"
+for k in $kernels; do
+    [[ $k == $glob ]] || continue
+    d=$(echo "$k" | sed -E 's/.*_d([0-9]+)_.*/\1/')
+    dtype=-fp16
+    [[ $k == *_bf16_* ]] && dtype=-bf16
+    [[ $k == *_fp16_fp32_* ]] && dtype=-fp16-fp32
+    for tool in memcheck racecheck; do
+        for mask in causal padding; do
+            args=(-kernel "$k" -d "$d" "$dtype" -b 3 -h 4 -gqa 2 -s 333 -min-s 1 -s-q 200 -separate-q-k-v
+                  -runs 1 -warm-up-runs 1)
+            [[ $mask == causal ]] && args+=(-causal-mask)
+            log="$OUT/${k}_${tool}_${mask}.log"
+            compute-sanitizer --tool "$tool" --error-exitcode 9 bin/fmha.exe "${args[@]}" >"$log" 2>&1
+            rc=$?
+            errors=$(grep -oE 'ERROR SUMMARY: [0-9]+|RACECHECK SUMMARY: [0-9]+ hazards?' "$log" | tail -1)
+            printf '| %s | %s | %s | rc %s, %s |\n' "$k" "$tool" "$mask" "$rc" "${errors:-no summary}" \
+                | tee -a "$OUT/sanitize.md"
+            [[ $rc == 0 ]] || status=1
+        done
+    done
+done
+exit $status
