@@ -19,7 +19,8 @@
 // wgmmas, round robin through named barriers, so one's softmax overlaps another's GEMMs.
 // Causal: key blocks past the tile's last row are never loaded (block skipping).
 //
-// Tile order: sched::tile_at over m_blocks x heads x batch (heaviest first when causal).
+// Tile order: sched::tile_at over m_blocks x heads x batch (causal: heaviest first inside
+// sections of heads whose K and V fit in L2 together).
 //   kPersistent == false (SCHEDULING_MODE 0): a 1-D grid of one CTA per tile.
 //   kPersistent == true  (SCHEDULING_MODE 1): min(tiles, SMs) CTAs; CTA i starts with tile
 //     i and the producer pulls each next tile from Params::tile_counter (atomicAdd), passes
@@ -163,8 +164,8 @@ struct TileWork {
 };
 
 template <class Tr, bool kCausal>
-FMHA_DEVICE TileWork tile_work(const Params& p, int t, int m_blocks) {
-    const sched::Tile tile = sched::tile_at(t, m_blocks, p.h, p.b, kCausal);
+FMHA_DEVICE TileWork tile_work(const Params& p, int t, int m_blocks, int section) {
+    const sched::Tile tile = sched::tile_at(t, m_blocks, p.h, p.b, kCausal, section);
     TileWork w;
     w.batch = tile.batch;
     w.head = tile.head;
@@ -204,6 +205,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 
     const int m_blocks = ceil_div(p.s_q_max, Tr::kBlockM);
     const int num_tiles = m_blocks * p.h * p.b;
+    // Causal order: heaviest first inside sections of heads whose K/V share L2.
+    const int section =
+        sched::l2_section(int64_t(p.s_kv_max) * (Tr::kHeadDim + Tr::kHeadDimV) * sizeof(Element), p.h * p.b);
     const int tid = threadIdx.x;
     const int warpgroup = __shfl_sync(0xffffffffu, tid / kWarpgroupThreads, 0);
     if (tid == 0) {
@@ -241,7 +245,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                 memory::mbar_arrive(tile_full(slot));
             }
             if (t >= num_tiles) break;
-            const TileWork w = tile_work<Tr, kCausal>(p, t, m_blocks);
+            const TileWork w = tile_work<Tr, kCausal>(p, t, m_blocks, section);
             if (w.n_blocks > 0) {
                 memory::mbar_wait(q_empty, (q_iter & 1) ^ 1);
                 memory::mbar_arrive_expect_tx(q_full, Tr::kSmemQ);
@@ -330,7 +334,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
             t = num_tiles;
         }
         if (t >= num_tiles) break;
-        const TileWork w = tile_work<Tr, kCausal>(p, t, m_blocks);
+        const TileWork w = tile_work<Tr, kCausal>(p, t, m_blocks, section);
         if (!w.active) continue;
         const int n_blocks = w.n_blocks;
         const int wg_row0 = w.m0 + consumer * kWarpgroupRows;  // first query row of this warpgroup

@@ -129,22 +129,44 @@ TEST_P(TileAt, AscendingCoversEveryTileOnceMBlockFastest) {
     for (int i = 0; i < n; ++i) EXPECT_EQ(seen[i], 1) << "tile " << i;
 }
 
-TEST_P(TileAt, HeaviestFirstCoversEveryTileOnceNeverGoingUp) {
+// Heaviest first inside sections of `section` (head, batch) pairs: every tile once; inside
+// a section the m-block (a causal tile's work) never goes up and the pairs stay inside it;
+// sections come in (head, batch) order. Sections of 1, 2, 3 (a narrower last section with
+// most shapes) and all pairs (the whole launch heaviest first).
+TEST_P(TileAt, HeaviestFirstBySectionCoversEveryTileOnce) {
     const Shape& s = GetParam();
-    const int n = s.m_blocks * s.heads * s.batch;
-    std::vector<int> seen(n, 0);
-    int prev_m = s.m_blocks - 1;
-    for (int t = 0; t < n; ++t) {
-        const Tile tile = fmha::sched::tile_at(t, s.m_blocks, s.heads, s.batch, true);
-        ASSERT_TRUE(tile.m_block >= 0 && tile.m_block < s.m_blocks && tile.head >= 0 && tile.head < s.heads &&
-                    tile.batch >= 0 && tile.batch < s.batch) << "tile " << t;
-        ++seen[(tile.batch * s.heads + tile.head) * s.m_blocks + tile.m_block];
-        // Over the whole launch the m-block (the work of a causal tile) never goes up.
-        EXPECT_LE(tile.m_block, prev_m) << "tile " << t;
-        prev_m = tile.m_block;
+    const int hb_count = s.heads * s.batch;
+    const int n = s.m_blocks * hb_count;
+    for (const int section : {1, 2, 3, hb_count}) {
+        std::vector<int> seen(n, 0);
+        int prev_m = s.m_blocks - 1, prev_section = 0;
+        for (int t = 0; t < n; ++t) {
+            const Tile tile = fmha::sched::tile_at(t, s.m_blocks, s.heads, s.batch, true, section);
+            ASSERT_TRUE(tile.m_block >= 0 && tile.m_block < s.m_blocks && tile.head >= 0 && tile.head < s.heads &&
+                        tile.batch >= 0 && tile.batch < s.batch) << "tile " << t << " section " << section;
+            ++seen[(tile.batch * s.heads + tile.head) * s.m_blocks + tile.m_block];
+            const int sec = (tile.batch * s.heads + tile.head) / section;
+            if (sec != prev_section) {
+                EXPECT_EQ(sec, prev_section + 1) << "tile " << t << " section " << section;
+                EXPECT_EQ(tile.m_block, s.m_blocks - 1) << "a section starts on its heaviest blocks";
+                prev_section = sec;
+            } else {
+                EXPECT_LE(tile.m_block, prev_m) << "tile " << t << " section " << section;
+            }
+            prev_m = tile.m_block;
+        }
+        for (int i = 0; i < n; ++i) EXPECT_EQ(seen[i], 1) << "tile " << i << " section " << section;
     }
-    EXPECT_EQ(fmha::sched::tile_at(0, s.m_blocks, s.heads, s.batch, true).m_block, s.m_blocks - 1);
-    for (int i = 0; i < n; ++i) EXPECT_EQ(seen[i], 1) << "tile " << i;
+}
+
+TEST(L2Section, HoldsAsManyHeadsAsFitBetweenOneAndAll) {
+    using fmha::sched::kL2SectionBytes;
+    using fmha::sched::l2_section;
+    EXPECT_EQ(l2_section(kL2SectionBytes / 4, 100), 4);
+    EXPECT_EQ(l2_section(kL2SectionBytes / 4 + 1, 100), 3);
+    EXPECT_EQ(l2_section(kL2SectionBytes * 2, 100), 1);   // one head's K/V exceeds the budget
+    EXPECT_EQ(l2_section(1024, 7), 7);                    // never more than the pairs there are
+    EXPECT_EQ(l2_section(0, 7), 7);
 }
 
 INSTANTIATE_TEST_SUITE_P(Grids, TileAt,
