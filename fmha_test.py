@@ -208,7 +208,8 @@ class Case:
     shape: Shape
     extra: tuple = ()
     tag: str = ""
-    heads: int = 0  # query heads; 0 = the attention type's default
+    heads: int = 0     # query heads; 0 = the attention type's default
+    kv_heads: int = 0  # KV heads of a "gqa" case; 0 = the attention type's default
 
     @property
     def h(self) -> int:
@@ -216,12 +217,13 @@ class Case:
 
     @property
     def h_kv(self) -> int:
-        return ATTENTION[self.attn][1] or self.h
+        return self.kv_heads or ATTENTION[self.attn][1] or self.h
 
     def args(self) -> list[str]:
         k = self.kernel
         out = ["-d", str(k["d"]), "-dv", str(k["dv"]), dtype_flag(k), "-h", str(self.h)]
-        out += ATTENTION[self.attn][2] + LAYOUT_FLAGS[self.layout] + self.shape.flags()
+        attn_flags = ["-gqa", str(self.kv_heads)] if self.kv_heads else ATTENTION[self.attn][2]
+        out += attn_flags + LAYOUT_FLAGS[self.layout] + self.shape.flags()
         if self.mask == "causal":
             out.append("-causal-mask")
         return out + list(self.extra)
@@ -229,6 +231,8 @@ class Case:
     @property
     def id(self) -> str:
         parts = [self.kernel["name"], self.mask, self.layout, self.attn, self.shape.tag]
+        if self.heads:
+            parts.insert(4, f"h{self.h}x{self.h_kv}")
         return "-".join(parts + ([self.tag] if self.tag else []))
 
     @property
@@ -236,6 +240,8 @@ class Case:
         """The problem without the kernel, heads included: with the kernel's name, a perf
         baseline's key (independent of pytest's parametrisation order)."""
         parts = [self.mask, self.layout, self.attn, f"h{self.h}", self.shape.tag]
+        if self.kv_heads:
+            parts.insert(4, f"hkv{self.h_kv}")
         return "-".join(parts + ([self.tag] if self.tag else []))
 
 
@@ -247,11 +253,61 @@ def valid(kernel: dict, layout: str, shape: Shape) -> bool:
     return layout == "separate_q_k_v" or kernel["dv"] == kernel["d"]
 
 
+# Decode (family with max_s_q): query lengths, KV lengths and query heads per KV head
+# (h = 32 over 32, 8, 4, 1 KV heads: GQA ratios 1, 4, 8, 32), as issue #5 lists them.
+DECODE_S_Q = (1, 2, 4, 16)
+DECODE_S_KV = (1, 2, 3, 17, 1000, 4097, 65536)
+DECODE_HEADS = 32
+DECODE_KV_HEADS = (32, 8, 4, 1)
+
+
+def decode_cases(kernel: dict, index: int) -> list[Case]:
+    """A decode kernel's runs: only problems it holds (query rows per KV head <= its
+    block_m, except the largest block_m, which tiles any), over the s_q x s_kv x GQA grid,
+    var-len KV (packed and padded), both masks, the layouts that allow s_q < s, each length
+    once per kernel with the (s_q, GQA) pairs rotating between kernels."""
+    rows_cap = kernel["block_m"] if kernel["block_m"] < max(k["block_m"] for k in KERNELS
+                                                            if k["family"] == kernel["family"]) else None
+    combos = [(sq, hkv) for sq in DECODE_S_Q for hkv in DECODE_KV_HEADS
+              if rows_cap is None or DECODE_HEADS // hkv * sq <= rows_cap]
+    if not combos:
+        return []
+    layouts = ("separate_q_k_v", "contiguous_q_kv")
+    cases = []
+    step = index
+    for si, s_kv in enumerate(DECODE_S_KV):
+        sq, hkv = combos[step % len(combos)]
+        step += 1
+        b = 1 if s_kv >= 65536 else 3
+        shape = Shape(b, s_kv, s_q=sq)
+        mask = kernel["masks"][si % len(kernel["masks"])]
+        attn = "mha" if hkv == DECODE_HEADS else ("mqa" if hkv == 1 else "gqa")
+        cases.append(Case(kernel, mask, layouts[si % 2], attn, shape, heads=DECODE_HEADS,
+                          kv_heads=hkv if attn == "gqa" else 0))
+    # var-len KV, packed and padded storage, causal with s_q > 1 where the kernel holds it
+    sq, hkv = combos[-1]
+    attn = "mha" if hkv == DECODE_HEADS else ("mqa" if hkv == 1 else "gqa")
+    for shape, mask in ((Shape(4, 700, s_q=sq, min_s=1), "causal"), (Shape(3, 300, s_q=sq, min_s=50, pad_s=True), "padding"),
+                        (Shape(2, 129, s_q=sq, min_s=1), "causal")):
+        cases.append(Case(kernel, mask, "separate_q_k_v", attn, shape, heads=DECODE_HEADS,
+                          kv_heads=hkv if attn == "gqa" else 0))
+    # numerics: unit-normal inputs and unusual scales, on a GQA problem
+    small = Shape(2, 160, s_q=combos[0][0])
+    for ni, (tag, flags) in enumerate(NUMERICS):
+        cases.append(Case(kernel, kernel["masks"][ni % len(kernel["masks"])], "separate_q_k_v",
+                          "mha" if combos[0][1] == DECODE_HEADS else ("mqa" if combos[0][1] == 1 else "gqa"),
+                          small, tuple(flags), tag, heads=DECODE_HEADS,
+                          kv_heads=combos[0][1] if combos[0][1] not in (DECODE_HEADS, 1) else 0))
+    return cases
+
+
 def cases_for(kernel: dict, index: int) -> list[Case]:
     """The runs of one kernel. Each (mask, shape) takes the next valid (layout, attention)
     pair from PAIRS, starting at an offset that depends on the kernel's index, so that across
     kernels every shape meets every pair. Large shapes run under one mask per kernel,
     alternating between kernels."""
+    if FAMILIES[kernel["family"]].max_s_q:
+        return decode_cases(kernel, index)
     masks = kernel["masks"]
     step = index * 4  # 4 is coprime with len(PAIRS) == 9: kernels start at different pairs
 

@@ -131,15 +131,20 @@ def markdown(meta: Mapping[str, str], rows: list[dict]) -> str:
              *(f"{line}  " for line in header_lines(meta)),
              f"SDPA: {meta['sdpa']}  ",
              f"ours: {meta['ours']}", "",
+             *([f"device-to-device copy measured in this run: {meta['copy_gbs']} GB/s (read + write); "
+                "ours/copy is our GB/s against it", ""] if meta.get("copy_gbs") else []),
              "| b | h/h_kv | s_q/s | d | causal | " + " | ".join(IMPLS) + " | "
-             + " | ".join(f"ours/{who}" for who in others) + " |",
-             "|" + "---|" * (5 + len(IMPLS) + len(others))]
+             + " | ".join(f"ours/{who}" for who in others)
+             + (" | ours/copy" if meta.get("copy_gbs") else "") + " |",
+             "|" + "---|" * (5 + len(IMPLS) + len(others) + (1 if meta.get("copy_gbs") else 0))]
     notes = []
     for i, r in enumerate(rows, 1):
         cells = [r["b"], f"{r['h']}/{r['h_kv']}", f"{r['s_q']}/{r['s']}", r["d"],
                  "yes" if r["causal"] else "no",
                  *(fmt(r[f"{who}_{metric}"]) for who in IMPLS),
                  *(fmt(ratio(r, metric, who), 2) for who in others)]
+        if meta.get("copy_gbs"):
+            cells.append(fmt(float(r[f"ours_{metric}"]) / float(meta["copy_gbs"]), 2))
         mark = f" [{len(notes) + 1}]" if r["note"] else ""
         if r["note"]:
             notes.append(f"{len(notes) + 1}. row {i} ({Problem.from_row(r).label()}): {r['note']}")

@@ -241,6 +241,26 @@ def now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def copy_bandwidth(torch, mib: int = 1024, repeats: int = 5) -> float:
+    """Device-to-device copy of `mib` MiB, GB/s counting read + write, best of `repeats`:
+    the bandwidth a decode kernel is held against, measured in the same run."""
+    src = torch.empty(mib * 2**20, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    best = float("inf")
+    for _ in range(repeats):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(10):
+            dst.copy_(src)
+        stop.record()
+        stop.synchronize()
+        best = min(best, start.elapsed_time(stop) / 10)
+    del src, dst
+    torch.cuda.empty_cache()
+    return 2 * mib * 2**20 / (best * 1e-3) / 1e9
+
+
 def run_context(torch, args) -> dict:
     return {"gpu": torch.cuda.get_device_name(), "driver": nvidia_smi("driver_version")[0],
             "torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": cudnn_version(torch),
@@ -400,6 +420,8 @@ def main(argv=None) -> int:
     for suite, dtype in work:
         meta = {"suite": suite.name, "about": suite.about, "dtype": dtype, "metric": suite.metric,
                 **context, "clocks_start": clocks(), "started": now()}
+        if suite.metric == "gbs":
+            meta["copy_gbs"] = f"{copy_bandwidth(torch):.0f}"
         rows = run_suite(suite, dtype, timers, progress, deadline)
         meta.update(clocks_end=clocks(), finished=now())
         written += write_suite(args.out, meta, rows)  # each suite lands as soon as it is done

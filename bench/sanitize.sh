@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# compute-sanitizer memcheck and racecheck over ws (SM90) kernels of bin/fmha.exe, one small
-# problem per kernel that exercises var-len lengths, GQA, s_q < s and the causal mask (and a
-# padding-mask run), so every kernel path (tails, diagonal blocks, persistent tile hand-over)
-# runs under the tools. Needs a built bin/fmha.exe and compute-sanitizer; logs under $OUT.
+# compute-sanitizer memcheck and racecheck over kernels of bin/fmha.exe, one small problem per
+# kernel that exercises var-len lengths, GQA, s_q < s and the causal mask (and a padding-mask
+# run), so every kernel path (tails, diagonal blocks, persistent tile hand-over; decode: row
+# tiles, key splits and their combine) runs under the tools. Needs a built bin/fmha.exe and
+# compute-sanitizer; logs under $OUT.
 #
 #   bash bench/sanitize.sh [kernel glob, default *_ws_*]
 set -uo pipefail
@@ -23,6 +24,16 @@ for k in $kernels; do
         for mask in causal padding; do
             args=(-kernel "$k" -d "$d" "$dtype" -b 3 -h 4 -gqa 2 -s 333 -min-s 1 -s-q 200 -separate-q-k-v
                   -runs 1 -warm-up-runs 1)
+            if [[ $k == *_decode_* ]]; then  # query rows per KV head within the kernel's block_m
+                rows=$(echo "$k" | sed -E 's/.*_d[0-9]+_([0-9]+)x[0-9]+_.*/\1/')
+                case $rows in
+                    1) heads=(-h 4 -s-q 1) ;;
+                    4) heads=(-h 8 -gqa 2 -s-q 2) ;;
+                    *) heads=(-h 8 -gqa 2 -s-q 5) ;;
+                esac
+                args=(-kernel "$k" -d "$d" "$dtype" -b 3 "${heads[@]}" -s 3000 -min-s 1 -separate-q-k-v
+                      -runs 1 -warm-up-runs 1)
+            fi
             [[ $mask == causal ]] && args+=(-causal-mask)
             log="$OUT/${k}_${tool}_${mask}.log"
             compute-sanitizer --tool "$tool" --error-exitcode 9 bin/fmha.exe "${args[@]}" >"$log" 2>&1

@@ -118,10 +118,11 @@ SUITES = {suite.name: suite for suite in (
           "the seed configs: b=1, h=12, d=128, s 2k/4k/8k, bf16, causal and not", dtype="bf16"),
     Suite("decode", "gbs",
           tuple(Problem(30720, h, h, 1, 2, d, False) for d, h in product((128, 256), (16, 32)))
-          + tuple(Problem(64, 32, 8, 1, s, 128, False) for s in (1024, 2048, 4096, 8192, 16384)),
-          "s_q = 1 against a 2-token KV (b=30720) and a long GQA KV cache (b=64, h=32/8, "
-          "s 1k..16k), ANCHORS.md's decode table; a bandwidth problem, so GB/s. fmha.exe has "
-          "no decode family yet: its generic kernel runs these"),
+          + tuple(Problem(b, 32, 8, 1, s, 128, False) for b, s in product((1, 8, 64), (4096, 16384, 65536))),
+          "s_q = 1 against a 2-token KV (b=30720, h 16/32, d 128/256) and a long GQA KV cache "
+          "(b 1/8/64, h=32 over 8 KV heads, s 4k/16k/64k, d=128), ANCHORS.md's decode cases; a "
+          "bandwidth problem, so GB/s (bytes really moved), next to the copy bandwidth measured "
+          "in the same run"),
     Suite("grid", "tflops",
           tuple(mha(b, h, s, d, causal)
                 for causal, d, b, h, s in product(MASKS, (64, 128), (8, 16), (8, 16), (256, 512, 1024))),

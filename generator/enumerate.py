@@ -101,8 +101,50 @@ def ws(config: Config) -> list[KernelSpec]:
     return _specs("ws", WS_DTYPES, WS_HEAD_SIZES, ws_tile)
 
 
+# The decode family (src/fmha/kernel/decode.h): portable (SM80+), fp32 accumulation, the head
+# sizes whose 16-byte chunks split a warp evenly. One kernel per rows-per-warp (block_m) in
+# ascending order, so dispatch takes the smallest that holds a problem's query rows per KV
+# head; the largest tiles any row count.
+DECODE_HEAD_SIZES = rules.DECODE_HEAD_SIZES
+DECODE_ROWS = rules.DECODE_ROWS
+DECODE_DTYPES = (("fp16", "fp32"), ("bf16", "fp32"))
+DECODE_WARPS = 4      # independent warps per CTA
+# Key passes per warp step (all loads of a step are issued first): more keys in flight where
+# few rows leave registers for them (rows 8 at 4 passes needs over 255 registers).
+DECODE_UNROLL = {1: 4, 4: 2, 8: 1}
+
+
+def decode_tile(d: int, rows: int) -> tuple:
+    """(block_m, block_n, warps_m, warps_n) of a decode kernel: block_m is the query rows a
+    warp carries, block_n the keys per warp step (d / 8 lanes per key, so 256 / d keys per
+    pass, DECODE_UNROLL[rows] passes)."""
+    return (rows, DECODE_UNROLL[rows] * 256 // d, DECODE_WARPS, 1)
+
+
+def decode(config: Config) -> list[KernelSpec]:
+    """The decode family: every (dtype, d) at each rows-per-warp of DECODE_ROWS."""
+    specs = []
+    for dtype, acc in DECODE_DTYPES:
+        for d in DECODE_HEAD_SIZES:
+            for rows in DECODE_ROWS:
+                block_m, block_n, warps_m, warps_n = decode_tile(d, rows)
+                specs.append(KernelSpec(family="decode", sm=FAMILIES["decode"].sm, dtype=dtype, acc=acc, d=d, dv=d,
+                                        block_m=block_m, block_n=block_n, warps_m=warps_m, warps_n=warps_n,
+                                        masks=ALL_MASKS))
+    return specs
+
+
+def decode_max_rows(spec: KernelSpec) -> int:
+    """KernelMeta::max_rows: query rows per KV head a decode kernel holds (0: any, the
+    largest block_m tiles them); 0 for the other families."""
+    if spec.family != "decode" or spec.block_m == max(DECODE_ROWS):
+        return 0
+    return spec.block_m
+
+
 # family name -> its enumeration function; a new family adds one line here.
 ENUMERATORS = {
+    "decode": decode,
     "ws": ws,
     "flash": flash,
 }

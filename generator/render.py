@@ -14,6 +14,7 @@ from pathlib import Path
 import jinja2
 
 from .env import Config
+from .enumerate import decode_max_rows
 from .rules import family_archs
 from .spec import ACCS, DTYPES, FAMILIES, MASKS, KernelSpec
 
@@ -59,6 +60,7 @@ def _kernel_vars(spec: KernelSpec, scheduling_mode: int) -> dict:
         "warp_specialized": "true" if family.warp_specialized else "false",
         "uses_tma": "true" if family.uses_tma else "false",
         "persistent": "true" if family.scheduled and scheduling_mode == 1 else "false",
+        "max_rows": decode_max_rows(spec),
     }
 
 

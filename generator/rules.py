@@ -56,6 +56,26 @@ WS_BLOCK_N = (64, 128)
 _WS_HEADS = "{{" + ", ".join(map(str, WS_HEAD_SIZES)) + "}}"
 
 
+# What fmha::decode::Traits static_asserts (src/fmha/kernel/decode.h).
+DECODE_HEAD_SIZES = (32, 64, 128, 256)   # d / 8 lanes per key divide a warp
+DECODE_ROWS = (1, 4, 8)                  # query rows per warp
+_DECODE_HEADS = "{{" + ", ".join(map(str, DECODE_HEAD_SIZES)) + "}}"
+_DECODE_ROWS = "{{" + ", ".join(map(str, DECODE_ROWS)) + "}}"
+
+
+def _decode_traits_ok(spec: KernelSpec) -> bool:
+    if spec.family != "decode":
+        return True
+    keys_per_pass = 256 // spec.d if spec.d in DECODE_HEAD_SIZES else 0
+    return (spec.d in DECODE_HEAD_SIZES and spec.dv == spec.d and spec.acc == "fp32"
+            and spec.block_m in DECODE_ROWS and keys_per_pass > 0 and spec.block_n % keys_per_pass == 0
+            and 1 <= spec.block_n // keys_per_pass <= 8 and 1 <= spec.warps_m <= 8 and spec.warps_n == 1)
+
+
+def _mma_family(spec: KernelSpec) -> bool:
+    return spec.family != "decode"
+
+
 def _ws_traits_ok(spec: KernelSpec) -> bool:
     if spec.family != "ws":
         return True
@@ -83,12 +103,12 @@ RULES = (
     Rule(
         "block_m",
         f"block_m must be a multiple of {MMA_M}*warps_m",
-        lambda s, c: s.block_m % (MMA_M * s.warps_m) == 0,
+        lambda s, c: not _mma_family(s) or s.block_m % (MMA_M * s.warps_m) == 0,
     ),
     Rule(
         "block_n",
         f"block_n must be a multiple of {MMA_K}*warps_n",
-        lambda s, c: s.block_n % (MMA_K * s.warps_n) == 0,
+        lambda s, c: not _mma_family(s) or s.block_n % (MMA_K * s.warps_n) == 0,
     ),
     Rule(
         "family_sm",
@@ -106,6 +126,13 @@ RULES = (
         "block_m " + " or ".join(map(str, WS_BLOCK_M)) + " over warps (block_m/16)x1 and block_n "
         + " or ".join(map(str, WS_BLOCK_N)),
         lambda s, c: _ws_traits_ok(s),
+    ),
+    Rule(
+        "decode_traits",
+        "family {family} (decode::Traits) needs d = dv in " + _DECODE_HEADS + ", fp32 accumulation, "
+        "block_m (rows per warp) in " + _DECODE_ROWS + ", block_n a multiple of 256/d (1-8 passes) "
+        "and warps 1-8 x 1",
+        lambda s, c: _decode_traits_ok(s),
     ),
     Rule(
         "arch",

@@ -26,6 +26,11 @@ class Family:
     # True: the family's Traits take SCHEDULING_MODE as kPersistent (after kAccFp16):
     # 0 static grid, 1 persistent CTAs pulling tiles from a counter (KernelMeta::persistent).
     scheduled: bool = False
+    # True: the family's launch may use Params::workspace; its TU exports workspace_<name>
+    # (KernelMeta::workspace: the bytes a problem needs), which the driver allocates.
+    workspace: bool = False
+    # Query rows per sequence the family serves (KernelMeta::max_s_q; 0: any).
+    max_s_q: int = 0
     # False: portable SASS, built for every TORCH_CUDA_ARCH_LIST entry >= sm. True: uses
     # instructions that exist only in the arch-specific target sm_<sm>a (wgmma, setmaxnreg on
     # Hopper), which runs on that one arch: built for sm_<sm>a alone, whenever the list names
@@ -35,9 +40,22 @@ class Family:
 
 # The one place that maps a family to its header, namespace and C++ template. The order is
 # the dispatch preference: the registry lists the families in this order and the driver runs
-# the first row that fits the problem and has an image for the GPU, so a Hopper GPU runs a
-# ws kernel where one fits and every other GPU (no sm_90a image) the flash one.
+# the first row that fits the problem and has an image for the GPU, so a problem with at most
+# 16 query rows per sequence runs a decode kernel, a Hopper GPU runs a ws kernel where one
+# fits and every other GPU (no sm_90a image) the flash one.
 FAMILIES = {
+    "decode": Family(
+        name="decode",
+        sm=80,
+        description="decode family, s_q <= 16, split-KV on CUDA cores",
+        header="fmha/kernel/decode.h",
+        namespace="decode",
+        warp_specialized=False,
+        uses_tma=False,
+        template="kernel.cu.j2",
+        workspace=True,
+        max_s_q=16,
+    ),
     "ws": Family(
         name="ws",
         sm=90,

@@ -38,6 +38,12 @@ std::string static_mismatch(const KernelMeta& k, const Problem& p) {
     if (k.d != p.d) need("d", std::to_string(k.d), std::to_string(p.d));
     if (k.dv != p.dv) need("dv", std::to_string(k.dv), std::to_string(p.dv));
     if (!(k.masks & mask_bit(p.mask))) need("masks", masks_text(k.masks), mask_label(p.mask));
+    // Decode: at most max_s_q query rows per sequence, and max_rows rows per KV head.
+    const int s_q = std::min(p.s_q, p.s);
+    if (k.max_s_q > 0 && s_q > k.max_s_q) need("s_q", std::to_string(s_q), "<= " + std::to_string(k.max_s_q));
+    const int rows = p.h / std::max(p.h_kv, 1) * s_q;
+    if (k.max_rows > 0 && rows > k.max_rows)
+        need("query rows per KV head", std::to_string(rows), "<= " + std::to_string(k.max_rows));
     if (p.force_non_warp_specialized && k.warp_specialized)
         why.push_back("warp-specialised (-force-non-warp-specialization)");
     if (p.use_tma && !k.uses_tma) why.push_back("no TMA loads (-use-tma)");
@@ -101,18 +107,18 @@ void print_kernel_table(std::FILE* out) {
     int name_w = 4;
     for (int i = 0; i < kNumKernels; ++i)
         name_w = std::max(name_w, static_cast<int>(std::strlen(kKernels[i].name)));
-    std::fprintf(out, "%-*s  %-6s  %-4s  %-5s  %-4s  %4s  %4s  %-9s  %-5s  %-14s  %-9s  %-5s  %s\n", name_w,
+    std::fprintf(out, "%-*s  %-6s  %-4s  %-5s  %-4s  %4s  %4s  %-9s  %-5s  %-14s  %-9s  %-5s  %-10s  %s\n", name_w,
                  "name", "family", "sm", "dtype", "acc", "d", "dv", "tile", "warps", "masks",
-                 "warp_spec", "tma", "sched");
+                 "warp_spec", "tma", "sched", "max_s_q");
     for (int i = 0; i < kNumKernels; ++i) {
         const KernelMeta& k = kKernels[i];
         const std::string tile = std::to_string(k.block_m) + "x" + std::to_string(k.block_n);
         const std::string warps = std::to_string(k.warps_m) + "x" + std::to_string(k.warps_n);
-        std::fprintf(out, "%-*s  %-6s  %-4d  %-5s  %-4s  %4d  %4d  %-9s  %-5s  %-14s  %-9s  %-5s  %s\n", name_w,
+        std::fprintf(out, "%-*s  %-6s  %-4d  %-5s  %-4s  %4d  %4d  %-9s  %-5s  %-14s  %-9s  %-5s  %-10s  %s\n", name_w,
                      k.name, k.family, k.sm, dtype_name(k.dtype), dtype_name(k.acc), k.d, k.dv,
                      tile.c_str(), warps.c_str(), masks_text(k.masks).c_str(),
                      k.warp_specialized ? "true" : "false", k.uses_tma ? "true" : "false",
-                     k.persistent ? "persistent" : "grid");
+                     k.persistent ? "persistent" : "grid", k.max_s_q > 0 ? std::to_string(k.max_s_q).c_str() : "-");
     }
     std::fprintf(out, "%d kernels\n", kNumKernels);
 }

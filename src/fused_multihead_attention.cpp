@@ -165,6 +165,16 @@ int run(int argc, char** argv) {
     const SeqLens lens = make_seqlens(p);
     DeviceTensors t = make_tensors(p, lens);
     t.params.num_sms = dev.num_sms;
+    // Scratch the kernel asks for (decode: split-KV partials), shared by every launch (one stream).
+    DeviceBuffer<char> workspace;
+    if (kernel.workspace != nullptr) {
+        const size_t bytes = kernel.workspace(t.params);
+        if (bytes > 0) {
+            workspace = DeviceBuffer<char>(bytes);
+            t.params.workspace = workspace.get();
+            t.params.workspace_bytes = bytes;
+        }
+    }
     cudaStream_t stream;
     CUDA_CHECK(cudaStreamCreate(&stream));
 

@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "params.h"
@@ -15,6 +16,8 @@ using LaunchFn = cudaError_t (*)(const Params&, cudaStream_t);
 // Returns the kernel's __global__ entry for a mask, so the host can ask the runtime
 // whether an image exists for the current device (cudaFuncGetAttributes).
 using EntryFn = const void* (*)(MaskType);
+// Bytes of Params::workspace a launch of this problem uses at most (0: none).
+using WorkspaceFn = size_t (*)(const Params&);
 
 struct KernelMeta {
     const char* name;     // KernelSpec.name: also the file name and the FMHA_FILTER key
@@ -35,8 +38,11 @@ struct KernelMeta {
     bool uses_tma;        // loads Q/K/V tiles with TMA (cp.async.bulk.tensor): -use-tma
     bool persistent;      // one CTA per SM pulling tiles from Params::tile_counter
                           // (SCHEDULING_MODE=1); false: one CTA per tile
+    int max_s_q;          // query rows per sequence it serves (decode: 16); 0 = any
+    int max_rows;         // query rows per KV head (h / h_kv * s_q) it holds; 0 = any
     LaunchFn launch;
     EntryFn entry;
+    WorkspaceFn workspace;  // nullptr: the family needs no workspace
 };
 
 extern const KernelMeta kKernels[];

@@ -6,6 +6,7 @@
 // driver sets pointers and strides, the kernels never branch on the layout.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace fmha {
@@ -69,6 +70,12 @@ struct Params {
     // it zero again. Launches that share one counter must not overlap in time (one stream).
     // A persistent kernel refuses a launch without it (cudaErrorInvalidValue).
     int* tile_counter = nullptr;
+
+    // Scratch of families with a workspace (decode: split-KV partials); the registry's
+    // KernelMeta::workspace says how many bytes a problem uses. A launch given fewer runs
+    // fewer splits (never fails for lack of it).
+    void* workspace = nullptr;
+    size_t workspace_bytes = 0;
 };
 
 }  // namespace fmha

@@ -20,7 +20,7 @@ NAN = float("nan")
 
 def test_suite_sizes():
     assert {name: len(s.problems) for name, s in SUITES.items()} == {
-        "readme": 1, "fa3": 36, "seed": 6, "decode": 9, "grid": 48}
+        "readme": 1, "fa3": 36, "seed": 6, "decode": 13, "grid": 48}
 
 
 def test_fa3_is_16k_tokens_and_hidden_2048():

@@ -136,11 +136,14 @@ def test_use_tma_keeps_only_tma_kernels(fmha):
     assert all("no TMA loads (-use-tma)" in line for line in lines[2:] if "flash" in line)
 
 
-def test_list_kernels_shows_the_tma_and_scheduling_columns(fmha):
+def test_list_kernels_shows_the_tma_scheduling_and_s_q_columns(fmha):
     lines = fmha("-list-kernels").stdout.splitlines()
-    assert lines[0].split()[-3:] == ["warp_spec", "tma", "sched"]
-    assert all(line.split()[-2] == ("true" if "_ws_" in line else "false") for line in lines[1:-1])
-    # SCHEDULING_MODE picks one scheduler for every ws kernel of a build; flash is always a grid.
-    ws_sched = {line.split()[-1] for line in lines[1:-1] if "_ws_" in line}
+    assert lines[0].split()[-4:] == ["warp_spec", "tma", "sched", "max_s_q"]
+    rows = [line.split() for line in lines[1:-1]]
+    assert all(r[-3] == ("true" if "_ws_" in r[0] else "false") for r in rows)
+    # SCHEDULING_MODE picks one scheduler for every ws kernel of a build; the others are grids.
+    ws_sched = {r[-2] for r in rows if "_ws_" in r[0]}
     assert len(ws_sched) <= 1 and ws_sched <= {"persistent", "grid"}, ws_sched
-    assert all(line.split()[-1] == "grid" for line in lines[1:-1] if "_ws_" not in line)
+    assert all(r[-2] == "grid" for r in rows if "_ws_" not in r[0])
+    # Only the decode family limits s_q.
+    assert all(r[-1] == ("16" if "_decode_" in r[0] else "-") for r in rows)
