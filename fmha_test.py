@@ -276,7 +276,8 @@ def decode_cases(kernel: dict, index: int) -> list[Case]:
     cases = []
     step = index
     for si, s_kv in enumerate(DECODE_S_KV):
-        sq, hkv = combos[step % len(combos)]
+        fitting = [c for c in combos if c[0] <= s_kv] or [(1, combos[0][1])]  # fmha.exe wants s_q <= s
+        sq, hkv = fitting[step % len(fitting)]
         step += 1
         b = 1 if s_kv >= 65536 else 3
         shape = Shape(b, s_kv, s_q=sq)
@@ -517,8 +518,10 @@ def test_force_non_warp_specialization_runs_a_flash_row(exe, gpu_sm):
     def fits(k: dict) -> bool:
         return all(k[f] == kernel[f] for f in ("dtype", "acc", "d", "dv")) and "causal" in k["masks"]
 
-    # The manifest lists the kernels in registry order: the first fit is what dispatch picks.
-    others = [k for k in KERNELS if fits(k) and not FAMILIES[k["family"]].warp_specialized]
+    # The manifest lists the kernels in registry order: the first fit is what dispatch picks
+    # (decode rows serve s_q <= 16 only, not this problem's 257).
+    others = [k for k in KERNELS if fits(k) and not FAMILIES[k["family"]].warp_specialized
+              and not FAMILIES[k["family"]].max_s_q]
     if not others:
         pytest.skip(f"no non-warp-specialised kernel in this build fits {kernel['name']}'s problem")
     flash = others[0]
@@ -575,6 +578,26 @@ def test_use_tma_runs_a_tma_row_or_says_none_fits(exe, gpu_sm):
 
 
 @pytest.mark.gpu
+def test_few_query_rows_dispatch_to_the_decode_family(exe, gpu_sm):
+    """Without -kernel: s_q <= 16 takes the decode row with the fewest rows per warp that
+    holds h / h_kv * s_q (here 32 / 8 * 1 = 4); s_q = 17 goes to a prefill family."""
+    dec = [k for k in KERNELS if FAMILIES[k["family"]].max_s_q and k["dtype"] == "bf16" and k["d"] == 128]
+    if not dec:
+        pytest.skip("no bf16 d=128 decode kernel in this build")
+    require_arch(dec[0], gpu_sm)
+    expected = min((k for k in dec if k["block_m"] >= 4), key=lambda k: k["block_m"])
+    base = ["-d", "128", "-bf16", "-b", "2", "-h", "32", "-gqa", "8", "-s", "2000", "-separate-q-k-v",
+            "-v", "0", "-runs", "1", "-warm-up-runs", "0"]
+    proc = run_fmha(exe, [*base, "-s-q", "1"])
+    assert proc.returncode == 0, describe(proc)
+    fields = parse_output(proc.stdout)
+    assert fields["checks"] == "SUCCESS" and fields["kernel"] == expected["name"], describe(proc)
+    proc = run_fmha(exe, [*base, "-s-q", "17"])
+    assert proc.returncode == 0, describe(proc)
+    assert "_decode_" not in parse_output(proc.stdout)["kernel"], describe(proc)
+
+
+@pytest.mark.gpu
 def test_failed_check_exits_1(exe, gpu_sm):
     # fp16 output can never be within 1e-9 of an fp32 reference on random data.
     kernel = kernel_or_skip(dtype="fp16", acc="fp16")
@@ -597,6 +620,18 @@ SAVE_CONFIGS = {
     "causal_sq_lt_s": ["-b", "2", "-h", "4", "-s", "200", "-s-q", "33", "-causal-mask", "-separate-q-k-v"],
     "mqa_causal_scales": ["-b", "2", "-h", "4", "-mqa", "-s", "96", "-causal-mask", "-randn",
                           "-scale-bmm1", "0.07", "-scale-bmm2", "0.8"],
+}
+# The same five for a family that serves only a few query rows (decode): s_q <= 16, with key
+# splits (s up to 3000), GQA/MQA packing and causal rows on the diagonal.
+SAVE_CONFIGS_FEW_ROWS = {
+    "padding_fixed": ["-b", "2", "-h", "4", "-s", "77", "-s-q", "1", "-separate-q-k-v"],
+    "causal_varlen": ["-b", "3", "-h", "4", "-s", "3000", "-min-s", "20", "-s-q", "5", "-causal-mask",
+                      "-separate-q-k-v"],
+    "gqa_pad_s": ["-b", "3", "-h", "8", "-gqa", "2", "-s", "1300", "-min-s", "40", "-pad-s", "-s-q", "2",
+                  "-contiguous-q-kv"],
+    "causal_sq_lt_s": ["-b", "2", "-h", "4", "-s", "200", "-s-q", "16", "-causal-mask", "-separate-q-k-v"],
+    "mqa_causal_scales": ["-b", "2", "-h", "4", "-mqa", "-s", "960", "-s-q", "3", "-causal-mask", "-randn",
+                          "-scale-bmm1", "0.07", "-scale-bmm2", "0.8", "-separate-q-k-v"],
 }
 # Every (family, dtype, accumulation) of the build, so each family's output is re-checked.
 SAVE_KINDS = sorted({(k["family"], k["dtype"], k["acc"]) for k in KERNELS})
@@ -658,9 +693,18 @@ def attention_fp64(q, k, v, q_lens, kv_lens, scale_bmm1, scale_out, causal, dtyp
 @pytest.mark.parametrize("config", SAVE_CONFIGS)
 def test_save_tensors_match_float64(kind, config, exe, gpu_sm, tmp_path):
     family, dtype, acc = kind
-    kernel = kernel_or_skip(family=family, dtype=dtype, acc=acc)
+    configs = SAVE_CONFIGS
+    if FAMILIES[family].max_s_q:  # decode: its row-tiling kernel (largest block_m) holds any head ratio
+        configs = SAVE_CONFIGS_FEW_ROWS
+        tiling = [k for k in KERNELS if k["family"] == family and k["dtype"] == dtype and k["acc"] == acc]
+        top = max((k["block_m"] for k in tiling), default=0)
+        kernel = min((k for k in tiling if k["block_m"] == top), key=lambda k: (k["d"], k["name"]), default=None)
+        if kernel is None:
+            pytest.skip(f"no {family} kernel in the build fits {kind}")
+    else:
+        kernel = kernel_or_skip(family=family, dtype=dtype, acc=acc)
     require_arch(kernel, gpu_sm)
-    args = ["-d", str(kernel["d"]), "-dv", str(kernel["dv"]), dtype_flag(kernel), *SAVE_CONFIGS[config]]
+    args = ["-d", str(kernel["d"]), "-dv", str(kernel["dv"]), dtype_flag(kernel), *configs[config]]
     proc = run_fmha(exe, [*args, "-kernel", kernel["name"], "-save-tensors", str(tmp_path),
                           "-v", "0", "-runs", "1", "-warm-up-runs", "0"])
     assert proc.returncode == 0, describe(proc)
@@ -703,12 +747,22 @@ def test_save_tensors_match_float64(kind, config, exe, gpu_sm, tmp_path):
 # size, each of its masks at s in PERF_SEQ_LENS, b = 16k / s, h = 2048 / d.
 PERF_TOKENS, PERF_HIDDEN, PERF_SEQ_LENS = 16384, 2048, (1024, 4096)
 PERF_FLAGS = ["-skip-checks", "-v", "0", "-runs", "20", "-warm-up-runs", "10"]
+# Decode kernels (few query rows): one token per sequence against a 4k KV cache, b = 16, 32
+# query heads over as many KV heads as the kernel's rows per warp hold (MHA, GQA 4, GQA 8).
+PERF_DECODE_KV = {1: 32, 4: 8, 8: 4}
 PERF_CASES = [
     Case(k, mask, "packed_qkv", "mha", Shape(PERF_TOKENS // s, s),
          heads=max(1, round(PERF_HIDDEN / k["d"])))
-    for k in sorted(KERNELS, key=lambda k: k["name"]) if k["d"] in CORE_HEAD_SIZES and k["d"] == k["dv"]
+    for k in sorted(KERNELS, key=lambda k: k["name"])
+    if k["d"] in CORE_HEAD_SIZES and k["d"] == k["dv"] and not FAMILIES[k["family"]].max_s_q
     for s in PERF_SEQ_LENS
     for mask in k["masks"]
+] + [
+    Case(k, "padding", "separate_q_k_v", "mha" if PERF_DECODE_KV[k["block_m"]] == 32 else "gqa",
+         Shape(16, 4096, s_q=1), heads=32,
+         kv_heads=0 if PERF_DECODE_KV[k["block_m"]] == 32 else PERF_DECODE_KV[k["block_m"]])
+    for k in sorted(KERNELS, key=lambda k: k["name"])
+    if FAMILIES[k["family"]].max_s_q and k["d"] in CORE_HEAD_SIZES and k["block_m"] in PERF_DECODE_KV
 ]
 
 

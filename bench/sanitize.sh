@@ -28,7 +28,7 @@ for k in $kernels; do
                 rows=$(echo "$k" | sed -E 's/.*_d[0-9]+_([0-9]+)x[0-9]+_.*/\1/')
                 case $rows in
                     1) heads=(-h 4 -s-q 1) ;;
-                    4) heads=(-h 8 -gqa 2 -s-q 2) ;;
+                    4) heads=(-h 8 -gqa 4 -s-q 2) ;;
                     *) heads=(-h 8 -gqa 2 -s-q 5) ;;
                 esac
                 args=(-kernel "$k" -d "$d" "$dtype" -b 3 "${heads[@]}" -s 3000 -min-s 1 -separate-q-k-v

@@ -216,7 +216,7 @@ def test_panels_one_per_head_size_and_mask_split_where_b_or_h_vary():
     assert all(len(members) == 6 and "b" not in shared for shared, members in fa3)  # b follows s
     assert len(panels(rows_of("grid"))) == 2 * 2 * 2 * 2  # mask x d x b x h, 3 lengths each
     decode = panels(rows_of("decode"))
-    assert len(decode) == 5 and max(len(m) for _, m in decode) == 5
+    assert len(decode) == 4 + 3 and max(len(m) for _, m in decode) == 3  # tiny KV by (d, h); long KV by b
     for _, members in [*fa3, *decode]:  # a line never joins two problems at one s
         assert len({r["s"] for r in members}) == len(members)
 

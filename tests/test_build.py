@@ -23,6 +23,7 @@ DRIVER = "src/fused_multihead_attention.cpp"
 SMALL_FILTER = "*_fp16_d64_*"     # one kernel: d=64 compiles fastest of the 2-mask TUs
 WS_HEADER = "src/fmha/kernel/flash_sm90.h"
 WS_KERNEL = "fmha_v2_ws_bf16_d64_192x128_w12x1_sm90"   # bf16: no ENABLE_HMMA_FP32 needed
+DECODE_KERNEL = "fmha_v2_decode_bf16_d64_1x16_w4x1_sm80"
 SM90A = "-gencode arch=compute_90a,code=sm_90a"
 
 needs_make = pytest.mark.skipif(shutil.which("make") is None, reason="make not found")
@@ -89,10 +90,12 @@ def test_make_dry_run_picks_up_sources_and_gencode(tmp_path):
 
 @needs_make
 def test_make_dry_run_gencode_per_family(tmp_path):
-    """TORCH_CUDA_ARCH_LIST=8.0;9.0: flash kernels and the reference for sm_80 and sm_90, the
-    ws kernel for sm_90a alone (9.0 means Hopper; wgmma needs the arch-specific target)."""
+    """TORCH_CUDA_ARCH_LIST=8.0;9.0: flash and decode kernels and the reference for sm_80 and
+    sm_90, the ws kernel for sm_90a alone (9.0 means Hopper; wgmma needs the arch-specific
+    target)."""
     copy_tree(tmp_path)
-    setup(tmp_path, TORCH_CUDA_ARCH_LIST="8.0;9.0", FMHA_FILTER="*_bf16_d64_*,*_flash_fp16_d64_*")
+    setup(tmp_path, TORCH_CUDA_ARCH_LIST="8.0;9.0",
+          FMHA_FILTER=f"{WS_KERNEL},*_flash_bf16_d64_*,*_flash_fp16_d64_*,{DECODE_KERNEL}")
     result = run(["make", "-n"], tmp_path)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
@@ -102,7 +105,9 @@ def test_make_dry_run_gencode_per_family(tmp_path):
     flash = [l for l in lines if "-c generated/kernels/fmha_v2_flash_" in l]
     assert len(flash) == 2 and all(portable in l and "90a" not in l for l in flash)
     assert portable in next(l for l in lines if "-c src/reference/reference.cu" in l)
-    assert run(["make", "list"], tmp_path).stdout.split()[0] == WS_KERNEL     # dispatch order
+    decode = next(l for l in lines if f"-c generated/kernels/{DECODE_KERNEL}.cu" in l)
+    assert portable in decode and "90a" not in decode
+    assert run(["make", "list"], tmp_path).stdout.split()[:2] == [DECODE_KERNEL, WS_KERNEL]  # dispatch order
 
 
 @needs_make

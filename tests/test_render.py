@@ -73,13 +73,26 @@ def test_registry_ws_row():
         environment(), [KernelSpec.parse("fmha_v2_ws_fp16_fp32_d64_192x128_w12x1_sm90")], scheduling_mode=0)
 
 
-def test_registry_lists_ws_rows_first():
-    """Registry order is dispatch order: on Hopper a ws row wins over the flash row of the
-    same problem; elsewhere it has no image and the flash row runs."""
+def test_registry_lists_decode_then_ws_then_flash_rows():
+    """Registry order is dispatch order: a problem with at most 16 query rows per sequence
+    takes a decode row; otherwise on Hopper a ws row wins over the flash row of the same
+    problem; elsewhere it has no image and the flash row runs."""
     text = render_registry(environment(), kernels(parse({"TORCH_CUDA_ARCH_LIST": "8.0;9.0"})))
     rows = re.findall(r'^    \{"(fmha_v2_\w+)"', text, re.MULTILINE)
     families = [KernelSpec.parse(name).family for name in rows]
-    assert families == sorted(families, key=lambda f: f != "ws") and families[0] == "ws"
+    rank = {"decode": 0, "ws": 1, "flash": 2}
+    assert families == sorted(families, key=rank.get) and set(families) == set(rank)
+
+
+def test_decode_rows_carry_their_limits_and_workspace():
+    text = render_registry(environment(), [KernelSpec.parse("fmha_v2_decode_bf16_d128_4x4_w4x1_sm80"),
+                                           KernelSpec.parse("fmha_v2_decode_bf16_d128_8x2_w4x1_sm80")])
+    assert "size_t workspace_fmha_v2_decode_bf16_d128_4x4_w4x1_sm80(const Params&);" in text
+    assert "/*max_s_q=*/16, /*max_rows=*/4," in text       # rows per warp 4 holds 4 rows
+    assert "/*max_s_q=*/16, /*max_rows=*/0," in text       # the largest tiles any count
+    assert "entry_fmha_v2_decode_bf16_d128_8x2_w4x1_sm80, workspace_fmha_v2_decode_bf16_d128_8x2_w4x1_sm80}" in text
+    tu = render_kernel(environment(), KernelSpec.parse("fmha_v2_decode_bf16_d128_4x4_w4x1_sm80"))
+    assert "decode::workspace_bytes<Traits>(params)" in tu and "kPersistent" not in tu
 
 
 def makefile_vars(text):
@@ -125,12 +138,12 @@ def test_manifest(tmp_path):
     assert manifest["config"]["torch_cuda_arch_list"] == ["8.0", "9.0"]
     assert manifest["config"]["fmha_filter"] == ["*_d64_*"]
     assert [k["name"] for k in manifest["kernels"]] == [s.name for s in kernels(config)]
-    assert [k["family"] for k in manifest["kernels"]] == ["ws", "ws", "flash", "flash"]
+    assert [k["family"] for k in manifest["kernels"]] == ["decode"] * 6 + ["ws", "ws", "flash", "flash"]
     for entry in manifest["kernels"]:
         assert KernelSpec.parse(entry["name"], masks=entry["masks"]).to_dict() == \
             {k: v for k, v in entry.items() if k != "archs"}
         # What fmha_test.py's require_arch reads: sm_90a code runs on sm_90 alone.
-        assert entry["archs"] == (["9.0a"] if entry["family"] == "ws" else ["8.0", "9.0"])
+        assert entry["archs"] == (["9.0a"] if entry["family"] == "ws" else ["8.0", "9.0"])   # decode: portable
 
 
 def test_second_run_writes_nothing(tmp_path, capsys):

@@ -12,6 +12,10 @@ GOOD = KernelSpec(family="flash", sm=80, dtype="fp16", acc="fp16", d=128, dv=128
 DEFAULT = parse({})
 # A ws kernel's fields (bf16: no ENABLE_HMMA_FP32 needed), to change one at a time.
 WS = {"family": "ws", "sm": 90, "dtype": "bf16", "acc": "fp32", "block_m": 128, "block_n": 128, "warps_m": 8}
+# A decode kernel's fields (rows per warp in block_m, keys per warp step in block_n).
+DECODE = {"family": "decode", "sm": 80, "dtype": "bf16", "acc": "fp32", "block_m": 4, "block_n": 4, "warps_m": 4}
+DECODE_TRAITS = ("family decode (decode::Traits) needs d = dv in {32, 64, 128, 256}, fp32 accumulation, "
+                 "block_m (rows per warp) in {1, 4, 8}, block_n a multiple of 256/d (1-8 passes) and warps 1-8 x 1")
 WS_TRAITS = ("family ws (flash_sm90::Traits) needs d = dv in {64, 128, 192, 256}, fp32 accumulation, "
              "block_m 128 or 192 over warps (block_m/16)x1 and block_n 64 or 128")
 
@@ -48,6 +52,15 @@ CASES = {
         ({**WS, "block_n": 192}, DEFAULT, WS_TRAITS),
         ({**WS, "block_m": 64, "warps_m": 4}, DEFAULT, WS_TRAITS),
         ({**WS, "warps_m": 4, "warps_n": 2}, DEFAULT, WS_TRAITS),
+    ],
+    "decode_traits": [
+        ({**DECODE, "d": 96, "dv": 96}, DEFAULT, DECODE_TRAITS),     # 12 lanes per key do not split a warp
+        ({**DECODE, "dv": 64}, DEFAULT, DECODE_TRAITS),
+        ({**DECODE, "dtype": "fp16", "acc": "fp16"}, DEFAULT, DECODE_TRAITS),
+        ({**DECODE, "block_m": 2}, DEFAULT, DECODE_TRAITS),
+        ({**DECODE, "block_n": 3}, DEFAULT, DECODE_TRAITS),          # not a multiple of 2 keys per pass
+        ({**DECODE, "block_n": 36}, DEFAULT, DECODE_TRAITS),         # 18 passes
+        ({**DECODE, "warps_m": 4, "warps_n": 2}, DEFAULT, DECODE_TRAITS),
     ],
     "masks": [
         ({"masks": ()}, DEFAULT, "a kernel must support at least one mask"),
@@ -94,7 +107,7 @@ def test_hmma_fp32_flag_lets_fp32_accumulation_through():
 
 def test_default_candidates_are_rejected_only_for_the_flag():
     specs = [spec for family in candidates(DEFAULT).values() for spec in family]
-    assert {spec.family for spec in specs} == {"flash", "ws"}
+    assert {spec.family for spec in specs} == {"decode", "flash", "ws"}
     for spec in specs:
         flash_fp16_fp32 = spec.family == "flash" and spec.acc == "fp32" and spec.dtype == "fp16"
         assert [r.name for r in broken(spec, DEFAULT)] == (["hmma_fp32"] if flash_fp16_fp32 else [])

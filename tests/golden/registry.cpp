@@ -15,15 +15,18 @@ const KernelMeta kKernels[] = {
     {"fmha_v2_ws_bf16_d128_128x128_w8x1_sm90", "ws", 90, DataType::kBf16, DataType::kFp32,
      /*d=*/128, /*dv=*/128, /*block_m=*/128, /*block_n=*/128, /*warps_m=*/8, /*warps_n=*/1,
      mask_bit(MaskType::kPadding) | mask_bit(MaskType::kCausal), /*warp_specialized=*/true, /*uses_tma=*/true, /*persistent=*/true,
-     launch_fmha_v2_ws_bf16_d128_128x128_w8x1_sm90, entry_fmha_v2_ws_bf16_d128_128x128_w8x1_sm90},
+     /*max_s_q=*/0, /*max_rows=*/0,
+     launch_fmha_v2_ws_bf16_d128_128x128_w8x1_sm90, entry_fmha_v2_ws_bf16_d128_128x128_w8x1_sm90, nullptr},
     {"fmha_v2_flash_fp16_d128_128x64_w4x1_sm80", "flash", 80, DataType::kFp16, DataType::kFp16,
      /*d=*/128, /*dv=*/128, /*block_m=*/128, /*block_n=*/64, /*warps_m=*/4, /*warps_n=*/1,
      mask_bit(MaskType::kPadding) | mask_bit(MaskType::kCausal), /*warp_specialized=*/false, /*uses_tma=*/false, /*persistent=*/false,
-     launch_fmha_v2_flash_fp16_d128_128x64_w4x1_sm80, entry_fmha_v2_flash_fp16_d128_128x64_w4x1_sm80},
+     /*max_s_q=*/0, /*max_rows=*/0,
+     launch_fmha_v2_flash_fp16_d128_128x64_w4x1_sm80, entry_fmha_v2_flash_fp16_d128_128x64_w4x1_sm80, nullptr},
     {"fmha_v2_flash_bf16_d64_128x64_w4x1_sm80", "flash", 80, DataType::kBf16, DataType::kFp32,
      /*d=*/64, /*dv=*/64, /*block_m=*/128, /*block_n=*/64, /*warps_m=*/4, /*warps_n=*/1,
      mask_bit(MaskType::kPadding) | mask_bit(MaskType::kCausal), /*warp_specialized=*/false, /*uses_tma=*/false, /*persistent=*/false,
-     launch_fmha_v2_flash_bf16_d64_128x64_w4x1_sm80, entry_fmha_v2_flash_bf16_d64_128x64_w4x1_sm80},
+     /*max_s_q=*/0, /*max_rows=*/0,
+     launch_fmha_v2_flash_bf16_d64_128x64_w4x1_sm80, entry_fmha_v2_flash_bf16_d64_128x64_w4x1_sm80, nullptr},
 };
 const int kNumKernels = 3;
 
