@@ -111,7 +111,7 @@ DECODE_DTYPES = (("fp16", "fp32"), ("bf16", "fp32"))
 DECODE_WARPS = 4      # independent warps per CTA
 # Key passes per warp step (all loads of a step are issued first): more keys in flight where
 # few rows leave registers for them (rows 8 at 4 passes needs over 255 registers).
-DECODE_UNROLL = {1: 4, 4: 2, 8: 1}
+DECODE_UNROLL = {1: 2, 4: 2, 8: 1}
 
 
 def decode_tile(d: int, rows: int) -> tuple:

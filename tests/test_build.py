@@ -23,7 +23,7 @@ DRIVER = "src/fused_multihead_attention.cpp"
 SMALL_FILTER = "*_fp16_d64_*"     # one kernel: d=64 compiles fastest of the 2-mask TUs
 WS_HEADER = "src/fmha/kernel/flash_sm90.h"
 WS_KERNEL = "fmha_v2_ws_bf16_d64_192x128_w12x1_sm90"   # bf16: no ENABLE_HMMA_FP32 needed
-DECODE_KERNEL = "fmha_v2_decode_bf16_d64_1x16_w4x1_sm80"
+DECODE_KERNEL = "fmha_v2_decode_bf16_d64_1x8_w4x1_sm80"
 SM90A = "-gencode arch=compute_90a,code=sm_90a"
 
 needs_make = pytest.mark.skipif(shutil.which("make") is None, reason="make not found")

@@ -63,6 +63,9 @@ struct Traits {
     static constexpr int kLanesPerKey = kHeadDim / kElemsPerChunk;
     static constexpr int kKeysPerPass = kWarpSize / kLanesPerKey;
     static constexpr int kUnroll = kBlockN / kKeysPerPass;
+    // CTAs per SM the register budget is cut for (__launch_bounds__): few rows leave room for
+    // more warps in flight, which a bandwidth-bound kernel needs.
+    static constexpr int kMinBlocks = kRows == 1 ? 8 : 1;
 
     static_assert(kIsSupportedElement<Element>, "Element must be __half or __nv_bfloat16");
     static_assert(!kAccFp16_, "decode: fp32 accumulation only");
@@ -148,7 +151,7 @@ FMHA_DEVICE float round_to_element(float x) {
 }
 
 template <class Tr, bool kCausal>
-__global__ void __launch_bounds__(Tr::kThreads) decode_kernel(const __grid_constant__ Params p, int splits) {
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) decode_kernel(const __grid_constant__ Params p, int splits) {
     using Element = typename Tr::Element;
     constexpr int R = Tr::kRows;
     constexpr int LK = Tr::kLanesPerKey;
