@@ -134,20 +134,29 @@ def test_registry_compiles(tmp_path, globs):
     assert result.returncode == 0, result.stderr
 
 
+def build_tree(tmp_path_factory, name: str, header: str, arch_list: str, kernel_filter: str,
+               **make_env) -> tuple[Path, str]:
+    """A copied tree with bin/fmha.exe built from the kernels `kernel_filter` selects (the
+    family in `header`, for `arch_list`); returns it and make's output. Skips where nvcc or
+    make or the sources are missing."""
+    if shutil.which("nvcc") is None or shutil.which("make") is None:
+        pytest.skip("nvcc or make not found")
+    for path in (header, DRIVER):
+        if not (ROOT / path).is_file():
+            pytest.skip(f"{path} does not exist yet")
+    tree = copy_tree(tmp_path_factory.mktemp(name))
+    setup(tree, TORCH_CUDA_ARCH_LIST=arch_list, FMHA_FILTER=kernel_filter)
+    result = run(["make", "-j2"], tree, **make_env)
+    if result.returncode != 0:
+        pytest.fail(f"make failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}", pytrace=False)
+    return tree, result.stdout
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """A tree with bin/fmha.exe built from one small kernel. The tests below share it and
     run in file order: the ones that leave it out of date (touch, new arch list) come last."""
-    if shutil.which("nvcc") is None or shutil.which("make") is None:
-        pytest.skip("nvcc or make not found")
-    for path in (FAMILY_HEADER, DRIVER):
-        if not (ROOT / path).is_file():
-            pytest.skip(f"{path} does not exist yet")
-    tree = copy_tree(tmp_path_factory.mktemp("build"))
-    setup(tree, TORCH_CUDA_ARCH_LIST="8.0", FMHA_FILTER=SMALL_FILTER)
-    result = run(["make", "-j2"], tree, TORCH_CUDA_ARCH_LIST="8.0")
-    if result.returncode != 0:
-        pytest.fail(f"make failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}", pytrace=False)
+    tree, _ = build_tree(tmp_path_factory, "build", FAMILY_HEADER, "8.0", SMALL_FILTER, TORCH_CUDA_ARCH_LIST="8.0")
     return tree
 
 
@@ -194,17 +203,7 @@ def test_new_arch_list_rebuilds_device_objects_only(built):
 @pytest.fixture(scope="module")
 def built_ws(tmp_path_factory):
     """A tree with bin/fmha.exe built from one ws kernel (sm_90a) and the driver (sm_90)."""
-    if shutil.which("nvcc") is None or shutil.which("make") is None:
-        pytest.skip("nvcc or make not found")
-    for path in (WS_HEADER, DRIVER):
-        if not (ROOT / path).is_file():
-            pytest.skip(f"{path} does not exist yet")
-    tree = copy_tree(tmp_path_factory.mktemp("build_ws"))
-    setup(tree, TORCH_CUDA_ARCH_LIST="9.0", FMHA_FILTER=WS_KERNEL)
-    result = run(["make", "-j2"], tree)
-    if result.returncode != 0:
-        pytest.fail(f"make failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}", pytrace=False)
-    return tree, result.stdout
+    return build_tree(tmp_path_factory, "build_ws", WS_HEADER, "9.0", WS_KERNEL)
 
 
 @pytest.mark.build
