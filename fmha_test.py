@@ -261,6 +261,13 @@ DECODE_HEADS = 32
 DECODE_KV_HEADS = (32, 8, 4, 1)
 
 
+def heads_case(kernel: dict, mask: str, layout: str, shape: Shape, h_kv: int, extra: tuple = (),
+               tag: str = "", h: int = DECODE_HEADS) -> Case:
+    """A case with h query heads over h_kv KV heads: attention type mha, mqa or gqa from the ratio."""
+    attn = "mha" if h_kv == h else ("mqa" if h_kv == 1 else "gqa")
+    return Case(kernel, mask, layout, attn, shape, extra, tag, heads=h, kv_heads=h_kv if attn == "gqa" else 0)
+
+
 def decode_cases(kernel: dict, index: int) -> list[Case]:
     """A decode kernel's runs: only problems it holds (query rows per KV head <= its
     block_m, except the largest block_m, which tiles any), over the s_q x s_kv x GQA grid,
@@ -282,23 +289,17 @@ def decode_cases(kernel: dict, index: int) -> list[Case]:
         b = 1 if s_kv >= 65536 else 3
         shape = Shape(b, s_kv, s_q=sq)
         mask = kernel["masks"][si % len(kernel["masks"])]
-        attn = "mha" if hkv == DECODE_HEADS else ("mqa" if hkv == 1 else "gqa")
-        cases.append(Case(kernel, mask, layouts[si % 2], attn, shape, heads=DECODE_HEADS,
-                          kv_heads=hkv if attn == "gqa" else 0))
+        cases.append(heads_case(kernel, mask, layouts[si % 2], shape, hkv))
     # var-len KV, packed and padded storage, causal with s_q > 1 where the kernel holds it
     sq, hkv = combos[-1]
-    attn = "mha" if hkv == DECODE_HEADS else ("mqa" if hkv == 1 else "gqa")
     for shape, mask in ((Shape(4, 700, s_q=sq, min_s=1), "causal"), (Shape(3, 300, s_q=sq, min_s=50, pad_s=True), "padding"),
                         (Shape(2, 129, s_q=sq, min_s=1), "causal")):
-        cases.append(Case(kernel, mask, "separate_q_k_v", attn, shape, heads=DECODE_HEADS,
-                          kv_heads=hkv if attn == "gqa" else 0))
-    # numerics: unit-normal inputs and unusual scales, on a GQA problem
-    small = Shape(2, 160, s_q=combos[0][0])
+        cases.append(heads_case(kernel, mask, "separate_q_k_v", shape, hkv))
+    # numerics: unit-normal inputs and unusual scales, on the kernel's first (s_q, KV heads) pair
+    sq, hkv = combos[0]
     for ni, (tag, flags) in enumerate(NUMERICS):
-        cases.append(Case(kernel, kernel["masks"][ni % len(kernel["masks"])], "separate_q_k_v",
-                          "mha" if combos[0][1] == DECODE_HEADS else ("mqa" if combos[0][1] == 1 else "gqa"),
-                          small, tuple(flags), tag, heads=DECODE_HEADS,
-                          kv_heads=combos[0][1] if combos[0][1] not in (DECODE_HEADS, 1) else 0))
+        cases.append(heads_case(kernel, kernel["masks"][ni % len(kernel["masks"])], "separate_q_k_v",
+                                Shape(2, 160, s_q=sq), hkv, tuple(flags), tag))
     return cases
 
 
@@ -758,9 +759,7 @@ PERF_CASES = [
     for s in PERF_SEQ_LENS
     for mask in k["masks"]
 ] + [
-    Case(k, "padding", "separate_q_k_v", "mha" if PERF_DECODE_KV[k["block_m"]] == 32 else "gqa",
-         Shape(16, 4096, s_q=1), heads=32,
-         kv_heads=0 if PERF_DECODE_KV[k["block_m"]] == 32 else PERF_DECODE_KV[k["block_m"]])
+    heads_case(k, "padding", "separate_q_k_v", Shape(16, 4096, s_q=1), PERF_DECODE_KV[k["block_m"]], h=32)
     for k in sorted(KERNELS, key=lambda k: k["name"])
     if FAMILIES[k["family"]].max_s_q and k["d"] in CORE_HEAD_SIZES and k["block_m"] in PERF_DECODE_KV
 ]
