@@ -379,21 +379,16 @@ const void* entry(MaskType m) {
     return nullptr;
 }
 
-inline int device_sms(const Params& p) {
-    if (p.num_sms > 0) return p.num_sms;
-    int dev = 0, sms = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-        cudaGetLastError();
-        return 1;
-    }
-    return sms;
-}
-
 // The registry's WorkspaceFn: bytes of Params::workspace the launch uses for this problem
 // at most (0 when it runs one split). Launch with less and it runs fewer splits.
 template <class Tr>
 size_t workspace_bytes(const Params& p) {
-    const int splits = choose_splits<Tr>(p, device_sms(p), SIZE_MAX);
+    int sms = 1;
+    if (kernel::sm_count(p, &sms) != cudaSuccess) {  // the launch reports it; size for one SM
+        cudaGetLastError();
+        sms = 1;
+    }
+    const int splits = choose_splits<Tr>(p, sms, SIZE_MAX);
     return splits > 1 ? partial_bytes<Tr>(p, splits) : 0;
 }
 
@@ -406,7 +401,10 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
     if (p.s_q_max > kMaxSq) return cudaErrorInvalidValue;
     if ((p.h / p.h_kv) * p.s_q_max > Tr::kRows && Tr::kRows != 8) return cudaErrorInvalidValue;
     if (p.mask != MaskType::kPadding && p.mask != MaskType::kCausal) return cudaErrorInvalidValue;
-    const int splits = choose_splits<Tr>(p, device_sms(p), p.workspace != nullptr ? p.workspace_bytes : 0);
+    int sms = 0;
+    const cudaError_t err = kernel::sm_count(p, &sms);
+    if (err != cudaSuccess) return err;
+    const int splits = choose_splits<Tr>(p, sms, p.workspace != nullptr ? p.workspace_bytes : 0);
     const Shape shape = make_shape<Tr>(p, splits);
     const int64_t blocks = (shape.units + Tr::kWarps - 1) / Tr::kWarps;
     if (blocks > INT32_MAX) return cudaErrorInvalidValue;

@@ -479,11 +479,9 @@ cudaError_t launch_with_extents(const Params& p, int64_t q_tokens, int64_t kv_to
     if (!kernel::params_fit(p, Tr::kHeadDim, Tr::kHeadDimV)) return cudaErrorInvalidValue;
     if (p.mask != MaskType::kPadding && p.mask != MaskType::kCausal) return cudaErrorInvalidValue;
     if (Tr::kPersistent && p.tile_counter == nullptr) return cudaErrorInvalidValue;
-    int num_sms = p.num_sms;
-    if (Tr::kPersistent && num_sms < 1) {
-        int dev = 0;
-        cudaError_t err = cudaGetDevice(&dev);
-        if (err == cudaSuccess) err = cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, dev);
+    int num_sms = 0;
+    if (Tr::kPersistent) {
+        const cudaError_t err = kernel::sm_count(p, &num_sms);
         if (err != cudaSuccess) return err;
     }
     const int grid = grid_size<Tr>(p, num_sms);

@@ -2,6 +2,8 @@
 // breaks it gets cudaErrorInvalidValue and no launch, never a wrong answer.
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <cmath>
 #include <cstdint>
 
@@ -28,6 +30,17 @@ inline bool params_fit(const Params& p, int head_dim, int head_dim_v) {
         if (s % kElemsPerChunk != 0) return false;
     }
     return true;
+}
+
+// SMs of the device the launch goes to: Params::num_sms when the driver filled it, else
+// asked of the current device.
+inline cudaError_t sm_count(const Params& p, int* sms) {
+    *sms = p.num_sms;
+    if (*sms > 0) return cudaSuccess;
+    int dev = 0;
+    cudaError_t err = cudaGetDevice(&dev);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev);
+    return err;
 }
 
 }  // namespace kernel
