@@ -270,11 +270,11 @@ def heads_case(kernel: dict, mask: str, layout: str, shape: Shape, h_kv: int, ex
 
 def decode_cases(kernel: dict, index: int) -> list[Case]:
     """A decode kernel's runs: only problems it holds (query rows per KV head <= its
-    block_m, except the largest block_m, which tiles any), over the s_q x s_kv x GQA grid,
-    var-len KV (packed and padded), both masks, the layouts that allow s_q < s, each length
-    once per kernel with the (s_q, GQA) pairs rotating between kernels."""
-    rows_cap = kernel["block_m"] if kernel["block_m"] < max(k["block_m"] for k in KERNELS
-                                                            if k["family"] == kernel["family"]) else None
+    max_rows; 0: it tiles any), over the s_q x s_kv x GQA grid (every s_kv, also below the
+    kernel's min_s_kv, since -kernel runs it on any length), var-len KV (packed and padded),
+    both masks, the layouts that allow s_q < s, each length once per kernel with the
+    (s_q, GQA) pairs rotating between kernels."""
+    rows_cap = kernel["max_rows"] or None
     combos = [(sq, hkv) for sq in DECODE_S_Q for hkv in DECODE_KV_HEADS
               if rows_cap is None or DECODE_HEADS // hkv * sq <= rows_cap]
     if not combos:
@@ -580,20 +580,25 @@ def test_use_tma_runs_a_tma_row_or_says_none_fits(exe, gpu_sm):
 
 @pytest.mark.gpu
 def test_few_query_rows_dispatch_to_the_decode_family(exe, gpu_sm):
-    """Without -kernel: s_q <= 16 takes the decode row with the fewest rows per warp that
-    holds h / h_kv * s_q (here 32 / 8 * 1 = 4); s_q = 17 goes to a prefill family."""
+    """Without -kernel: s_q <= 16 takes a decode row. A cache of at least a row's min_s_kv
+    keys takes that row (the mma path); a shorter one the warp-path row with the fewest rows
+    per warp that holds h / h_kv * s_q (here 32 / 8 * 1 = 4); s_q = 17 goes to a prefill family."""
     dec = [k for k in KERNELS if FAMILIES[k["family"]].max_s_q and k["dtype"] == "bf16" and k["d"] == 128]
-    if not dec:
-        pytest.skip("no bf16 d=128 decode kernel in this build")
+    long_rows = [k for k in dec if k["min_s_kv"]]
+    short_rows = [k for k in dec if not k["min_s_kv"] and (k["max_rows"] == 0 or k["max_rows"] >= 4)]
+    if not long_rows or not short_rows:
+        pytest.skip("no bf16 d=128 decode kernels of both paths in this build")
     require_arch(dec[0], gpu_sm)
-    expected = min((k for k in dec if k["block_m"] >= 4), key=lambda k: k["block_m"])
-    base = ["-d", "128", "-bf16", "-b", "2", "-h", "32", "-gqa", "8", "-s", "2000", "-separate-q-k-v",
+    base = ["-d", "128", "-bf16", "-b", "2", "-h", "32", "-gqa", "8", "-separate-q-k-v",
             "-v", "0", "-runs", "1", "-warm-up-runs", "0"]
-    proc = run_fmha(exe, [*base, "-s-q", "1"])
-    assert proc.returncode == 0, describe(proc)
-    fields = parse_output(proc.stdout)
-    assert fields["checks"] == "SUCCESS" and fields["kernel"] == expected["name"], describe(proc)
-    proc = run_fmha(exe, [*base, "-s-q", "17"])
+    long_s = max(k["min_s_kv"] for k in long_rows)
+    for s, expected in ((long_s, long_rows[0]),
+                        (long_s - 1, min(short_rows, key=lambda k: k["max_rows"] or 1 << 30))):
+        proc = run_fmha(exe, [*base, "-s", str(s), "-s-q", "1"])
+        assert proc.returncode == 0, describe(proc)
+        fields = parse_output(proc.stdout)
+        assert fields["checks"] == "SUCCESS" and fields["kernel"] == expected["name"], describe(proc)
+    proc = run_fmha(exe, [*base, "-s", "2000", "-s-q", "17"])
     assert proc.returncode == 0, describe(proc)
     assert "_decode_" not in parse_output(proc.stdout)["kernel"], describe(proc)
 
@@ -634,8 +639,18 @@ SAVE_CONFIGS_FEW_ROWS = {
     "mqa_causal_scales": ["-b", "2", "-h", "4", "-mqa", "-s", "960", "-s-q", "3", "-causal-mask", "-randn",
                           "-scale-bmm1", "0.07", "-scale-bmm2", "0.8", "-separate-q-k-v"],
 }
-# Every (family, dtype, accumulation) of the build, so each family's output is re-checked.
-SAVE_KINDS = sorted({(k["family"], k["dtype"], k["acc"]) for k in KERNELS})
+
+
+def save_path(kernel: dict) -> str:
+    """The decode family's two paths (mma: warps along keys; warp: one warp per unit), each
+    re-checked on its own; '' for families with one path."""
+    if not FAMILIES[kernel["family"]].max_s_q:
+        return ""
+    return "mma" if kernel["warps_n"] > 1 else "warp"
+
+
+# Every (family, dtype, accumulation, path) of the build, so each family's output is re-checked.
+SAVE_KINDS = sorted({(k["family"], k["dtype"], k["acc"], save_path(k)) for k in KERNELS})
 
 
 def spec_error(found: np.ndarray, expected: np.ndarray, eps: float) -> np.ndarray:
@@ -690,16 +705,16 @@ def attention_fp64(q, k, v, q_lens, kv_lens, scale_bmm1, scale_out, causal, dtyp
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kind", SAVE_KINDS, ids="-".join)
+@pytest.mark.parametrize("kind", SAVE_KINDS, ids=lambda kind: "-".join(filter(None, kind)))
 @pytest.mark.parametrize("config", SAVE_CONFIGS)
 def test_save_tensors_match_float64(kind, config, exe, gpu_sm, tmp_path):
-    family, dtype, acc = kind
+    family, dtype, acc, path = kind
     configs = SAVE_CONFIGS
-    if FAMILIES[family].max_s_q:  # decode: its row-tiling kernel (largest block_m) holds any head ratio
+    if FAMILIES[family].max_s_q:  # decode: the path's row-tiling kernel (max_rows 0) holds any head ratio
         configs = SAVE_CONFIGS_FEW_ROWS
-        tiling = [k for k in KERNELS if k["family"] == family and k["dtype"] == dtype and k["acc"] == acc]
-        top = max((k["block_m"] for k in tiling), default=0)
-        kernel = min((k for k in tiling if k["block_m"] == top), key=lambda k: (k["d"], k["name"]), default=None)
+        tiling = [k for k in KERNELS if k["family"] == family and k["dtype"] == dtype and k["acc"] == acc
+                  and save_path(k) == path and k["max_rows"] == 0]
+        kernel = min(tiling, key=lambda k: (k["d"], k["name"]), default=None)
         if kernel is None:
             pytest.skip(f"no {family} kernel in the build fits {kind}")
     else:
@@ -750,7 +765,7 @@ PERF_TOKENS, PERF_HIDDEN, PERF_SEQ_LENS = 16384, 2048, (1024, 4096)
 PERF_FLAGS = ["-skip-checks", "-v", "0", "-runs", "20", "-warm-up-runs", "10"]
 # Decode kernels (few query rows): one token per sequence against a 4k KV cache, b = 16, 32
 # query heads over as many KV heads as the kernel's rows per warp hold (MHA, GQA 4, GQA 8).
-PERF_DECODE_KV = {1: 32, 4: 8, 8: 4}
+PERF_DECODE_KV = {1: 32, 4: 8, 8: 4, 16: 8}  # block_m -> KV heads (16: the mma path, GQA 4)
 PERF_CASES = [
     Case(k, mask, "packed_qkv", "mha", Shape(PERF_TOKENS // s, s),
          heads=max(1, round(PERF_HIDDEN / k["d"])))

@@ -53,6 +53,12 @@ print(f"sass: {len(flash)} flash kernels, {sum(v['HMMA'] == 0 for v in flash.val
 ws = {k: v for k, v in kernels.items() if "flash_sm90" in k}
 print(f"sass: {len(ws)} ws kernels, {sum(v['HGMMA'] == 0 for v in ws.values())} without HGMMA, "
       f"{sum(v['LDL'] + v['STL'] > 0 for v in ws.values())} with local memory (LDL/STL)")
+dec = {k: v for k, v in kernels.items() if "decode_mma_kernel" in k}
+print(f"sass: {len(dec)} decode mma kernels, {sum(v['HMMA'] == 0 for v in dec.values())} without HMMA, "
+      f"{sum(v['LDL'] + v['STL'] > 0 for v in dec.values())} with local memory (LDL/STL)")
+warp = {k: v for k, v in kernels.items() if "decode_kernel" in k or "combine_kernel" in k}
+print(f"sass: {len(warp)} decode warp/combine kernels, "
+      f"{sum(v['LDL'] + v['STL'] > 0 for v in warp.values())} with local memory (LDL/STL)")
 EOF
 fi
 

@@ -102,11 +102,16 @@ def ws(config: Config) -> list[KernelSpec]:
 
 
 # The decode family (src/fmha/kernel/decode.h): portable (SM80+), fp32 accumulation, the head
-# sizes whose 16-byte chunks split a warp evenly. One kernel per rows-per-warp (block_m) in
-# ascending order, so dispatch takes the smallest that holds a problem's query rows per KV
-# head; the largest tiles any row count.
+# sizes whose 16-byte chunks split a warp evenly. Per (dtype, d), first the tensor-core path
+# (DECODE_MMA_TILE), which dispatch takes for caches of DECODE_MMA_MIN_S_KV keys or more;
+# then one warp-path kernel per rows-per-warp (block_m) in ascending order, so shorter caches
+# take the smallest that holds a problem's query rows per KV head; the largest tiles any
+# row count (as the mma path does).
 DECODE_HEAD_SIZES = rules.DECODE_HEAD_SIZES
 DECODE_ROWS = rules.DECODE_ROWS
+DECODE_MMA_TILE = rules.DECODE_MMA_TILE
+# Below this many keys the warp path's per-unit cost is lower than a CTA's pipeline fill.
+DECODE_MMA_MIN_S_KV = 256
 DECODE_DTYPES = (("fp16", "fp32"), ("bf16", "fp32"))
 DECODE_WARPS = 4      # independent warps per CTA
 # Key passes per warp step (all loads of a step are issued first): more keys in flight where
@@ -122,12 +127,12 @@ def decode_tile(d: int, rows: int) -> tuple:
 
 
 def decode(config: Config) -> list[KernelSpec]:
-    """The decode family: every (dtype, d) at each rows-per-warp of DECODE_ROWS."""
+    """The decode family: every (dtype, d) on the mma path, then at each rows-per-warp of
+    DECODE_ROWS on the warp path."""
     specs = []
     for dtype, acc in DECODE_DTYPES:
         for d in DECODE_HEAD_SIZES:
-            for rows in DECODE_ROWS:
-                block_m, block_n, warps_m, warps_n = decode_tile(d, rows)
+            for block_m, block_n, warps_m, warps_n in (DECODE_MMA_TILE, *(decode_tile(d, r) for r in DECODE_ROWS)):
                 specs.append(KernelSpec(family="decode", sm=FAMILIES["decode"].sm, dtype=dtype, acc=acc, d=d, dv=d,
                                         block_m=block_m, block_n=block_n, warps_m=warps_m, warps_n=warps_n,
                                         masks=ALL_MASKS))
@@ -135,11 +140,17 @@ def decode(config: Config) -> list[KernelSpec]:
 
 
 def decode_max_rows(spec: KernelSpec) -> int:
-    """KernelMeta::max_rows: query rows per KV head a decode kernel holds (0: any, the
-    largest block_m tiles them); 0 for the other families."""
-    if spec.family != "decode" or spec.block_m == max(DECODE_ROWS):
+    """KernelMeta::max_rows: query rows per KV head a decode kernel holds (0: any, the mma
+    path and the warp path's largest block_m tile them); 0 for the other families."""
+    if spec.family != "decode" or rules.decode_is_mma(spec) or spec.block_m == max(DECODE_ROWS):
         return 0
     return spec.block_m
+
+
+def decode_min_s_kv(spec: KernelSpec) -> int:
+    """KernelMeta::min_s_kv: the shortest cache (max keys per sequence) for which dispatch
+    takes the kernel (0: any); `-kernel NAME` runs it on any."""
+    return DECODE_MMA_MIN_S_KV if rules.decode_is_mma(spec) else 0
 
 
 # family name -> its enumeration function; a new family adds one line here.

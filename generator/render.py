@@ -14,7 +14,7 @@ from pathlib import Path
 import jinja2
 
 from .env import Config
-from .enumerate import decode_max_rows
+from .enumerate import decode_max_rows, decode_min_s_kv
 from .rules import family_archs
 from .spec import ACCS, DTYPES, FAMILIES, MASKS, KernelSpec
 
@@ -61,6 +61,7 @@ def _kernel_vars(spec: KernelSpec, scheduling_mode: int) -> dict:
         "uses_tma": "true" if family.uses_tma else "false",
         "persistent": "true" if family.scheduled and scheduling_mode == 1 else "false",
         "max_rows": decode_max_rows(spec),
+        "min_s_kv": decode_min_s_kv(spec),
     }
 
 
@@ -94,6 +95,8 @@ def render_manifest(specs: list[KernelSpec], config: Config) -> str:
     for spec in specs:
         entry = spec.to_dict()
         entry["archs"] = [str(a) for a in family_archs(spec.family, config)]
+        entry["max_rows"] = decode_max_rows(spec)    # KernelMeta fields the tests select by
+        entry["min_s_kv"] = decode_min_s_kv(spec)
         kernels.append(entry)
     # Sorted keys and a fixed indent: the same config always gives the same bytes.
     return json.dumps({"config": config.to_dict(), "kernels": kernels}, indent=2, sort_keys=True) + "\n"

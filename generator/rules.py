@@ -58,17 +58,26 @@ _WS_HEADS = "{{" + ", ".join(map(str, WS_HEAD_SIZES)) + "}}"
 
 # What fmha::decode::Traits static_asserts (src/fmha/kernel/decode.h).
 DECODE_HEAD_SIZES = (32, 64, 128, 256)   # d / 8 lanes per key divide a warp
-DECODE_ROWS = (1, 4, 8)                  # query rows per warp
+DECODE_ROWS = (1, 4, 8)                  # query rows per warp (warp path)
+DECODE_MMA_TILE = (16, 64, 1, 4)         # (block_m, block_n, warps_m, warps_n) of the mma path
 _DECODE_HEADS = "{{" + ", ".join(map(str, DECODE_HEAD_SIZES)) + "}}"
 _DECODE_ROWS = "{{" + ", ".join(map(str, DECODE_ROWS)) + "}}"
+
+
+def decode_is_mma(spec: KernelSpec) -> bool:
+    """A decode kernel on the tensor-core path (decode::MmaTraits): its tile says so."""
+    return spec.family == "decode" and spec.warps_n > 1
 
 
 def _decode_traits_ok(spec: KernelSpec) -> bool:
     if spec.family != "decode":
         return True
-    keys_per_pass = 256 // spec.d if spec.d in DECODE_HEAD_SIZES else 0
-    return (spec.d in DECODE_HEAD_SIZES and spec.dv == spec.d and spec.acc == "fp32"
-            and spec.block_m in DECODE_ROWS and keys_per_pass > 0 and spec.block_n % keys_per_pass == 0
+    if not (spec.d in DECODE_HEAD_SIZES and spec.dv == spec.d and spec.acc == "fp32"):
+        return False
+    if decode_is_mma(spec):
+        return (spec.block_m, spec.block_n, spec.warps_m, spec.warps_n) == DECODE_MMA_TILE
+    keys_per_pass = 256 // spec.d
+    return (spec.block_m in DECODE_ROWS and spec.block_n % keys_per_pass == 0
             and 1 <= spec.block_n // keys_per_pass <= 8 and 1 <= spec.warps_m <= 8 and spec.warps_n == 1)
 
 
@@ -130,8 +139,8 @@ RULES = (
     Rule(
         "decode_traits",
         "family {family} (decode::Traits) needs d = dv in " + _DECODE_HEADS + ", fp32 accumulation, "
-        "block_m (rows per warp) in " + _DECODE_ROWS + ", block_n a multiple of 256/d (1-8 passes) "
-        "and warps 1-8 x 1",
+        "and either the warp path's tile (block_m rows per warp in " + _DECODE_ROWS + ", block_n a "
+        "multiple of 256/d (1-8 passes), warps 1-8 x 1) or the mma path's 16x64, warps 1x4",
         lambda s, c: _decode_traits_ok(s),
     ),
     Rule(

@@ -47,7 +47,7 @@ FAMILIES = {
     "decode": Family(
         name="decode",
         sm=80,
-        description="decode family, s_q <= 16, split-KV on CUDA cores",
+        description="decode family, s_q <= 16, split-KV, mma.sync or CUDA cores",
         header="fmha/kernel/decode.h",
         namespace="decode",
         warp_specialized=False,

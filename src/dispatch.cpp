@@ -96,6 +96,8 @@ std::string problem_text(const Problem& p) {
         const KernelMeta& k = kKernels[ranked[i].second];
         std::string why = static_mismatch(k, p);
         if (why.empty() && device_sm > 0) why = device_mismatch(k, p.mask, device_sm);
+        if (why.empty() && p.s < k.min_s_kv)
+            why = "dispatch takes it for s >= " + std::to_string(k.min_s_kv) + " only (-kernel runs it)";
         std::fprintf(stderr, "  %s: %s\n", k.name, why.c_str());
     }
     std::exit(kExitBadArgs);
@@ -150,6 +152,7 @@ const KernelMeta& select_kernel(const Problem& p, const KernelMeta* forced, int 
     }
     for (int i = 0; i < kNumKernels; ++i) {
         const KernelMeta& k = kKernels[i];
+        if (p.s < k.min_s_kv) continue;  // a row for longer caches; a later one serves this
         if (static_mismatch(k, p).empty() && device_mismatch(k, p.mask, device_sm).empty())
             return k;
     }

@@ -40,6 +40,9 @@ struct KernelMeta {
                           // (SCHEDULING_MODE=1); false: one CTA per tile
     int max_s_q;          // query rows per sequence it serves (decode: 16); 0 = any
     int max_rows;         // query rows per KV head (h / h_kv * s_q) it holds; 0 = any
+    int min_s_kv;         // dispatch takes it only for caches of at least this many keys
+                          // (max over the batch); 0 = any. A preference, not a limit:
+                          // `-kernel NAME` runs it on any length
     LaunchFn launch;
     EntryFn entry;
     WorkspaceFn workspace;  // nullptr: the family needs no workspace

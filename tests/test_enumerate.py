@@ -34,7 +34,7 @@ def names(environ):
 N_HEADS = len(enum.HEAD_SIZES)
 N_WS = len(enum.WS_HEAD_SIZES)      # ws kernels per (dtype, acc)
 # decode kernels: portable like flash, so every build has them: 2 dtypes x head sizes x rows
-N_DEC = 2 * len(enum.DECODE_HEAD_SIZES) * len(enum.DECODE_ROWS)
+N_DEC = 2 * len(enum.DECODE_HEAD_SIZES) * (1 + len(enum.DECODE_ROWS))   # mma path + warp path
 
 
 @pytest.mark.parametrize("environ, flash, ws", [
@@ -69,20 +69,25 @@ def test_default_kernels():
         f"fmha_v2_flash_{dtype}_d{d}_{'x'.join(map(str, enum.flash_tile(d)[:2]))}_w4x1_sm80"
         for dtype in ("fp16", "bf16") for d in enum.HEAD_SIZES
     ]
-    decode = [f"fmha_v2_decode_{dtype}_d{d}_{'x'.join(map(str, enum.decode_tile(d, r)[:2]))}_w4x1_sm80"
-              for dtype in ("fp16_fp32", "bf16") for d in enum.DECODE_HEAD_SIZES for r in enum.DECODE_ROWS]
+    decode = [name for dtype in ("fp16_fp32", "bf16") for d in enum.DECODE_HEAD_SIZES
+              for name in (f"fmha_v2_decode_{dtype}_d{d}_16x64_w1x4_sm80",
+                           *(f"fmha_v2_decode_{dtype}_d{d}_{'x'.join(map(str, enum.decode_tile(d, r)[:2]))}_w4x1_sm80"
+                             for r in enum.DECODE_ROWS))]
     assert names({}) == decode + ws + flash
 
 
 def test_decode_rows_ascend_so_dispatch_takes_the_smallest_that_holds_the_problem():
-    """Within a (dtype, d) the decode rows run 1, 4, 8: the driver takes the first that
-    holds h / h_kv * s_q rows; only the largest holds any count (it tiles them)."""
+    """Within a (dtype, d): first the mma path (dispatch takes it for caches of at least
+    DECODE_MMA_MIN_S_KV keys, any row count), then the warp-path rows 1, 4, 8: the driver
+    takes the first that holds h / h_kv * s_q rows; the largest holds any count (it tiles)."""
     specs = [s for s in kernels(parse({})) if s.family == "decode"]
     for dtype in ("fp16", "bf16"):
         for d in enum.DECODE_HEAD_SIZES:
-            rows = [s.block_m for s in specs if s.dtype == dtype and s.d == d]
-            assert rows == list(enum.DECODE_ROWS)
-    assert [enum.decode_max_rows(s) for s in specs[:3]] == [1, 4, 0]
+            tiles = [(s.block_m, s.block_n, s.warps_m, s.warps_n) for s in specs if s.dtype == dtype and s.d == d]
+            assert tiles[0] == enum.DECODE_MMA_TILE
+            assert [t[0] for t in tiles[1:]] == list(enum.DECODE_ROWS)
+    assert [enum.decode_max_rows(s) for s in specs[:4]] == [0, 1, 4, 0]
+    assert [enum.decode_min_s_kv(s) for s in specs[:4]] == [enum.DECODE_MMA_MIN_S_KV, 0, 0, 0]
 
 
 def test_ws_kernels_with_hmma_fp32():
@@ -137,7 +142,7 @@ def test_head_sizes_cover_every_multiple_of_8_from_16_to_256():
 def test_tiles_come_from_their_tile_function_and_pass_the_rules():
     config = parse({"ENABLE_HMMA_FP32": "1"})
     tile = {"flash": enum.flash_tile, "ws": enum.ws_tile,
-            "decode": lambda spec: enum.decode_tile(spec.d, spec.block_m)}
+            "decode": lambda spec: (enum.DECODE_MMA_TILE if spec.warps_n > 1 else enum.decode_tile(spec.d, spec.block_m))}
     specs = [s for family in enum.candidates(config).values() for s in family]
     assert {s.family for s in specs} == set(tile)
     for spec in specs:
@@ -160,8 +165,8 @@ def test_ws_tile():
     ("*bf16*", N_HEADS + N_WS + N_DEC // 2),
     ("*_flash_bf16*", N_HEADS),
     ("*_ws_*", 2 * N_WS),                   # fp16 (fp32 accumulation) and bf16
-    ("*_d128_*,*_d256_*", 4 + 4 + 12),         # flash + ws + decode (2 dtypes x 3 rows each)
-    (" *_d128_* , *_d256_* ,", 4 + 4 + 12),    # blanks and empty entries are ignored
+    ("*_d128_*,*_d256_*", 4 + 4 + 16),         # flash + ws + decode (2 dtypes x 4 tiles each)
+    (" *_d128_* , *_d256_* ,", 4 + 4 + 16),    # blanks and empty entries are ignored
     ("fmha_v2_flash_fp16_d32_128x64_w4x1_sm80", 1),
     ("fmha_v2_ws_bf16_d256_128x64_w8x1_sm90", 1),
     ("*_flash_fp16_fp32*", 0),              # rules come first: HMMA_FP32 is off
@@ -267,7 +272,7 @@ def test_setup_prints_one_line_per_family(tmp_path):
     run = run_setup(tmp_path)
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
-    assert lines[0].startswith(f"decode (decode family, s_q <= 16, split-KV on CUDA cores): {N_DEC} kernels -> ")
+    assert lines[0].startswith(f"decode (decode family, s_q <= 16, split-KV, mma.sync or CUDA cores): {N_DEC} kernels -> ")
     assert lines[1].startswith(f"ws (sm90 family, wgmma + TMA, warp-specialised): {2 * N_WS} kernels -> ")
     assert lines[2].startswith(f"flash (sm80 family, mma.sync): {2 * N_HEADS} kernels -> ")
     assert "rejected" not in run.stdout

@@ -8,6 +8,7 @@ from pathlib import Path
 import jinja2
 import pytest
 
+from generator.enumerate import decode_max_rows, decode_min_s_kv
 from generator.env import parse
 from generator.main import kernels, main
 from generator.render import (environment, kernel_path, render_all, render_kernel,
@@ -85,11 +86,13 @@ def test_registry_lists_decode_then_ws_then_flash_rows():
 
 
 def test_decode_rows_carry_their_limits_and_workspace():
-    text = render_registry(environment(), [KernelSpec.parse("fmha_v2_decode_bf16_d128_4x4_w4x1_sm80"),
+    text = render_registry(environment(), [KernelSpec.parse("fmha_v2_decode_bf16_d128_16x64_w1x4_sm80"),
+                                           KernelSpec.parse("fmha_v2_decode_bf16_d128_4x4_w4x1_sm80"),
                                            KernelSpec.parse("fmha_v2_decode_bf16_d128_8x2_w4x1_sm80")])
     assert "size_t workspace_fmha_v2_decode_bf16_d128_4x4_w4x1_sm80(const Params&);" in text
-    assert "/*max_s_q=*/16, /*max_rows=*/4," in text       # rows per warp 4 holds 4 rows
-    assert "/*max_s_q=*/16, /*max_rows=*/0," in text       # the largest tiles any count
+    assert "/*max_s_q=*/16, /*max_rows=*/0, /*min_s_kv=*/256," in text   # the mma path: long caches, any rows
+    assert "/*max_s_q=*/16, /*max_rows=*/4, /*min_s_kv=*/0," in text     # rows per warp 4 holds 4 rows
+    assert "/*max_s_q=*/16, /*max_rows=*/0, /*min_s_kv=*/0," in text     # the largest warp row tiles any count
     assert "entry_fmha_v2_decode_bf16_d128_8x2_w4x1_sm80, workspace_fmha_v2_decode_bf16_d128_8x2_w4x1_sm80}" in text
     tu = render_kernel(environment(), KernelSpec.parse("fmha_v2_decode_bf16_d128_4x4_w4x1_sm80"))
     assert "decode::workspace_bytes<Traits>(params)" in tu and "kPersistent" not in tu
@@ -138,10 +141,11 @@ def test_manifest(tmp_path):
     assert manifest["config"]["torch_cuda_arch_list"] == ["8.0", "9.0"]
     assert manifest["config"]["fmha_filter"] == ["*_d64_*"]
     assert [k["name"] for k in manifest["kernels"]] == [s.name for s in kernels(config)]
-    assert [k["family"] for k in manifest["kernels"]] == ["decode"] * 6 + ["ws", "ws", "flash", "flash"]
+    assert [k["family"] for k in manifest["kernels"]] == ["decode"] * 8 + ["ws", "ws", "flash", "flash"]
     for entry in manifest["kernels"]:
-        assert KernelSpec.parse(entry["name"], masks=entry["masks"]).to_dict() == \
-            {k: v for k, v in entry.items() if k != "archs"}
+        spec = KernelSpec.parse(entry["name"], masks=entry["masks"])
+        assert spec.to_dict() == {k: v for k, v in entry.items() if k not in ("archs", "max_rows", "min_s_kv")}
+        assert (entry["max_rows"], entry["min_s_kv"]) == (decode_max_rows(spec), decode_min_s_kv(spec))
         # What fmha_test.py's require_arch reads: sm_90a code runs on sm_90 alone.
         assert entry["archs"] == (["9.0a"] if entry["family"] == "ws" else ["8.0", "9.0"])   # decode: portable
 

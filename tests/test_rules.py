@@ -15,7 +15,8 @@ WS = {"family": "ws", "sm": 90, "dtype": "bf16", "acc": "fp32", "block_m": 128, 
 # A decode kernel's fields (rows per warp in block_m, keys per warp step in block_n).
 DECODE = {"family": "decode", "sm": 80, "dtype": "bf16", "acc": "fp32", "block_m": 4, "block_n": 4, "warps_m": 4}
 DECODE_TRAITS = ("family decode (decode::Traits) needs d = dv in {32, 64, 128, 256}, fp32 accumulation, "
-                 "block_m (rows per warp) in {1, 4, 8}, block_n a multiple of 256/d (1-8 passes) and warps 1-8 x 1")
+                 "and either the warp path's tile (block_m rows per warp in {1, 4, 8}, block_n a multiple of "
+                 "256/d (1-8 passes), warps 1-8 x 1) or the mma path's 16x64, warps 1x4")
 WS_TRAITS = ("family ws (flash_sm90::Traits) needs d = dv in {64, 128, 192, 256}, fp32 accumulation, "
              "block_m 128 or 192 over warps (block_m/16)x1 and block_n 64 or 128")
 
@@ -61,6 +62,8 @@ CASES = {
         ({**DECODE, "block_n": 3}, DEFAULT, DECODE_TRAITS),          # not a multiple of 2 keys per pass
         ({**DECODE, "block_n": 36}, DEFAULT, DECODE_TRAITS),         # 18 passes
         ({**DECODE, "warps_m": 4, "warps_n": 2}, DEFAULT, DECODE_TRAITS),
+        ({**DECODE, "block_m": 16, "block_n": 32, "warps_m": 1, "warps_n": 4}, DEFAULT, DECODE_TRAITS),  # mma: 64 keys
+        ({**DECODE, "block_m": 32, "block_n": 64, "warps_m": 1, "warps_n": 4}, DEFAULT, DECODE_TRAITS),  # mma: 16 rows
     ],
     "masks": [
         ({"masks": ()}, DEFAULT, "a kernel must support at least one mask"),

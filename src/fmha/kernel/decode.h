@@ -1,7 +1,9 @@
 // The "decode" family: attention for a few query rows per sequence (s_q <= kMaxSq) against a
-// KV cache of any length, at the memory-bandwidth limit. Portable (SM80 and newer): CUDA-core
-// FMAs on 16-byte loads, no tensor cores; decode moves bytes, it does not multiply matrices.
+// KV cache of any length, at the memory-bandwidth limit. Portable (SM80 and newer). Two paths,
+// chosen by the kernel's tile (Traits below picks the struct):
 //
+// Warp path (kWarpsN == 1; WarpTraits): CUDA-core FMAs on 16-byte register loads, no shared
+// memory, for short caches (s_kv = 2 .. a few hundred), where per-unit fixed cost rules.
 // Work unit = one warp = (sequence b, KV head g, row tile, key split):
 //   rows:  every query row that reads KV head g: the G = h / h_kv query heads sharing it times
 //          the sequence's q_len positions (row r: head g*G + r % G, position r / G), kRows per
@@ -15,18 +17,28 @@
 // all loads of a step issued before any use). Q K^T is a dot product per lane reduced over
 // the key's lanes with shuffles; each key group keeps its own online softmax (m, l, O slice),
 // and the groups are merged with shuffles at the end.
-// Numerics match the tensor-core families and the reference: scores in fp32 scaled by
-// scale_bmm1 * log2(e), running max rounded up to an integer, P = exp2(score - max) summed
-// unrounded and rounded to the input type before it multiplies V.
+//
+// Tensor-core path (kWarpsN == 4; MmaTraits): for long caches. Work unit = one CTA = (b, g,
+// 16-row tile of the packed rows above, key split). K and V stream through a kStages-deep
+// cp.async ring of kBlockN-key blocks (tens of KB in flight per CTA, where a warp holds 2 KB
+// in registers); each warp takes 16 keys of every block: S = Q K^T and O += P V on mma.sync
+// m16n8k16 (rows past the tile's real rows are zeros: the tensor cores have throughput to
+// spare, the CUDA-core path spent ~150 instructions per 1 KB of K/V), with its own online
+// softmax; the warps' (max, sum, O) are merged through shared memory at the end. Splits fill
+// one wave of resident CTAs (choose_splits_mma), so every CTA streams the same number of keys.
+//
+// Numerics (both paths) match the tensor-core families and the reference: scores in fp32
+// scaled by scale_bmm1 * log2(e), running max rounded up to an integer, P = exp2(score - max)
+// summed unrounded and rounded to the input type before it multiplies V.
 // One split writes O directly; several write fp32 partials (O unnormalised, max, sum) to
 // Params::workspace and combine_kernel merges them (LSE-weighted).
 //
-// What an instantiation supports (static_asserted in Traits; launch checks the rest):
+// What an instantiation supports (static_asserted in the Traits; launch checks the rest):
 //   Element        __half or __nv_bfloat16, fp32 accumulation (kAccFp16 == false)
 //   kHeadDim       32, 64, 128 or 256 (d / 8 lanes per key must divide a warp), dv == d
-//   kBlockM        kRows, query rows per warp unit: 1, 4 or 8
-//   kBlockN        keys per warp step: a multiple of 256 / d
-//   kWarpsM        warps per CTA (independent units), kWarpsN 1
+//   warp path      kBlockM = kRows, query rows per warp unit: 1, 4 or 8; kBlockN keys per warp
+//                  step, a multiple of 256 / d; kWarpsM 1..8 independent warps, kWarpsN 1
+//   mma path       kBlockM 16 (rows per CTA), kBlockN 64 (keys per stage), kWarpsM 1, kWarpsN 4
 //   run time       s_q <= kMaxSq; padding and causal (bottom-right) masks; var-len q and kv
 //                  lengths; GQA/MQA; every layout (strides multiples of 8 elements)
 #pragma once
@@ -37,8 +49,14 @@
 #include <cmath>
 #include <cstdint>
 
+#include <type_traits>
+
 #include "fmha/kernel/launch_checks.h"
 #include "fmha/mask/mask.h"
+#include "fmha/memory/gmem_tile.h"
+#include "fmha/memory/smem_layout.h"
+#include "fmha/mma/warp_gemm.h"
+#include "fmha/softmax/online_softmax.h"
 #include "fmha/utils.h"
 #include "params.h"
 
@@ -48,11 +66,13 @@ namespace decode {
 constexpr int kMaxSq = 16;            // query rows per sequence the family serves
 constexpr int kMaxSplits = 128;       // key splits per unit at most
 constexpr int kMinKeysPerSplit = 128; // fewer keys per warp do not pay for the partial write
+constexpr int kMmaMinKeysPerSplit = 256;  // 4 blocks: a CTA's pipeline fill is worth it
 
 template <typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockM_, int kBlockN_, int kWarpsM_,
           int kWarpsN_, bool kAccFp16_>
-struct Traits {
+struct WarpTraits {
     using Element = Element_;
+    static constexpr bool kMma = false;
     static constexpr bool kBf16 = ElementTraits<Element>::kIsBf16;
     static constexpr int kHeadDim = kHeadDim_;
     static constexpr int kHeadDimV = kHeadDimV_;
@@ -76,6 +96,60 @@ struct Traits {
     static_assert(kBlockN % kKeysPerPass == 0 && kUnroll >= 1 && kUnroll <= 8, "decode: kBlockN = (256 / d) * 1..8");
     static_assert(kWarpsN_ == 1 && kWarps >= 1 && kWarps <= 8, "decode: 1..8 independent warps");
 };
+
+template <typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockM_, int kBlockN_, int kWarpsM_,
+          int kWarpsN_, bool kAccFp16_>
+struct MmaTraits {
+    using Element = Element_;
+    static constexpr bool kMma = true;
+    static constexpr int kHeadDim = kHeadDim_;
+    static constexpr int kHeadDimV = kHeadDimV_;
+    static constexpr int kRows = kBlockM_;     // packed query rows per CTA: one 16-row m-tile
+    static constexpr int kBlockN = kBlockN_;   // keys per pipeline stage
+    static constexpr int kWarps = kWarpsN_;    // each takes kWarpKeys keys of every stage
+    static constexpr int kThreads = kWarps * kWarpSize;
+    static constexpr int kWarpKeys = kBlockN / kWarps;
+    static constexpr int kKSlices = kHeadDim / 16;     // k16 steps of Q K^T
+    static constexpr int kNTilesS = kWarpKeys / 8;     // 8-key n-tiles of a warp's S
+    static constexpr int kNTilesO = kHeadDimV / 8;     // 8-column n-tiles of O
+    // Skip the O rescale when no row max grew (as flash_sm80): pays from 128 O registers.
+    static constexpr bool kSkipRescale = kNTilesO * 4 >= 128;
+
+    using LayoutQ = memory::SmemLayout<kRows, kHeadDim>;
+    using LayoutK = memory::SmemLayout<kBlockN, kHeadDim>;
+    using LayoutV = memory::SmemLayout<kBlockN, kHeadDimV>;
+    using LoaderK = memory::TileLoader<LayoutK, kHeadDim / kElemsPerChunk, kThreads>;
+    using LoaderV = memory::TileLoader<LayoutV, kHeadDimV / kElemsPerChunk, kThreads>;
+    static constexpr int kSmemQ = LayoutQ::kBytes;
+    static constexpr int kSmemK = LayoutK::kBytes;
+    static constexpr int kSmemV = LayoutV::kBytes;
+    // Stages: about 100 KB of ring, so two CTAs share an SM (one fills while the other
+    // streams) up to d = 128; d = 256's 64 KB stages get three and one CTA per SM.
+    static constexpr int kStageBytes = kSmemK + kSmemV;
+    static constexpr int kRingBytes = 100 * 1024;
+    static constexpr int kStages = 3 * kStageBytes <= kRingBytes ? min_int(8, kRingBytes / kStageBytes) : 3;
+    // The warps' merge reuses the ring: [kWarps][kRows][kMergePitch] O, then [kWarps][kRows][2].
+    static constexpr int kMergePitch = kHeadDimV + 4;  // floats; staggers the rows' banks
+    static constexpr int kSmemMerge = kWarps * kRows * (kMergePitch + 2) * 4;
+    static constexpr int kSmemBytes = max_int(kSmemQ + kStages * kStageBytes, kSmemMerge);
+    static constexpr int kMaxSmemBytes = 227 * 1024;
+
+    static_assert(kIsSupportedElement<Element>, "Element must be __half or __nv_bfloat16");
+    static_assert(!kAccFp16_, "decode: fp32 accumulation only");
+    static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
+                  "decode: d in {32, 64, 128, 256}");
+    static_assert(kHeadDimV == kHeadDim, "decode: dv == d");
+    static_assert(kRows == 16 && kWarpsM_ == 1, "decode mma: kBlockM 16 (one m-tile), kWarpsM 1");
+    static_assert(kWarps == 4 && kBlockN == 64, "decode mma: kWarpsN 4, kBlockN 64 (16 keys per warp)");
+    static_assert(kSmemBytes <= kMaxSmemBytes, "decode mma: ring exceeds shared memory");
+};
+
+// The generated kernels name one Traits; the tile says which path it is.
+template <typename Element, int kHeadDim, int kHeadDimV, int kBlockM, int kBlockN, int kWarpsM, int kWarpsN,
+          bool kAccFp16>
+using Traits = std::conditional_t<
+    (kWarpsN > 1), MmaTraits<Element, kHeadDim, kHeadDimV, kBlockM, kBlockN, kWarpsM, kWarpsN, kAccFp16>,
+    WarpTraits<Element, kHeadDim, kHeadDimV, kBlockM, kBlockN, kWarpsM, kWarpsN, kAccFp16>>;
 
 // Rows of one (b, g) item and the unit grid, the same on host and device.
 struct Shape {
@@ -108,10 +182,10 @@ inline size_t partial_bytes(const Params& p, int splits) {
     return item_rows * splits * (size_t(Tr::kHeadDimV) + 2) * sizeof(float);
 }
 
-// Enough warps for the memory system (about 64 per SM in flight), and no split shorter than
-// kMinKeysPerSplit keys; at most what `workspace_bytes` holds (0: one split).
+// Warp path: enough warps for the memory system (about 64 per SM in flight), and no split
+// shorter than kMinKeysPerSplit keys; at most what `workspace_bytes` holds (0: one split).
 template <class Tr>
-inline int choose_splits(const Params& p, int num_sms, size_t workspace_bytes) {
+inline int choose_splits_warp(const Params& p, int num_sms, size_t workspace_bytes) {
     const Shape one = make_shape<Tr>(p, 1);
     const int64_t target = int64_t(std::max(num_sms, 1)) * 64;
     int splits = static_cast<int>(std::min<int64_t>(kMaxSplits, (target + one.units - 1) / one.units));
@@ -120,9 +194,25 @@ inline int choose_splits(const Params& p, int num_sms, size_t workspace_bytes) {
     return std::max(splits, 1);
 }
 
-FMHA_DEVICE void load_chunk(float (&x)[kElemsPerChunk], const void* src, bool valid, bool bf16) {
-    uint4 raw = make_uint4(0, 0, 0, 0);
-    if (valid) raw = __ldg(static_cast<const uint4*>(src));
+// Mma path: as many splits as fit the CTAs into one wave of resident CTAs (num_sms *
+// ctas_per_sm) without exceeding it, so no CTA streams alone at the end; none shorter than
+// kMmaMinKeysPerSplit keys; at most what `workspace_bytes` holds. Problems with more units
+// than one wave holds run unsplit.
+template <class Tr>
+inline int choose_splits_mma(const Params& p, int num_sms, int ctas_per_sm, size_t workspace_bytes) {
+    const Shape one = make_shape<Tr>(p, 1);
+    const int64_t slots = int64_t(std::max(num_sms, 1)) * std::max(ctas_per_sm, 1);
+    int splits = static_cast<int>(std::min<int64_t>(kMaxSplits, std::max<int64_t>(1, slots / one.units)));
+    splits = std::min(splits, std::max(1, p.s_kv_max / kMmaMinKeysPerSplit));
+    while (splits > 1 && partial_bytes<Tr>(p, splits) > workspace_bytes) --splits;
+    return std::max(splits, 1);
+}
+
+FMHA_DEVICE uint4 load_raw(const void* src, bool valid) {
+    return valid ? __ldg(static_cast<const uint4*>(src)) : make_uint4(0, 0, 0, 0);
+}
+
+FMHA_DEVICE void to_float(float (&x)[kElemsPerChunk], uint4 raw, bool bf16) {
     const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -150,19 +240,318 @@ FMHA_DEVICE float round_to_element(float x) {
     }
 }
 
+// ---- Warp path ----
+
+// Where a warp unit sits; the same for both warp kernels.
+struct WarpUnit {
+    int b, g, split;
+    int64_t item;
+    int q_len, kv_len, rows, row0;
+    int key_begin, key_end;
+    int q_off, kv_off;
+    bool live;  // false: the tile is past the sequence's rows, or the split past its keys
+};
+
+template <class Tr>
+FMHA_DEVICE WarpUnit warp_unit(const Params& p, const Shape& shape, int splits, int64_t unit) {
+    WarpUnit u;
+    int row_tile;
+    if (shape.units <= INT32_MAX) {  // 32-bit divisions: a 64-bit one is a ~70-instruction call
+        const uint32_t un = static_cast<uint32_t>(unit);
+        const uint32_t item_tile = un / static_cast<uint32_t>(splits);
+        u.split = static_cast<int>(un - item_tile * static_cast<uint32_t>(splits));
+        const uint32_t item = item_tile / static_cast<uint32_t>(shape.row_tiles);
+        row_tile = static_cast<int>(item_tile - item * static_cast<uint32_t>(shape.row_tiles));
+        u.item = item;
+        u.b = static_cast<int>(item / static_cast<uint32_t>(p.h_kv));
+        u.g = static_cast<int>(item - static_cast<uint32_t>(u.b) * static_cast<uint32_t>(p.h_kv));
+    } else {
+        u.split = static_cast<int>(unit % splits);
+        const int64_t item_tile = unit / splits;
+        row_tile = static_cast<int>(item_tile % shape.row_tiles);
+        u.item = item_tile / shape.row_tiles;
+        u.g = static_cast<int>(u.item % p.h_kv);
+        u.b = static_cast<int>(u.item / p.h_kv);
+    }
+    u.q_len = p.q_lens[u.b];
+    u.kv_len = p.kv_lens[u.b];
+    u.rows = shape.group * u.q_len;
+    u.row0 = row_tile * Tr::kRows;
+    u.key_begin = u.split * shape.keys_per_split;
+    u.key_end = min_int(u.kv_len, u.key_begin + shape.keys_per_split);
+    u.q_off = p.q_offsets[u.b];
+    u.kv_off = p.kv_offsets[u.b];
+    // A split past the sequence's keys writes nothing; the combine reads only live splits.
+    // (With one split the unit always runs: a sequence without keys gets zero rows.)
+    u.live = u.row0 < u.rows && !(splits > 1 && u.key_begin >= u.kv_len);
+    return u;
+}
+
+// One warp unit's loads in flight: this lane's 16-byte chunk of its Q rows and of one
+// step's K and V rows (kPasses passes), unconverted (4 registers a chunk).
+template <class Tr, int kPasses>
+struct WarpLoads {
+    uint4 q[Tr::kRows];
+    uint4 k[kPasses];
+    uint4 v[kPasses];
+};
+
+template <class Tr>
+FMHA_DEVICE void load_q(uint4 (&q)[Tr::kRows], const Params& p, const Shape& shape, const WarpUnit& u, int sub) {
+    using Element = typename Tr::Element;
+#pragma unroll
+    for (int r = 0; r < Tr::kRows; ++r) {
+        const int row = u.row0 + r;
+        const bool valid = row < u.rows;
+        const int head = u.g * shape.group + (valid ? row % shape.group : 0);
+        const int pos = valid ? row / shape.group : 0;
+        q[r] = load_raw(static_cast<const Element*>(p.q) + int64_t(u.q_off + pos) * p.q_row_stride +
+                            int64_t(head) * p.q_head_stride + sub * kElemsPerChunk,
+                        valid);
+    }
+}
+
+// Keys k0 + i * kKeysPerPass + grp, i < kPasses, of the step at k0 (zeros past the unit's keys).
+template <class Tr, int kPasses>
+FMHA_DEVICE void load_kv(uint4 (&k)[kPasses], uint4 (&v)[kPasses], const Params& p, const WarpUnit& u,
+                         int k0, int sub, int grp) {
+    using Element = typename Tr::Element;
+    const Element* k_base = static_cast<const Element*>(p.k) + int64_t(u.g) * p.k_head_stride + sub * kElemsPerChunk;
+    const Element* v_base = static_cast<const Element*>(p.v) + int64_t(u.g) * p.v_head_stride + sub * kElemsPerChunk;
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+        const int key = k0 + i * Tr::kKeysPerPass + grp;
+        const bool valid = key < u.key_end;
+        const int64_t row = u.kv_off + (valid ? key : 0);
+        k[i] = load_raw(k_base + row * p.k_row_stride, valid);
+        v[i] = load_raw(v_base + row * p.v_row_stride, valid);
+    }
+}
+
+// The running state of one warp unit: Q rows scaled into log2 units, and per key group of
+// the warp the online softmax (m, l) and this lane's O slice.
+template <class Tr>
+struct WarpState {
+    float q[Tr::kRows][kElemsPerChunk];
+    float m[Tr::kRows], l[Tr::kRows], o[Tr::kRows][kElemsPerChunk];
+
+    FMHA_DEVICE void init(const uint4 (&q_raw)[Tr::kRows], float scale_log2) {
+#pragma unroll
+        for (int r = 0; r < Tr::kRows; ++r) {
+            to_float(q[r], q_raw[r], Tr::kBf16);
+#pragma unroll
+            for (int e = 0; e < kElemsPerChunk; ++e) q[r][e] *= scale_log2;
+            m[r] = -INFINITY;
+            l[r] = 0.f;
+#pragma unroll
+            for (int e = 0; e < kElemsPerChunk; ++e) o[r][e] = 0.f;
+        }
+    }
+
+    // One step: the kPasses passes of keys at k0 (k_raw, v_raw as load_kv loaded them).
+    template <bool kCausal, int kPasses>
+    FMHA_DEVICE void step(const uint4 (&k_raw)[kPasses], const uint4 (&v_raw)[kPasses], int k0,
+                          const WarpUnit& u, const Shape& shape, int grp) {
+        using Element = typename Tr::Element;
+        constexpr int LK = Tr::kLanesPerKey;
+        float kx[kPasses][kElemsPerChunk], vx[kPasses][kElemsPerChunk];
+#pragma unroll
+        for (int i = 0; i < kPasses; ++i) {
+            to_float(kx[i], k_raw[i], Tr::kBf16);
+            to_float(vx[i], v_raw[i], Tr::kBf16);
+        }
+#pragma unroll
+        for (int r = 0; r < Tr::kRows; ++r) {
+            // Keys visible to row r: [0, limit) (padding: kv_len; causal: bottom-right aligned).
+            const int row = u.row0 + r;
+            const int limit = row < u.rows
+                                  ? min_int(u.key_end, mask::key_limit<kCausal>(row / shape.group, u.kv_len, u.q_len))
+                                  : 0;
+            float s[kPasses];
+            float step_max = -INFINITY;
+#pragma unroll
+            for (int i = 0; i < kPasses; ++i) {
+                float dot = 0.f;
+#pragma unroll
+                for (int e = 0; e < kElemsPerChunk; ++e) dot = fmaf(q[r][e], kx[i][e], dot);
+#pragma unroll
+                for (int off = LK / 2; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+                const int key = k0 + i * Tr::kKeysPerPass + grp;
+                s[i] = key < limit ? dot : -INFINITY;
+                step_max = fmaxf(step_max, s[i]);
+            }
+            const float m_new = fmaxf(m[r], ceilf(step_max));
+            if (m_new == -INFINITY) continue;  // nothing visible yet: state unchanged
+            const float alpha = exp2f(m[r] - m_new);  // exp2(-inf) == 0 on the first visible step
+            l[r] *= alpha;
+#pragma unroll
+            for (int e = 0; e < kElemsPerChunk; ++e) o[r][e] *= alpha;
+#pragma unroll
+            for (int i = 0; i < kPasses; ++i) {
+                const float prob = exp2f(s[i] - m_new);
+                l[r] += prob;
+                const float pr = round_to_element<Element>(prob);
+#pragma unroll
+                for (int e = 0; e < kElemsPerChunk; ++e) o[r][e] = fmaf(pr, vx[i][e], o[r][e]);
+            }
+            m[r] = m_new;
+        }
+    }
+
+    // Merges the key groups of the warp (lanes with the same chunk, different keys), then
+    // the first group writes: O itself with one split, else the split's fp32 partials.
+    FMHA_DEVICE void finish(const Params& p, const Shape& shape, int splits, const WarpUnit& u, int sub, int grp) {
+        using Element = typename Tr::Element;
+        constexpr int R = Tr::kRows;
+#pragma unroll
+        for (int off = Tr::kLanesPerKey; off < kWarpSize; off *= 2) {
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                const float m_o = __shfl_xor_sync(0xffffffffu, m[r], off);
+                const float l_o = __shfl_xor_sync(0xffffffffu, l[r], off);
+                const float m_new = fmaxf(m[r], m_o);
+                const float a = m[r] == -INFINITY ? 0.f : exp2f(m[r] - m_new);
+                const float c = m_o == -INFINITY ? 0.f : exp2f(m_o - m_new);
+                l[r] = l[r] * a + l_o * c;
+#pragma unroll
+                for (int e = 0; e < kElemsPerChunk; ++e) {
+                    const float o_o = __shfl_xor_sync(0xffffffffu, o[r][e], off);
+                    o[r][e] = o[r][e] * a + o_o * c;
+                }
+                m[r] = m_new;
+            }
+        }
+        if (grp != 0) return;
+
+        if (splits == 1) {
+            const float out_scale = p.scale_softmax * p.scale_bmm2;
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                const int row = u.row0 + r;
+                if (row >= u.rows) continue;
+                const int head = u.g * shape.group + row % shape.group;
+                const int pos = row / shape.group;
+                const float inv = l[r] > 0.f ? out_scale / l[r] : 0.f;
+                uint32_t packed[4];
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    packed[i] = ElementTraits<Element>::pack(o[r][2 * i] * inv, o[r][2 * i + 1] * inv);
+                }
+                Element* dst = static_cast<Element*>(p.o) + int64_t(u.q_off + pos) * p.o_row_stride +
+                               int64_t(head) * p.o_head_stride + sub * kElemsPerChunk;
+                *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+            }
+            return;
+        }
+        float* ws_o = static_cast<float*>(p.workspace);
+        const int64_t item_rows = int64_t(p.b) * p.h_kv * shape.row_tiles * R;
+        float* ws_ml = ws_o + item_rows * splits * Tr::kHeadDimV;
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const int row = u.row0 + r;
+            if (row >= u.rows) continue;
+            const int64_t slot = (u.item * shape.row_tiles * R + row) * splits + u.split;
+            float4* dst = reinterpret_cast<float4*>(ws_o + slot * Tr::kHeadDimV + sub * kElemsPerChunk);
+            dst[0] = make_float4(o[r][0], o[r][1], o[r][2], o[r][3]);
+            dst[1] = make_float4(o[r][4], o[r][5], o[r][6], o[r][7]);
+            if (sub == 0) {
+                ws_ml[2 * slot] = m[r];
+                ws_ml[2 * slot + 1] = l[r];
+            }
+        }
+    }
+};
+
+// Any number of steps per unit: one unit per warp, every load of a step issued before use.
 template <class Tr, bool kCausal>
 __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) decode_kernel(const __grid_constant__ Params p, int splits) {
-    using Element = typename Tr::Element;
-    constexpr int R = Tr::kRows;
-    constexpr int LK = Tr::kLanesPerKey;
     const Shape shape = make_shape<Tr>(p, splits);
     const int lane = threadIdx.x % kWarpSize;
     const int64_t unit = int64_t(blockIdx.x) * Tr::kWarps + threadIdx.x / kWarpSize;
     if (unit >= shape.units) return;
-    const int split = static_cast<int>(unit % splits);
-    const int64_t item_tile = unit / splits;
-    const int row_tile = static_cast<int>(item_tile % shape.row_tiles);
-    const int64_t item = item_tile / shape.row_tiles;
+    const WarpUnit u = warp_unit<Tr>(p, shape, splits, unit);
+    if (!u.live) return;
+    const int sub = lane % Tr::kLanesPerKey;  // this lane's 16-byte chunk of a row
+    const int grp = lane / Tr::kLanesPerKey;  // the key of a pass this lane works on
+
+    WarpState<Tr> st;
+    {
+        uint4 q_raw[Tr::kRows];
+        load_q<Tr>(q_raw, p, shape, u, sub);
+        st.init(q_raw, p.scale_bmm1 * kLog2e);
+    }
+    for (int k0 = u.key_begin; k0 < u.key_end; k0 += Tr::kBlockN) {
+        uint4 k_raw[Tr::kUnroll], v_raw[Tr::kUnroll];
+        load_kv<Tr, Tr::kUnroll>(k_raw, v_raw, p, u, k0, sub, grp);
+        st.template step<kCausal, Tr::kUnroll>(k_raw, v_raw, k0, u, shape, grp);
+    }
+    st.finish(p, shape, splits, u, sub, grp);
+}
+
+// One step per unit (one split, s_kv_max <= kPasses * kKeysPerPass: the tiny caches):
+// persistent warps walk units warp, warp + total warps, ..., and issue the next unit's loads
+// (Q, K, V) before the current unit's math, so each warp keeps two units' bytes in flight
+// and no CTA is launched per handful of units. A unit's coordinates are recomputed where
+// used rather than carried (registers: 8 CTAs per SM at 1 row per warp).
+template <class Tr, bool kCausal, int kPasses>
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) decode_short_kernel(const __grid_constant__ Params p) {
+    const Shape shape = make_shape<Tr>(p, 1);
+    const int lane = threadIdx.x % kWarpSize;
+    const int sub = lane % Tr::kLanesPerKey;
+    const int grp = lane / Tr::kLanesPerKey;
+    const int64_t stride = int64_t(gridDim.x) * Tr::kWarps;
+    int64_t unit = int64_t(blockIdx.x) * Tr::kWarps + threadIdx.x / kWarpSize;
+    if (unit >= shape.units) return;
+    WarpLoads<Tr, kPasses> cur;
+    {
+        const WarpUnit u = warp_unit<Tr>(p, shape, 1, unit);
+        if (u.live) {
+            load_q<Tr>(cur.q, p, shape, u, sub);
+            load_kv<Tr, kPasses>(cur.k, cur.v, p, u, u.key_begin, sub, grp);
+        }
+    }
+    const float scale_log2 = p.scale_bmm1 * kLog2e;
+    while (true) {
+        const int64_t next = unit + stride;
+        const bool more = next < shape.units;
+        WarpLoads<Tr, kPasses> nxt;
+        if (more) {
+            const WarpUnit nu = warp_unit<Tr>(p, shape, 1, next);
+            if (nu.live) {
+                load_q<Tr>(nxt.q, p, shape, nu, sub);
+                load_kv<Tr, kPasses>(nxt.k, nxt.v, p, nu, nu.key_begin, sub, grp);
+            }
+        }
+        const WarpUnit u = warp_unit<Tr>(p, shape, 1, unit);
+        if (u.live) {
+            WarpState<Tr> st;
+            st.init(cur.q, scale_log2);
+            if (u.key_begin < u.key_end) st.template step<kCausal, kPasses>(cur.k, cur.v, u.key_begin, u, shape, grp);
+            st.finish(p, shape, 1, u, sub, grp);
+        }
+        if (!more) break;
+        unit = next;
+        cur = nxt;
+    }
+}
+
+// ---- Tensor-core path ----
+
+template <class Tr, bool kCausal>
+__global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __grid_constant__ Params p, int splits) {
+    using Element = typename Tr::Element;
+    constexpr int R = Tr::kRows;
+    extern __shared__ __align__(128) char smem[];
+    const Shape shape = make_shape<Tr>(p, splits);
+    const int tid = threadIdx.x;
+    const int lane = tid % kWarpSize;
+    const int warp = tid / kWarpSize;
+    // blockIdx.x = (item, split, row tile), row tiles fastest: the tiles that read one key
+    // range run side by side and share it through L2.
+    const int row_tile = static_cast<int>(blockIdx.x % shape.row_tiles);
+    const int64_t item_split = blockIdx.x / shape.row_tiles;
+    const int split = static_cast<int>(item_split % splits);
+    const int64_t item = item_split / splits;
     const int g = static_cast<int>(item % p.h_kv);
     const int b = static_cast<int>(item / p.h_kv);
 
@@ -173,149 +562,256 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) decode_kernel(co
     if (row0 >= rows) return;  // the tile is past this sequence's rows
     const int key_begin = split * shape.keys_per_split;
     const int key_end = min_int(kv_len, key_begin + shape.keys_per_split);
-    // A split past the sequence's keys writes nothing; the combine reads only live splits.
-    // (With one split the unit always runs: a sequence without keys gets zero rows.)
-    if (splits > 1 && key_begin >= kv_len) return;
-
-    const int sub = lane % LK;  // this lane's 16-byte chunk of a row
-    const int grp = lane / LK;  // the key of a pass this lane works on
+    if (splits > 1 && key_begin >= kv_len) return;  // as the warp path: the combine skips it
     const int q_off = p.q_offsets[b];
     const int kv_off = p.kv_offsets[b];
 
-    // Q rows (scaled into log2 units), this lane's chunk; rows past `rows` stay zero.
-    const float scale_log2 = p.scale_bmm1 * kLog2e;
-    float q[R][kElemsPerChunk];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-        const int row = row0 + r;
-        const bool valid = row < rows;
-        const int head = g * shape.group + (valid ? row % shape.group : 0);
-        const int pos = valid ? row / shape.group : 0;
-        const Element* src = static_cast<const Element*>(p.q) + int64_t(q_off + pos) * p.q_row_stride +
-                             int64_t(head) * p.q_head_stride + sub * kElemsPerChunk;
-        load_chunk(q[r], src, valid, Tr::kBf16);
-#pragma unroll
-        for (int e = 0; e < kElemsPerChunk; ++e) q[r][e] *= scale_log2;
-    }
-    // Keys visible to row r: [0, limit) (padding: kv_len; causal: bottom-right aligned).
-    const auto key_limit = [&](int r) {
-        const int row = row0 + r;
-        return row < rows ? mask::key_limit<kCausal>(row / shape.group, kv_len, q_len) : 0;
-    };
+    const uint32_t smem_q = smem_u32(smem);
+    const uint32_t smem_k = smem_q + Tr::kSmemQ;                // kStages x [kBlockN, d]
+    const uint32_t smem_v = smem_k + Tr::kStages * Tr::kSmemK;  // kStages x [kBlockN, dv]
 
-    float m[R], l[R], o[R][kElemsPerChunk];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-        m[r] = -INFINITY;
-        l[r] = 0.f;
-#pragma unroll
-        for (int e = 0; e < kElemsPerChunk; ++e) o[r][e] = 0.f;
-    }
-
-    const Element* k_base = static_cast<const Element*>(p.k) + int64_t(g) * p.k_head_stride + sub * kElemsPerChunk;
-    const Element* v_base = static_cast<const Element*>(p.v) + int64_t(g) * p.v_head_stride + sub * kElemsPerChunk;
-    for (int k0 = key_begin; k0 < key_end; k0 += Tr::kBlockN) {
-        // Every load of the step first, then the math.
-        float kx[Tr::kUnroll][kElemsPerChunk], vx[Tr::kUnroll][kElemsPerChunk];
-#pragma unroll
-        for (int u = 0; u < Tr::kUnroll; ++u) {
-            const int key = k0 + u * Tr::kKeysPerPass + grp;
-            const bool valid = key < key_end;
-            const int64_t row = kv_off + (valid ? key : 0);
-            load_chunk(kx[u], k_base + row * p.k_row_stride, valid, Tr::kBf16);
-            load_chunk(vx[u], v_base + row * p.v_row_stride, valid, Tr::kBf16);
-        }
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            const int limit = min_int(key_end, key_limit(r));
-            float s[Tr::kUnroll];
-            float step_max = -INFINITY;
-#pragma unroll
-            for (int u = 0; u < Tr::kUnroll; ++u) {
-                float dot = 0.f;
-#pragma unroll
-                for (int e = 0; e < kElemsPerChunk; ++e) dot = fmaf(q[r][e], kx[u][e], dot);
-#pragma unroll
-                for (int off = LK / 2; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-                const int key = k0 + u * Tr::kKeysPerPass + grp;
-                s[u] = key < limit ? dot : -INFINITY;
-                step_max = fmaxf(step_max, s[u]);
-            }
-            const float m_new = fmaxf(m[r], ceilf(step_max));
-            if (m_new == -INFINITY) continue;  // nothing visible yet: state unchanged
-            const float alpha = exp2f(m[r] - m_new);  // exp2(-inf) == 0 on the first visible step
-            l[r] *= alpha;
-#pragma unroll
-            for (int e = 0; e < kElemsPerChunk; ++e) o[r][e] *= alpha;
-#pragma unroll
-            for (int u = 0; u < Tr::kUnroll; ++u) {
-                const float prob = exp2f(s[u] - m_new);
-                l[r] += prob;
-                const float pr = round_to_element<Element>(prob);
-#pragma unroll
-                for (int e = 0; e < kElemsPerChunk; ++e) o[r][e] = fmaf(pr, vx[u][e], o[r][e]);
-            }
-            m[r] = m_new;
-        }
-    }
-
-    // Merge the key groups of the warp: lanes with the same chunk, different keys.
-#pragma unroll
-    for (int off = LK; off < kWarpSize; off *= 2) {
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            const float m_o = __shfl_xor_sync(0xffffffffu, m[r], off);
-            const float l_o = __shfl_xor_sync(0xffffffffu, l[r], off);
-            const float m_new = fmaxf(m[r], m_o);
-            const float a = m[r] == -INFINITY ? 0.f : exp2f(m[r] - m_new);
-            const float c = m_o == -INFINITY ? 0.f : exp2f(m_o - m_new);
-            l[r] = l[r] * a + l_o * c;
-#pragma unroll
-            for (int e = 0; e < kElemsPerChunk; ++e) {
-                const float o_o = __shfl_xor_sync(0xffffffffu, o[r][e], off);
-                o[r][e] = o[r][e] * a + o_o * c;
-            }
-            m[r] = m_new;
-        }
-    }
-    if (grp != 0) return;
-
-    if (splits == 1) {
-        const float out_scale = p.scale_softmax * p.scale_bmm2;
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
+    // Q: the tile's packed rows (head g*G + r % G, position r / G), zeros past `rows`.
+    {
+        constexpr int kChunks = Tr::kHeadDim / kElemsPerChunk;
+        for (int i = tid; i < R * kChunks; i += Tr::kThreads) {
+            const int r = i / kChunks;
+            const int c = i % kChunks;
             const int row = row0 + r;
-            if (row >= rows) continue;
-            const int head = g * shape.group + row % shape.group;
-            const int pos = row / shape.group;
-            const float inv = l[r] > 0.f ? out_scale / l[r] : 0.f;
-            uint32_t packed[4];
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                packed[i] = ElementTraits<Element>::pack(o[r][2 * i] * inv, o[r][2 * i + 1] * inv);
-            }
-            Element* dst = static_cast<Element*>(p.o) + int64_t(q_off + pos) * p.o_row_stride +
-                           int64_t(head) * p.o_head_stride + sub * kElemsPerChunk;
-            *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+            const bool valid = row < rows;
+            const int head = g * shape.group + (valid ? row % shape.group : 0);
+            const int pos = valid ? row / shape.group : 0;
+            const Element* src = static_cast<const Element*>(p.q) + int64_t(q_off + pos) * p.q_row_stride +
+                                 int64_t(head) * p.q_head_stride + c * kElemsPerChunk;
+            memory::cp_async_16(smem_q + Tr::LayoutQ::offset(r, c), src, valid);
         }
-        return;
     }
+
+    const Element* k_base = static_cast<const Element*>(p.k) + int64_t(kv_off) * p.k_row_stride +
+                            int64_t(g) * p.k_head_stride;
+    const Element* v_base = static_cast<const Element*>(p.v) + int64_t(kv_off) * p.v_row_stride +
+                            int64_t(g) * p.v_head_stride;
+    const int n_blocks = key_end > key_begin ? ceil_div(key_end - key_begin, Tr::kBlockN) : 0;
+    // Block j into stage j % kStages; keys past the split's end are zero-filled (P == 0
+    // times stale shared memory could be NaN).
+    const auto load_kv = [&](int j) {
+        const int key0 = key_begin + j * Tr::kBlockN;
+        const uint32_t stage = static_cast<uint32_t>(j % Tr::kStages);
+        Tr::LoaderK::template load<true>(smem_k + stage * Tr::kSmemK, k_base + int64_t(key0) * p.k_row_stride,
+                                         p.k_row_stride, key_end - key0, tid);
+        Tr::LoaderV::template load<true>(smem_v + stage * Tr::kSmemV, v_base + int64_t(key0) * p.v_row_stride,
+                                         p.v_row_stride, key_end - key0, tid);
+    };
+#pragma unroll
+    for (int j = 0; j < Tr::kStages - 1; ++j) {
+        if (j < n_blocks) load_kv(j);
+        memory::cp_async_commit();  // group j (Q rides in group 0); empty groups keep the count
+    }
+
+    memory::LdsmAddr<typename Tr::LayoutQ> q_addr;
+    memory::LdsmAddr<typename Tr::LayoutK> k_addr;
+    memory::LdsmAddr<typename Tr::LayoutV> v_addr;
+    q_addr.init(smem_q, mma::lane_row_a(lane), mma::lane_chunk_a(lane));
+    k_addr.init(smem_k, warp * Tr::kWarpKeys + mma::lane_row_b(lane), mma::lane_chunk_b(lane));
+    v_addr.init(smem_v, warp * Tr::kWarpKeys + mma::lane_row_a(lane), mma::lane_chunk_a(lane));
+
+    // Keys [0, limit[h]) are visible to this lane's rows lane/4 + 8h, clipped to the split.
+    int limit[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int row = row0 + lane / 4 + 8 * h;
+        limit[h] = row < rows ? min_int(key_end, mask::key_limit<kCausal>(row / shape.group, kv_len, q_len)) : 0;
+    }
+    const int col0 = key_begin + warp * Tr::kWarpKeys + 2 * (lane % 4);  // this lane's first key, block 0
+
+    float acc_o[1][Tr::kNTilesO][4];
+#pragma unroll
+    for (int nt = 0; nt < Tr::kNTilesO; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc_o[0][nt][e] = 0.f;
+    }
+    softmax::OnlineSoftmax<1> softmax;
+    softmax.init();
+    const float scale_log2 = p.scale_bmm1 * kLog2e;
+
+    for (int j = 0; j < n_blocks; ++j) {
+        memory::cp_async_wait<Tr::kStages - 2>();
+        __syncthreads();  // block j landed; every warp is done with block j - 1's stage
+        if (j + Tr::kStages - 1 < n_blocks) load_kv(j + Tr::kStages - 1);
+        memory::cp_async_commit();
+        const uint32_t stage = static_cast<uint32_t>(j % Tr::kStages);
+
+        float acc_s[1][Tr::kNTilesS][4];
+#pragma unroll
+        for (int ni = 0; ni < Tr::kNTilesS; ++ni) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc_s[0][ni][e] = 0.f;
+        }
+        memory::LdsmAddr<typename Tr::LayoutK> ka = k_addr;
+        ka.base += stage * Tr::kSmemK;
+        mma::gemm_qk<Element, 1, Tr::kNTilesS, Tr::kKSlices>(acc_s, q_addr, ka);
+        const int key0 = col0 + j * Tr::kBlockN;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+#pragma unroll
+            for (int ni = 0; ni < Tr::kNTilesS; ++ni) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    if (key0 + ni * 8 + e >= limit[h]) acc_s[0][ni][2 * h + e] = -INFINITY;
+                }
+            }
+        }
+        softmax.template update<true, Tr::kSkipRescale>(acc_s, acc_o, scale_log2);
+        uint32_t p_frag[1][Tr::kNTilesS / 2][4];
+        mma::s_to_p<Element>(p_frag, acc_s);
+        memory::LdsmAddr<typename Tr::LayoutV> va = v_addr;
+        va.base += stage * Tr::kSmemV;
+        mma::gemm_pv<Element, false>(acc_o, p_frag, va);
+    }
+
+    // Merge the warps' key ranges through shared memory (the ring is free once every
+    // warp is past its last block).
+    memory::cp_async_wait<0>();
+    __syncthreads();
+    constexpr int kPitch = Tr::kMergePitch;
+    float* red_o = reinterpret_cast<float*>(smem);              // [kWarps][R][kPitch]
+    float* red_ml = red_o + Tr::kWarps * R * kPitch;            // [kWarps][R][2]
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int r = lane / 4 + 8 * h;
+        float* dst = red_o + (warp * R + r) * kPitch + 2 * (lane % 4);
+#pragma unroll
+        for (int nt = 0; nt < Tr::kNTilesO; ++nt) {
+            *reinterpret_cast<float2*>(dst + nt * 8) = make_float2(acc_o[0][nt][2 * h], acc_o[0][nt][2 * h + 1]);
+        }
+        const float l = softmax::quad_sum(softmax.row_sum[0][h]);
+        if (lane % 4 == 0) {
+            red_ml[2 * (warp * R + r)] = softmax.row_max[0][h];
+            red_ml[2 * (warp * R + r) + 1] = l;
+        }
+    }
+    __syncthreads();
+
+    constexpr int kChunksV = Tr::kHeadDimV / kElemsPerChunk;
+    const float out_scale = p.scale_softmax * p.scale_bmm2;
     float* ws_o = static_cast<float*>(p.workspace);
     const int64_t item_rows = int64_t(p.b) * p.h_kv * shape.row_tiles * R;
     float* ws_ml = ws_o + item_rows * splits * Tr::kHeadDimV;
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
+    for (int i = tid; i < R * kChunksV; i += Tr::kThreads) {
+        const int r = i / kChunksV;
+        const int c = i % kChunksV;
         const int row = row0 + r;
         if (row >= rows) continue;
-        const int64_t slot = (item * shape.row_tiles * R + row) * splits + split;
-        float4* dst = reinterpret_cast<float4*>(ws_o + slot * Tr::kHeadDimV + sub * kElemsPerChunk);
-        dst[0] = make_float4(o[r][0], o[r][1], o[r][2], o[r][3]);
-        dst[1] = make_float4(o[r][4], o[r][5], o[r][6], o[r][7]);
-        if (sub == 0) {
-            ws_ml[2 * slot] = m[r];
-            ws_ml[2 * slot + 1] = l[r];
+        float m_all = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < Tr::kWarps; ++w) m_all = fmaxf(m_all, red_ml[2 * (w * R + r)]);
+        float l_all = 0.f, acc[kElemsPerChunk] = {};
+        if (m_all != -INFINITY) {
+#pragma unroll
+            for (int w = 0; w < Tr::kWarps; ++w) {
+                const float m_w = red_ml[2 * (w * R + r)];
+                if (m_w == -INFINITY) continue;
+                const float wgt = exp2f(m_w - m_all);  // a power of two: the maxima are integers
+                l_all += red_ml[2 * (w * R + r) + 1] * wgt;
+                const float4* src = reinterpret_cast<const float4*>(red_o + (w * R + r) * kPitch + c * kElemsPerChunk);
+                const float4 a = src[0], d = src[1];
+                const float x[kElemsPerChunk] = {a.x, a.y, a.z, a.w, d.x, d.y, d.z, d.w};
+#pragma unroll
+                for (int e = 0; e < kElemsPerChunk; ++e) acc[e] = fmaf(x[e], wgt, acc[e]);
+            }
+        }
+        if (splits == 1) {
+            const float inv = l_all > 0.f ? out_scale / l_all : 0.f;
+            uint32_t packed[4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) packed[k] = ElementTraits<Element>::pack(acc[2 * k] * inv, acc[2 * k + 1] * inv);
+            const int head = g * shape.group + row % shape.group;
+            const int pos = row / shape.group;
+            Element* dst = static_cast<Element*>(p.o) + int64_t(q_off + pos) * p.o_row_stride +
+                           int64_t(head) * p.o_head_stride + c * kElemsPerChunk;
+            *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+        } else {
+            const int64_t slot = (item * shape.row_tiles * R + row) * splits + split;
+            float4* dst = reinterpret_cast<float4*>(ws_o + slot * Tr::kHeadDimV + c * kElemsPerChunk);
+            dst[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+            dst[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+            if (c == 0) {
+                ws_ml[2 * slot] = m_all;
+                ws_ml[2 * slot + 1] = l_all;
+            }
         }
     }
+}
+
+// The mma path's per-process setup, once per instantiation: shared memory beyond 48 KB
+// for both mask variants and the resident CTAs per SM that choose_splits_mma fills.
+struct MmaSetup {
+    cudaError_t err;
+    int ctas_per_sm;
+};
+
+template <class Tr>
+MmaSetup mma_setup() {
+    static const MmaSetup setup = [] {
+        MmaSetup s{cudaSuccess, 1};
+        const void* fns[2] = {reinterpret_cast<const void*>(&decode_mma_kernel<Tr, false>),
+                              reinterpret_cast<const void*>(&decode_mma_kernel<Tr, true>)};
+        for (const void* fn : fns) {
+            if (s.err == cudaSuccess && Tr::kSmemBytes > 48 * 1024)
+                s.err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
+            if (s.err == cudaSuccess)
+                s.err = cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                             cudaSharedmemCarveoutMaxShared);
+        }
+        if (s.err == cudaSuccess) {
+            s.err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&s.ctas_per_sm, &decode_mma_kernel<Tr, false>,
+                                                                  Tr::kThreads, Tr::kSmemBytes);
+        }
+        s.ctas_per_sm = std::max(s.ctas_per_sm, 1);
+        return s;
+    }();
+    return setup;
+}
+
+// Resident CTAs per SM of the warp path's persistent kernel (decode_short_kernel), once.
+template <class Tr, int kPasses>
+cudaError_t short_ctas_per_sm(int* ctas) {
+    static int cached = 0;
+    static cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &cached, &decode_short_kernel<Tr, false, kPasses>, Tr::kThreads, 0);
+    *ctas = std::max(cached, 1);
+    return err;
+}
+
+// The persistent one-step launch for kPasses passes of keys.
+template <class Tr, int kPasses>
+cudaError_t launch_short(const Params& p, const Shape& shape, cudaStream_t stream) {
+    int sms = 0, ctas_per_sm = 0;
+    cudaError_t err = kernel::sm_count(p, &sms);
+    if (err == cudaSuccess) err = short_ctas_per_sm<Tr, kPasses>(&ctas_per_sm);
+    if (err != cudaSuccess) return err;
+    const int64_t blocks = std::min<int64_t>((shape.units + Tr::kWarps - 1) / Tr::kWarps, int64_t(sms) * ctas_per_sm);
+    if (p.mask == MaskType::kCausal) {
+        decode_short_kernel<Tr, true, kPasses><<<static_cast<unsigned>(blocks), Tr::kThreads, 0, stream>>>(p);
+    } else {
+        decode_short_kernel<Tr, false, kPasses><<<static_cast<unsigned>(blocks), Tr::kThreads, 0, stream>>>(p);
+    }
+    return cudaSuccess;
+}
+
+// Splits of either path for this problem on this device, within workspace_bytes.
+template <class Tr>
+inline cudaError_t choose_splits(const Params& p, size_t workspace_bytes, int* splits) {
+    int sms = 0;
+    cudaError_t err = kernel::sm_count(p, &sms);
+    if (err != cudaSuccess) return err;
+    if constexpr (Tr::kMma) {
+        const MmaSetup setup = mma_setup<Tr>();
+        if (setup.err != cudaSuccess) return setup.err;
+        *splits = choose_splits_mma<Tr>(p, sms, setup.ctas_per_sm, workspace_bytes);
+    } else {
+        *splits = choose_splits_warp<Tr>(p, sms, workspace_bytes);
+    }
+    return cudaSuccess;
 }
 
 // Merges the splits of every query row: one thread per (row, 8 columns).
@@ -372,46 +868,70 @@ __global__ void __launch_bounds__(256) combine_kernel(const __grid_constant__ Pa
 // The __global__ for a mask, as the registry's EntryFn returns it.
 template <class Tr>
 const void* entry(MaskType m) {
-    switch (m) {
-        case MaskType::kPadding: return reinterpret_cast<const void*>(&decode_kernel<Tr, false>);
-        case MaskType::kCausal: return reinterpret_cast<const void*>(&decode_kernel<Tr, true>);
+    if constexpr (Tr::kMma) {
+        switch (m) {
+            case MaskType::kPadding: return reinterpret_cast<const void*>(&decode_mma_kernel<Tr, false>);
+            case MaskType::kCausal: return reinterpret_cast<const void*>(&decode_mma_kernel<Tr, true>);
+        }
+    } else {
+        switch (m) {
+            case MaskType::kPadding: return reinterpret_cast<const void*>(&decode_kernel<Tr, false>);
+            case MaskType::kCausal: return reinterpret_cast<const void*>(&decode_kernel<Tr, true>);
+        }
     }
     return nullptr;
 }
 
 // The registry's WorkspaceFn: bytes of Params::workspace the launch uses for this problem
 // at most (0 when it runs one split). Launch with less and it runs fewer splits.
+// The registry's WorkspaceFn: bytes of Params::workspace the launch uses for this problem
+// at most (0 when it runs one split). Launch with less and it runs fewer splits.
 template <class Tr>
 size_t workspace_bytes(const Params& p) {
-    int sms = 1;
-    if (kernel::sm_count(p, &sms) != cudaSuccess) {  // the launch reports it; size for one SM
+    int splits = 1;
+    if (choose_splits<Tr>(p, SIZE_MAX, &splits) != cudaSuccess) {  // the launch reports it
         cudaGetLastError();
-        sms = 1;
+        return 0;
     }
-    const int splits = choose_splits<Tr>(p, sms, SIZE_MAX);
     return splits > 1 ? partial_bytes<Tr>(p, splits) : 0;
 }
 
 // Returns cudaErrorInvalidValue without launching when the problem does not fit this
 // instantiation (d, dv, b, h, h_kv, alignment and strides as the other families; s_q_max
-// <= kMaxSq; rows per KV head <= kRows unless kRows is 8, the tiled case).
+// <= kMaxSq; warp path: rows per KV head <= kRows unless kRows is 8, the tiled case).
 template <class Tr>
 cudaError_t launch(const Params& p, cudaStream_t stream) {
     if (!kernel::params_fit(p, Tr::kHeadDim, Tr::kHeadDimV)) return cudaErrorInvalidValue;
     if (p.s_q_max > kMaxSq) return cudaErrorInvalidValue;
-    if ((p.h / p.h_kv) * p.s_q_max > Tr::kRows && Tr::kRows != 8) return cudaErrorInvalidValue;
+    if (!Tr::kMma && (p.h / p.h_kv) * p.s_q_max > Tr::kRows && Tr::kRows != 8) return cudaErrorInvalidValue;
     if (p.mask != MaskType::kPadding && p.mask != MaskType::kCausal) return cudaErrorInvalidValue;
-    int sms = 0;
-    const cudaError_t err = kernel::sm_count(p, &sms);
+    int splits = 1;
+    const cudaError_t err = choose_splits<Tr>(p, p.workspace != nullptr ? p.workspace_bytes : 0, &splits);
     if (err != cudaSuccess) return err;
-    const int splits = choose_splits<Tr>(p, sms, p.workspace != nullptr ? p.workspace_bytes : 0);
     const Shape shape = make_shape<Tr>(p, splits);
-    const int64_t blocks = (shape.units + Tr::kWarps - 1) / Tr::kWarps;
-    if (blocks > INT32_MAX) return cudaErrorInvalidValue;
-    if (p.mask == MaskType::kCausal) {
-        decode_kernel<Tr, true><<<static_cast<unsigned>(blocks), Tr::kThreads, 0, stream>>>(p, splits);
+    const bool causal = p.mask == MaskType::kCausal;
+    if constexpr (Tr::kMma) {
+        if (shape.units > INT32_MAX) return cudaErrorInvalidValue;
+        const auto blocks = static_cast<unsigned>(shape.units);
+        if (causal) {
+            decode_mma_kernel<Tr, true><<<blocks, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, splits);
+        } else {
+            decode_mma_kernel<Tr, false><<<blocks, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, splits);
+        }
+    } else if (splits == 1 && p.s_kv_max <= Tr::kKeysPerPass) {  // one step per unit: persistent warps
+        const cudaError_t e = launch_short<Tr, 1>(p, shape, stream);
+        if (e != cudaSuccess) return e;
+    } else if (splits == 1 && p.s_kv_max <= 2 * Tr::kKeysPerPass && Tr::kUnroll >= 2) {
+        const cudaError_t e = launch_short<Tr, 2>(p, shape, stream);
+        if (e != cudaSuccess) return e;
     } else {
-        decode_kernel<Tr, false><<<static_cast<unsigned>(blocks), Tr::kThreads, 0, stream>>>(p, splits);
+        const int64_t blocks = (shape.units + Tr::kWarps - 1) / Tr::kWarps;
+        if (blocks > INT32_MAX) return cudaErrorInvalidValue;
+        if (causal) {
+            decode_kernel<Tr, true><<<static_cast<unsigned>(blocks), Tr::kThreads, 0, stream>>>(p, splits);
+        } else {
+            decode_kernel<Tr, false><<<static_cast<unsigned>(blocks), Tr::kThreads, 0, stream>>>(p, splits);
+        }
     }
     if (splits > 1) {
         const int64_t threads = int64_t(p.b) * p.h_kv * shape.row_tiles * Tr::kRows * (Tr::kHeadDimV / kElemsPerChunk);

@@ -16,7 +16,7 @@
 //
 // What the template parameters allow (static_asserted in Traits):
 //   Element        __half or __nv_bfloat16
-//   kAccFp16       P V partials of one key block in f16 registers; __half only
+//   kAccFp16       P V partials of 32 keys in f16 registers (mma::kF16Slices); __half only
 //   kHeadDim(V)    multiples of 8 in [16, 256]; padded to 16 in shared memory with zeros
 //   kBlockM        kWarpsM * 16 * kMmaM (each warp owns whole 16-row m-tiles)
 //   kBlockN        multiple of 16
