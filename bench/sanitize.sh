@@ -2,7 +2,7 @@
 # compute-sanitizer memcheck and racecheck over kernels of bin/fmha.exe, one small problem per
 # kernel that exercises var-len lengths, GQA, s_q < s and the causal mask (and a padding-mask
 # run), so every kernel path (tails, diagonal blocks, persistent tile hand-over; decode: row
-# tiles, key splits and their combine) runs under the tools. Needs a built bin/fmha.exe and
+# tiles, key splits and their combine, the persistent one-step kernel) runs under the tools. Needs a built bin/fmha.exe and
 # compute-sanitizer; logs under $OUT.
 #
 #   bash bench/sanitize.sh [kernel glob, default *_ws_*]
@@ -31,7 +31,11 @@ for k in $kernels; do
                     4) heads=(-h 8 -gqa 4 -s-q 2) ;;
                     *) heads=(-h 8 -gqa 2 -s-q 5) ;;
                 esac
-                args=(-kernel "$k" -d "$d" "$dtype" -b 3 "${heads[@]}" -s 3000 -min-s 1 -separate-q-k-v
+                # causal: a long cache (key splits, the combine); padding on the warp path: a
+                # 2-key cache, which runs the persistent one-step kernel
+                s=3000
+                [[ $mask == padding && $k != *_16x64_* ]] && s=2
+                args=(-kernel "$k" -d "$d" "$dtype" -b 3 "${heads[@]}" -s "$s" -min-s 1 -separate-q-k-v
                       -runs 1 -warm-up-runs 1)
             fi
             [[ $mask == causal ]] && args+=(-causal-mask)
