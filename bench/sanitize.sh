@@ -34,7 +34,10 @@ for k in $kernels; do
                 # causal: a long cache (key splits, the combine); padding on the warp path: a
                 # 2-key cache, which runs the persistent one-step kernel
                 s=3000
-                [[ $mask == padding && $k != *_16x64_* ]] && s=2
+                if [[ $mask == padding && $k != *_16x64_* ]]; then
+                    s=2
+                    [[ $rows == 8 ]] && heads=(-h 8 -gqa 2 -s-q 2)  # s_q <= s
+                fi
                 args=(-kernel "$k" -d "$d" "$dtype" -b 3 "${heads[@]}" -s "$s" -min-s 1 -separate-q-k-v
                       -runs 1 -warm-up-runs 1)
             fi
