@@ -171,6 +171,7 @@ int run(int argc, char** argv) {
         const size_t bytes = kernel.workspace(t.params);
         if (bytes > 0) {
             workspace = DeviceBuffer<char>(bytes);
+            CUDA_CHECK(cudaMemset(workspace.get(), 0, bytes));  // zeroed once (Params::workspace)
             t.params.workspace = workspace.get();
             t.params.workspace_bytes = bytes;
         }

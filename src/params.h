@@ -71,9 +71,10 @@ struct Params {
     // A persistent kernel refuses a launch without it (cudaErrorInvalidValue).
     int* tile_counter = nullptr;
 
-    // Scratch of families with a workspace (decode: split-KV partials); the registry's
-    // KernelMeta::workspace says how many bytes a problem uses. A launch given fewer runs
-    // fewer splits (never fails for lack of it).
+    // Scratch of families with a workspace (decode: split-KV partials and arrival counters);
+    // the registry's KernelMeta::workspace says how many bytes a problem uses. Handed to the
+    // first launch zeroed; every launch leaves its counters at zero again, so launches on one
+    // stream share it. A launch given fewer bytes runs fewer splits (never fails for lack of it).
     void* workspace = nullptr;
     size_t workspace_bytes = 0;
 };

@@ -24,6 +24,34 @@ FMHA_HOST_DEVICE constexpr int round_up(int a, int b) { return ceil_div(a, b) * 
 FMHA_HOST_DEVICE constexpr int min_int(int a, int b) { return a < b ? a : b; }
 FMHA_HOST_DEVICE constexpr int max_int(int a, int b) { return a > b ? a : b; }
 
+// n / d and n % d for 0 <= n < 2^31 by a fixed d >= 1 without a division instruction
+// sequence (Granlund and Montgomery): with l = ceil(log2 d) and m = ceil(2^(31+l) / d) (fits
+// 32 bits), n / d == umulhi(n, m) >> (l - 1); the rounding error n * (m - 2^(31+l)/d) /
+// 2^(31+l) < 2^-l <= 1/d never carries past the next integer. d == 1 is the identity.
+// Built on the host, passed to kernels by value.
+struct FastDiv {
+    uint32_t d = 1, mul = 0, shift = 0;
+
+    FastDiv() = default;
+    explicit FastDiv(int divisor) : d(static_cast<uint32_t>(divisor)) {
+        if (d <= 1) return;
+        uint32_t l = 0;
+        while ((1ull << l) < d) ++l;
+        mul = static_cast<uint32_t>(((1ull << (31 + l)) + d - 1) / d);
+        shift = l - 1;
+    }
+
+    FMHA_HOST_DEVICE int div(int n) const {
+        if (d == 1) return n;
+#ifdef __CUDA_ARCH__
+        return static_cast<int>(__umulhi(static_cast<uint32_t>(n), mul) >> shift);
+#else
+        return static_cast<int>(((uint64_t(static_cast<uint32_t>(n)) * mul) >> 32) >> shift);
+#endif
+    }
+    FMHA_HOST_DEVICE int mod(int n, int q) const { return n - q * static_cast<int>(d); }  // q = div(n)
+};
+
 // Element traits: the 16-bit input types the mma.sync kernels take.
 template <typename T>
 struct ElementTraits;

@@ -73,6 +73,7 @@ template <typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockM_, int kB
 struct WarpTraits {
     using Element = Element_;
     static constexpr bool kMma = false;
+    static constexpr bool kFusedMerge = false;  // splits merge in combine_kernel
     static constexpr bool kBf16 = ElementTraits<Element>::kIsBf16;
     static constexpr int kHeadDim = kHeadDim_;
     static constexpr int kHeadDimV = kHeadDimV_;
@@ -102,6 +103,9 @@ template <typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockM_, int kB
 struct MmaTraits {
     using Element = Element_;
     static constexpr bool kMma = true;
+    // The tile's last CTA merges the splits (no combine launch). Not at d = 256, where the
+    // merge's live values pushed the 255-register main loop into spills: combine_kernel.
+    static constexpr bool kFusedMerge = kHeadDimV_ <= 128;
     static constexpr int kHeadDim = kHeadDim_;
     static constexpr int kHeadDimV = kHeadDimV_;
     static constexpr int kRows = kBlockM_;     // packed query rows per CTA: one 16-row m-tile
@@ -173,13 +177,66 @@ FMHA_HOST_DEVICE Shape make_shape(const Params& p, int splits) {
     return s;
 }
 
-// fp32 partials of a split: [item_row][split][dv] for O, [item_row][split][2] for (max, sum),
+// Workspace layout. The mma path first keeps one arrival counter per (item, row tile)
+// (the CTA that completes a tile's splits merges them; the driver hands the workspace over
+// zeroed and that CTA puts its counter back to 0), padded to 256 bytes. Then the fp32
+// partials of a split: [item_row][split][dv] for O, [item_row][split][2] for (max, sum),
 // item_row = (b * h_kv + g) * row_tiles * kRows + row.
+template <class Tr>
+FMHA_HOST_DEVICE size_t counter_bytes(const Params& p, const Shape& s) {
+    return Tr::kMma ? (size_t(p.b) * p.h_kv * s.row_tiles * sizeof(int) + 255) / 256 * 256 : 0;
+}
+
 template <class Tr>
 inline size_t partial_bytes(const Params& p, int splits) {
     const Shape s = make_shape<Tr>(p, splits);
     const size_t item_rows = size_t(p.b) * p.h_kv * s.row_tiles * Tr::kRows;
-    return item_rows * splits * (size_t(Tr::kHeadDimV) + 2) * sizeof(float);
+    return counter_bytes<Tr>(p, s) + item_rows * splits * (size_t(Tr::kHeadDimV) + 2) * sizeof(float);
+}
+
+template <class Tr>
+FMHA_DEVICE float* partials(const Params& p, const Shape& s) {
+    return reinterpret_cast<float*>(static_cast<char*>(p.workspace) + counter_bytes<Tr>(p, s));
+}
+
+// Merges the `live` splits of one query row's 8 columns (chunk) into O (LSE-weighted).
+// item < 2^31: both callers' launches check their grids (32-bit divisions only).
+template <class Tr>
+FMHA_DEVICE void combine_chunk(const Params& p, const Shape& shape, int splits, int item, int row, int chunk,
+                               int live) {
+    using Element = typename Tr::Element;
+    const int64_t item_rows = int64_t(p.b) * p.h_kv * shape.row_tiles * Tr::kRows;
+    const int64_t item_row = int64_t(item) * shape.row_tiles * Tr::kRows + row;
+    const float* ws_o = partials<Tr>(p, shape);
+    const float* ws_ml = ws_o + item_rows * splits * Tr::kHeadDimV;
+    float m_all = -INFINITY;
+    for (int s = 0; s < live; ++s) m_all = fmaxf(m_all, __ldcg(ws_ml + 2 * (item_row * splits + s)));
+    float l_all = 0.f, acc[kElemsPerChunk] = {};
+    if (m_all != -INFINITY) {
+        for (int s = 0; s < live; ++s) {
+            const int64_t slot = item_row * splits + s;
+            const float m_s = __ldcg(ws_ml + 2 * slot);
+            if (m_s == -INFINITY) continue;
+            const float w = exp2f(m_s - m_all);  // a power of two: the maxima are integers
+            l_all += __ldcg(ws_ml + 2 * slot + 1) * w;
+            const float4* src = reinterpret_cast<const float4*>(ws_o + slot * Tr::kHeadDimV + chunk * kElemsPerChunk);
+            const float4 a = __ldcg(src), c = __ldcg(src + 1);
+            const float x[kElemsPerChunk] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
+#pragma unroll
+            for (int e = 0; e < kElemsPerChunk; ++e) acc[e] = fmaf(x[e], w, acc[e]);
+        }
+    }
+    const float inv = l_all > 0.f ? p.scale_softmax * p.scale_bmm2 / l_all : 0.f;
+    uint32_t packed[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) packed[i] = ElementTraits<Element>::pack(acc[2 * i] * inv, acc[2 * i + 1] * inv);
+    const int b = item / p.h_kv;
+    const int g = item - b * p.h_kv;
+    const int head = g * shape.group + row % shape.group;
+    const int pos = row / shape.group;
+    Element* dst = static_cast<Element*>(p.o) + int64_t(p.q_offsets[b] + pos) * p.o_row_stride +
+                   int64_t(head) * p.o_head_stride + chunk * kElemsPerChunk;
+    *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
 }
 
 // Warp path: enough warps for the memory system (about 64 per SM in flight), and no split
@@ -252,27 +309,28 @@ struct WarpUnit {
     bool live;  // false: the tile is past the sequence's rows, or the split past its keys
 };
 
+// The warp path's divisors, built on the host (FastDiv: the unit -> (b, g, row tile, split)
+// and row -> (head, position) decompositions run once or twice per unit, and a division is
+// a ~20-instruction sequence where the tiny caches leave ~300 instructions per unit).
+struct UnitDivs {
+    FastDiv splits, row_tiles, h_kv, group;
+};
+
+inline UnitDivs unit_divs(const Params& p, const Shape& s) {
+    return UnitDivs{FastDiv(s.splits), FastDiv(s.row_tiles), FastDiv(p.h_kv), FastDiv(s.group)};
+}
+
+// unit < 2^31 (the launch checks the unit count).
 template <class Tr>
-FMHA_DEVICE WarpUnit warp_unit(const Params& p, const Shape& shape, int splits, int64_t unit) {
+FMHA_DEVICE WarpUnit warp_unit(const Params& p, const Shape& shape, const UnitDivs& dv, int unit) {
     WarpUnit u;
-    int row_tile;
-    if (shape.units <= INT32_MAX) {  // 32-bit divisions: a 64-bit one is a ~70-instruction call
-        const uint32_t un = static_cast<uint32_t>(unit);
-        const uint32_t item_tile = un / static_cast<uint32_t>(splits);
-        u.split = static_cast<int>(un - item_tile * static_cast<uint32_t>(splits));
-        const uint32_t item = item_tile / static_cast<uint32_t>(shape.row_tiles);
-        row_tile = static_cast<int>(item_tile - item * static_cast<uint32_t>(shape.row_tiles));
-        u.item = item;
-        u.b = static_cast<int>(item / static_cast<uint32_t>(p.h_kv));
-        u.g = static_cast<int>(item - static_cast<uint32_t>(u.b) * static_cast<uint32_t>(p.h_kv));
-    } else {
-        u.split = static_cast<int>(unit % splits);
-        const int64_t item_tile = unit / splits;
-        row_tile = static_cast<int>(item_tile % shape.row_tiles);
-        u.item = item_tile / shape.row_tiles;
-        u.g = static_cast<int>(u.item % p.h_kv);
-        u.b = static_cast<int>(u.item / p.h_kv);
-    }
+    const int item_tile = dv.splits.div(unit);
+    u.split = dv.splits.mod(unit, item_tile);
+    const int item = dv.row_tiles.div(item_tile);
+    const int row_tile = dv.row_tiles.mod(item_tile, item);
+    u.item = item;
+    u.b = dv.h_kv.div(item);
+    u.g = dv.h_kv.mod(item, u.b);
     u.q_len = p.q_lens[u.b];
     u.kv_len = p.kv_lens[u.b];
     u.rows = shape.group * u.q_len;
@@ -283,7 +341,7 @@ FMHA_DEVICE WarpUnit warp_unit(const Params& p, const Shape& shape, int splits, 
     u.kv_off = p.kv_offsets[u.b];
     // A split past the sequence's keys writes nothing; the combine reads only live splits.
     // (With one split the unit always runs: a sequence without keys gets zero rows.)
-    u.live = u.row0 < u.rows && !(splits > 1 && u.key_begin >= u.kv_len);
+    u.live = u.row0 < u.rows && !(shape.splits > 1 && u.key_begin >= u.kv_len);
     return u;
 }
 
@@ -297,14 +355,15 @@ struct WarpLoads {
 };
 
 template <class Tr>
-FMHA_DEVICE void load_q(uint4 (&q)[Tr::kRows], const Params& p, const Shape& shape, const WarpUnit& u, int sub) {
+FMHA_DEVICE void load_q(uint4 (&q)[Tr::kRows], const Params& p, const Shape& shape, const FastDiv& group,
+                        const WarpUnit& u, int sub) {
     using Element = typename Tr::Element;
 #pragma unroll
     for (int r = 0; r < Tr::kRows; ++r) {
         const int row = u.row0 + r;
         const bool valid = row < u.rows;
-        const int head = u.g * shape.group + (valid ? row % shape.group : 0);
-        const int pos = valid ? row / shape.group : 0;
+        const int pos = valid ? group.div(row) : 0;
+        const int head = u.g * shape.group + (valid ? group.mod(row, pos) : 0);
         q[r] = load_raw(static_cast<const Element*>(p.q) + int64_t(u.q_off + pos) * p.q_row_stride +
                             int64_t(head) * p.q_head_stride + sub * kElemsPerChunk,
                         valid);
@@ -351,7 +410,7 @@ struct WarpState {
     // One step: the kPasses passes of keys at k0 (k_raw, v_raw as load_kv loaded them).
     template <bool kCausal, int kPasses>
     FMHA_DEVICE void step(const uint4 (&k_raw)[kPasses], const uint4 (&v_raw)[kPasses], int k0,
-                          const WarpUnit& u, const Shape& shape, int grp) {
+                          const WarpUnit& u, const FastDiv& group, int grp) {
         using Element = typename Tr::Element;
         constexpr int LK = Tr::kLanesPerKey;
         float kx[kPasses][kElemsPerChunk], vx[kPasses][kElemsPerChunk];
@@ -365,7 +424,7 @@ struct WarpState {
             // Keys visible to row r: [0, limit) (padding: kv_len; causal: bottom-right aligned).
             const int row = u.row0 + r;
             const int limit = row < u.rows
-                                  ? min_int(u.key_end, mask::key_limit<kCausal>(row / shape.group, u.kv_len, u.q_len))
+                                  ? min_int(u.key_end, mask::key_limit<kCausal>(group.div(row), u.kv_len, u.q_len))
                                   : 0;
             float s[kPasses];
             float step_max = -INFINITY;
@@ -400,7 +459,9 @@ struct WarpState {
 
     // Merges the key groups of the warp (lanes with the same chunk, different keys), then
     // the first group writes: O itself with one split, else the split's fp32 partials.
-    FMHA_DEVICE void finish(const Params& p, const Shape& shape, int splits, const WarpUnit& u, int sub, int grp) {
+    FMHA_DEVICE void finish(const Params& p, const Shape& shape, const FastDiv& group, const WarpUnit& u, int sub,
+                            int grp) {
+        const int splits = shape.splits;
         using Element = typename Tr::Element;
         constexpr int R = Tr::kRows;
 #pragma unroll
@@ -429,8 +490,8 @@ struct WarpState {
             for (int r = 0; r < R; ++r) {
                 const int row = u.row0 + r;
                 if (row >= u.rows) continue;
-                const int head = u.g * shape.group + row % shape.group;
-                const int pos = row / shape.group;
+                const int pos = group.div(row);
+                const int head = u.g * shape.group + group.mod(row, pos);
                 const float inv = l[r] > 0.f ? out_scale / l[r] : 0.f;
                 uint32_t packed[4];
 #pragma unroll
@@ -443,7 +504,7 @@ struct WarpState {
             }
             return;
         }
-        float* ws_o = static_cast<float*>(p.workspace);
+        float* ws_o = partials<Tr>(p, shape);
         const int64_t item_rows = int64_t(p.b) * p.h_kv * shape.row_tiles * R;
         float* ws_ml = ws_o + item_rows * splits * Tr::kHeadDimV;
 #pragma unroll
@@ -464,12 +525,13 @@ struct WarpState {
 
 // Any number of steps per unit: one unit per warp, every load of a step issued before use.
 template <class Tr, bool kCausal>
-__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) decode_kernel(const __grid_constant__ Params p, int splits) {
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
+    decode_kernel(const __grid_constant__ Params p, int splits, const UnitDivs dv) {
     const Shape shape = make_shape<Tr>(p, splits);
     const int lane = threadIdx.x % kWarpSize;
-    const int64_t unit = int64_t(blockIdx.x) * Tr::kWarps + threadIdx.x / kWarpSize;
+    const int unit = blockIdx.x * Tr::kWarps + threadIdx.x / kWarpSize;
     if (unit >= shape.units) return;
-    const WarpUnit u = warp_unit<Tr>(p, shape, splits, unit);
+    const WarpUnit u = warp_unit<Tr>(p, shape, dv, unit);
     if (!u.live) return;
     const int sub = lane % Tr::kLanesPerKey;  // this lane's 16-byte chunk of a row
     const int grp = lane / Tr::kLanesPerKey;  // the key of a pass this lane works on
@@ -477,15 +539,15 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) decode_kernel(co
     WarpState<Tr> st;
     {
         uint4 q_raw[Tr::kRows];
-        load_q<Tr>(q_raw, p, shape, u, sub);
+        load_q<Tr>(q_raw, p, shape, dv.group, u, sub);
         st.init(q_raw, p.scale_bmm1 * kLog2e);
     }
     for (int k0 = u.key_begin; k0 < u.key_end; k0 += Tr::kBlockN) {
         uint4 k_raw[Tr::kUnroll], v_raw[Tr::kUnroll];
         load_kv<Tr, Tr::kUnroll>(k_raw, v_raw, p, u, k0, sub, grp);
-        st.template step<kCausal, Tr::kUnroll>(k_raw, v_raw, k0, u, shape, grp);
+        st.template step<kCausal, Tr::kUnroll>(k_raw, v_raw, k0, u, dv.group, grp);
     }
-    st.finish(p, shape, splits, u, sub, grp);
+    st.finish(p, shape, dv.group, u, sub, grp);
 }
 
 // One step per unit (one split, s_kv_max <= kPasses * kKeysPerPass: the tiny caches):
@@ -493,41 +555,46 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) decode_kernel(co
 // (Q, K, V) before the current unit's math, so each warp keeps two units' bytes in flight
 // and no CTA is launched per handful of units. A unit's coordinates are recomputed where
 // used rather than carried (registers: 8 CTAs per SM at 1 row per warp).
+// Two passes in flight twice at 1 row per warp do not fit 64 registers: 7 CTAs per SM.
+template <class Tr, int kPasses>
+constexpr int kShortMinBlocks = Tr::kRows == 1 && kPasses == 2 ? 7 : Tr::kMinBlocks;
+
 template <class Tr, bool kCausal, int kPasses>
-__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks) decode_short_kernel(const __grid_constant__ Params p) {
+__global__ void __launch_bounds__(Tr::kThreads, (kShortMinBlocks<Tr, kPasses>))
+    decode_short_kernel(const __grid_constant__ Params p, const UnitDivs dv) {
     const Shape shape = make_shape<Tr>(p, 1);
     const int lane = threadIdx.x % kWarpSize;
     const int sub = lane % Tr::kLanesPerKey;
     const int grp = lane / Tr::kLanesPerKey;
-    const int64_t stride = int64_t(gridDim.x) * Tr::kWarps;
-    int64_t unit = int64_t(blockIdx.x) * Tr::kWarps + threadIdx.x / kWarpSize;
+    const int stride = gridDim.x * Tr::kWarps;
+    int unit = blockIdx.x * Tr::kWarps + threadIdx.x / kWarpSize;
     if (unit >= shape.units) return;
     WarpLoads<Tr, kPasses> cur;
     {
-        const WarpUnit u = warp_unit<Tr>(p, shape, 1, unit);
+        const WarpUnit u = warp_unit<Tr>(p, shape, dv, unit);
         if (u.live) {
-            load_q<Tr>(cur.q, p, shape, u, sub);
+            load_q<Tr>(cur.q, p, shape, dv.group, u, sub);
             load_kv<Tr, kPasses>(cur.k, cur.v, p, u, u.key_begin, sub, grp);
         }
     }
     const float scale_log2 = p.scale_bmm1 * kLog2e;
     while (true) {
-        const int64_t next = unit + stride;
+        const int next = unit + stride;  // < 2^31: units and stride both are
         const bool more = next < shape.units;
         WarpLoads<Tr, kPasses> nxt;
         if (more) {
-            const WarpUnit nu = warp_unit<Tr>(p, shape, 1, next);
+            const WarpUnit nu = warp_unit<Tr>(p, shape, dv, next);
             if (nu.live) {
-                load_q<Tr>(nxt.q, p, shape, nu, sub);
+                load_q<Tr>(nxt.q, p, shape, dv.group, nu, sub);
                 load_kv<Tr, kPasses>(nxt.k, nxt.v, p, nu, nu.key_begin, sub, grp);
             }
         }
-        const WarpUnit u = warp_unit<Tr>(p, shape, 1, unit);
+        const WarpUnit u = warp_unit<Tr>(p, shape, dv, unit);
         if (u.live) {
             WarpState<Tr> st;
             st.init(cur.q, scale_log2);
-            if (u.key_begin < u.key_end) st.template step<kCausal, kPasses>(cur.k, cur.v, u.key_begin, u, shape, grp);
-            st.finish(p, shape, 1, u, sub, grp);
+            if (u.key_begin < u.key_end) st.template step<kCausal, kPasses>(cur.k, cur.v, u.key_begin, u, dv.group, grp);
+            st.finish(p, shape, dv.group, u, sub, grp);
         }
         if (!more) break;
         unit = next;
@@ -562,7 +629,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
     if (row0 >= rows) return;  // the tile is past this sequence's rows
     const int key_begin = split * shape.keys_per_split;
     const int key_end = min_int(kv_len, key_begin + shape.keys_per_split);
-    if (splits > 1 && key_begin >= kv_len) return;  // as the warp path: the combine skips it
+    // A split past the sequence's keys does nothing, except split 0 of a sequence without
+    // keys, which stands for all of them (the tile's merge then writes zero rows).
+    if (splits > 1 && key_begin >= kv_len && split > 0) return;
     const int q_off = p.q_offsets[b];
     const int kv_off = p.kv_offsets[b];
 
@@ -693,7 +762,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
 
     constexpr int kChunksV = Tr::kHeadDimV / kElemsPerChunk;
     const float out_scale = p.scale_softmax * p.scale_bmm2;
-    float* ws_o = static_cast<float*>(p.workspace);
+    float* ws_o = partials<Tr>(p, shape);
     const int64_t item_rows = int64_t(p.b) * p.h_kv * shape.row_tiles * R;
     float* ws_ml = ws_o + item_rows * splits * Tr::kHeadDimV;
     for (int i = tid; i < R * kChunksV; i += Tr::kThreads) {
@@ -739,6 +808,27 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
                 ws_ml[2 * slot + 1] = l_all;
             }
         }
+    }
+    if (splits == 1 || !Tr::kFusedMerge) return;
+
+    // The tile's last split to arrive merges all of them (no combine launch): partials
+    // published (fence), then one arrival per CTA on the tile's counter.
+    __shared__ int last;
+    __threadfence();
+    __syncthreads();
+    // CTAs of this tile that write (kv_len reloaded: fewer registers live across the main loop)
+    const int live = max_int(1, ceil_div(p.kv_lens[b], shape.keys_per_split));
+    if (tid == 0) {
+        int* counter = static_cast<int*>(p.workspace) + item * shape.row_tiles + row_tile;
+        last = atomicAdd(counter, 1) == live - 1;
+        if (last) *counter = 0;  // every other arrival is in: ready for the next launch
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();  // the other CTAs' partials, read through L2 (__ldcg)
+    for (int i = tid; i < R * kChunksV; i += Tr::kThreads) {
+        const int row = row0 + i / kChunksV;
+        if (row < rows) combine_chunk<Tr>(p, shape, splits, static_cast<int>(item), row, i % kChunksV, live);
     }
 }
 
@@ -790,10 +880,11 @@ cudaError_t launch_short(const Params& p, const Shape& shape, cudaStream_t strea
     if (err == cudaSuccess) err = short_ctas_per_sm<Tr, kPasses>(&ctas_per_sm);
     if (err != cudaSuccess) return err;
     const int64_t blocks = std::min<int64_t>((shape.units + Tr::kWarps - 1) / Tr::kWarps, int64_t(sms) * ctas_per_sm);
+    const UnitDivs dv = unit_divs(p, shape);
     if (p.mask == MaskType::kCausal) {
-        decode_short_kernel<Tr, true, kPasses><<<static_cast<unsigned>(blocks), Tr::kThreads, 0, stream>>>(p);
+        decode_short_kernel<Tr, true, kPasses><<<static_cast<unsigned>(blocks), Tr::kThreads, 0, stream>>>(p, dv);
     } else {
-        decode_short_kernel<Tr, false, kPasses><<<static_cast<unsigned>(blocks), Tr::kThreads, 0, stream>>>(p);
+        decode_short_kernel<Tr, false, kPasses><<<static_cast<unsigned>(blocks), Tr::kThreads, 0, stream>>>(p, dv);
     }
     return cudaSuccess;
 }
@@ -814,55 +905,25 @@ inline cudaError_t choose_splits(const Params& p, size_t workspace_bytes, int* s
     return cudaSuccess;
 }
 
-// Merges the splits of every query row: one thread per (row, 8 columns).
+// Warp path: merges the splits of every query row, one thread per (row, 8 columns).
 template <class Tr>
 __global__ void __launch_bounds__(256) combine_kernel(const __grid_constant__ Params p, int splits) {
-    using Element = typename Tr::Element;
-    constexpr int R = Tr::kRows;
     constexpr int kChunks = Tr::kHeadDimV / kElemsPerChunk;
     const Shape shape = make_shape<Tr>(p, splits);
-    const int64_t item_rows = int64_t(p.b) * p.h_kv * shape.row_tiles * R;
-    const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    const int64_t item_rows = int64_t(p.b) * p.h_kv * shape.row_tiles * Tr::kRows;
+    // 32-bit indices (the launch checks the thread count): a 64-bit division is a call.
+    const int t = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
     if (t >= item_rows * kChunks) return;
-    const int chunk = static_cast<int>(t % kChunks);
-    const int64_t item_row = t / kChunks;
-    const int row = static_cast<int>(item_row % (int64_t(shape.row_tiles) * R));
-    const int64_t item = item_row / (int64_t(shape.row_tiles) * R);
-    const int g = static_cast<int>(item % p.h_kv);
+    const int chunk = t % kChunks;
+    const int item_row = t / kChunks;
+    const int tile_rows = shape.row_tiles * Tr::kRows;
+    const int item = item_row / tile_rows;
+    const int row = item_row - item * tile_rows;
     const int b = static_cast<int>(item / p.h_kv);
-    const int q_len = p.q_lens[b];
-    if (row >= shape.group * q_len) return;
+    if (row >= shape.group * p.q_lens[b]) return;
     const int kv_len = p.kv_lens[b];
     const int live = kv_len > 0 ? ceil_div(kv_len, shape.keys_per_split) : 0;  // splits that ran
-
-    const float* ws_o = static_cast<const float*>(p.workspace);
-    const float* ws_ml = ws_o + item_rows * splits * Tr::kHeadDimV;
-    float m_all = -INFINITY;
-    for (int s = 0; s < live; ++s) m_all = fmaxf(m_all, ws_ml[2 * (item_row * splits + s)]);
-    float l_all = 0.f, acc[kElemsPerChunk] = {};
-    if (m_all != -INFINITY) {
-        for (int s = 0; s < live; ++s) {
-            const int64_t slot = item_row * splits + s;
-            const float m_s = ws_ml[2 * slot];
-            if (m_s == -INFINITY) continue;
-            const float w = exp2f(m_s - m_all);
-            l_all += ws_ml[2 * slot + 1] * w;
-            const float4* src = reinterpret_cast<const float4*>(ws_o + slot * Tr::kHeadDimV + chunk * kElemsPerChunk);
-            const float4 a = src[0], c = src[1];
-            const float x[kElemsPerChunk] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
-#pragma unroll
-            for (int e = 0; e < kElemsPerChunk; ++e) acc[e] = fmaf(x[e], w, acc[e]);
-        }
-    }
-    const float inv = l_all > 0.f ? p.scale_softmax * p.scale_bmm2 / l_all : 0.f;
-    uint32_t packed[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) packed[i] = ElementTraits<Element>::pack(acc[2 * i] * inv, acc[2 * i + 1] * inv);
-    const int head = g * shape.group + row % shape.group;
-    const int pos = row / shape.group;
-    Element* dst = static_cast<Element*>(p.o) + int64_t(p.q_offsets[b] + pos) * p.o_row_stride +
-                   int64_t(head) * p.o_head_stride + chunk * kElemsPerChunk;
-    *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+    combine_chunk<Tr>(p, shape, splits, item, row, chunk, live);
 }
 
 // The __global__ for a mask, as the registry's EntryFn returns it.
@@ -898,7 +959,8 @@ size_t workspace_bytes(const Params& p) {
 
 // Returns cudaErrorInvalidValue without launching when the problem does not fit this
 // instantiation (d, dv, b, h, h_kv, alignment and strides as the other families; s_q_max
-// <= kMaxSq; warp path: rows per KV head <= kRows unless kRows is 8, the tiled case).
+// <= kMaxSq; warp path: rows per KV head <= kRows unless kRows is 8, the tiled case; under
+// 2^31 units and query rows x 16-byte chunks, the 32-bit indices).
 template <class Tr>
 cudaError_t launch(const Params& p, cudaStream_t stream) {
     if (!kernel::params_fit(p, Tr::kHeadDim, Tr::kHeadDimV)) return cudaErrorInvalidValue;
@@ -910,8 +972,11 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
     if (err != cudaSuccess) return err;
     const Shape shape = make_shape<Tr>(p, splits);
     const bool causal = p.mask == MaskType::kCausal;
+    const int64_t combine_threads =
+        int64_t(p.b) * p.h_kv * shape.row_tiles * Tr::kRows * (Tr::kHeadDimV / kElemsPerChunk);
+    // 32-bit indices: the units (CTAs or warps) and the merge's rows x chunks.
+    if (combine_threads > INT32_MAX || shape.units > INT32_MAX) return cudaErrorInvalidValue;
     if constexpr (Tr::kMma) {
-        if (shape.units > INT32_MAX) return cudaErrorInvalidValue;
         const auto blocks = static_cast<unsigned>(shape.units);
         if (causal) {
             decode_mma_kernel<Tr, true><<<blocks, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, splits);
@@ -926,16 +991,15 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
         if (e != cudaSuccess) return e;
     } else {
         const int64_t blocks = (shape.units + Tr::kWarps - 1) / Tr::kWarps;
-        if (blocks > INT32_MAX) return cudaErrorInvalidValue;
+        const UnitDivs dv = unit_divs(p, shape);
         if (causal) {
-            decode_kernel<Tr, true><<<static_cast<unsigned>(blocks), Tr::kThreads, 0, stream>>>(p, splits);
+            decode_kernel<Tr, true><<<static_cast<unsigned>(blocks), Tr::kThreads, 0, stream>>>(p, splits, dv);
         } else {
-            decode_kernel<Tr, false><<<static_cast<unsigned>(blocks), Tr::kThreads, 0, stream>>>(p, splits);
+            decode_kernel<Tr, false><<<static_cast<unsigned>(blocks), Tr::kThreads, 0, stream>>>(p, splits, dv);
         }
     }
-    if (splits > 1) {
-        const int64_t threads = int64_t(p.b) * p.h_kv * shape.row_tiles * Tr::kRows * (Tr::kHeadDimV / kElemsPerChunk);
-        combine_kernel<Tr><<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(p, splits);
+    if (splits > 1 && !Tr::kFusedMerge) {  // else the last CTA per tile merged them
+        combine_kernel<Tr><<<static_cast<unsigned>((combine_threads + 255) / 256), 256, 0, stream>>>(p, splits);
     }
     return cudaGetLastError();
 }
