@@ -408,7 +408,8 @@ struct WarpState {
     }
 
     // One step: the kPasses passes of keys at k0 (k_raw, v_raw as load_kv loaded them).
-    template <bool kCausal, int kPasses>
+    // kOnly: the unit's only step, on a fresh state (nothing to rescale).
+    template <bool kCausal, int kPasses, bool kOnly = false>
     FMHA_DEVICE void step(const uint4 (&k_raw)[kPasses], const uint4 (&v_raw)[kPasses], int k0,
                           const WarpUnit& u, const FastDiv& group, int grp) {
         using Element = typename Tr::Element;
@@ -441,10 +442,12 @@ struct WarpState {
             }
             const float m_new = fmaxf(m[r], ceilf(step_max));
             if (m_new == -INFINITY) continue;  // nothing visible yet: state unchanged
-            const float alpha = exp2f(m[r] - m_new);  // exp2(-inf) == 0 on the first visible step
-            l[r] *= alpha;
+            if constexpr (!kOnly) {
+                const float alpha = exp2f(m[r] - m_new);  // exp2(-inf) == 0 on the first visible step
+                l[r] *= alpha;
 #pragma unroll
-            for (int e = 0; e < kElemsPerChunk; ++e) o[r][e] *= alpha;
+                for (int e = 0; e < kElemsPerChunk; ++e) o[r][e] *= alpha;
+            }
 #pragma unroll
             for (int i = 0; i < kPasses; ++i) {
                 const float prob = exp2f(s[i] - m_new);
@@ -492,7 +495,7 @@ struct WarpState {
                 if (row >= u.rows) continue;
                 const int pos = group.div(row);
                 const int head = u.g * shape.group + group.mod(row, pos);
-                const float inv = l[r] > 0.f ? out_scale / l[r] : 0.f;
+                const float inv = l[r] > 0.f ? __fdividef(out_scale, l[r]) : 0.f;  // as OnlineSoftmax::finalize
                 uint32_t packed[4];
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
@@ -593,7 +596,9 @@ __global__ void __launch_bounds__(Tr::kThreads, (kShortMinBlocks<Tr, kPasses>))
         if (u.live) {
             WarpState<Tr> st;
             st.init(cur.q, scale_log2);
-            if (u.key_begin < u.key_end) st.template step<kCausal, kPasses>(cur.k, cur.v, u.key_begin, u, dv.group, grp);
+            if (u.key_begin < u.key_end) {
+                st.template step<kCausal, kPasses, true>(cur.k, cur.v, u.key_begin, u, dv.group, grp);
+            }
             st.finish(p, shape, dv.group, u, sub, grp);
         }
         if (!more) break;
@@ -613,14 +618,17 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
     const int tid = threadIdx.x;
     const int lane = tid % kWarpSize;
     const int warp = tid / kWarpSize;
-    // blockIdx.x = (item, split, row tile), row tiles fastest: the tiles that read one key
-    // range run side by side and share it through L2.
-    const int row_tile = static_cast<int>(blockIdx.x % shape.row_tiles);
-    const int64_t item_split = blockIdx.x / shape.row_tiles;
-    const int split = static_cast<int>(item_split % splits);
-    const int64_t item = item_split / splits;
-    const int g = static_cast<int>(item % p.h_kv);
-    const int b = static_cast<int>(item / p.h_kv);
+    // blockIdx.x = (b, split, g, row tile), row tiles fastest: the tiles that read one key
+    // range run side by side and share it through L2, and the KV heads of one key range
+    // next (rows of one token's K/V heads are adjacent in memory: DRAM pages read together).
+    const int bx = static_cast<int>(blockIdx.x);  // < 2^31: launch checks the unit count
+    const int row_tile = bx % shape.row_tiles;
+    const int tile_g = bx / shape.row_tiles;
+    const int g = tile_g % p.h_kv;
+    const int split_b = tile_g / p.h_kv;
+    const int split = split_b % splits;
+    const int b = split_b / splits;
+    const int64_t item = int64_t(b) * p.h_kv + g;
 
     const int q_len = p.q_lens[b];
     const int kv_len = p.kv_lens[b];
