@@ -628,7 +628,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
     const int split_b = tile_g / p.h_kv;
     const int split = split_b % splits;
     const int b = split_b / splits;
-    const int64_t item = int64_t(b) * p.h_kv + g;
 
     const int q_len = p.q_lens[b];
     const int kv_len = p.kv_lens[b];
@@ -770,6 +769,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
 
     constexpr int kChunksV = Tr::kHeadDimV / kElemsPerChunk;
     const float out_scale = p.scale_softmax * p.scale_bmm2;
+    const int item = b * p.h_kv + g;  // < 2^31: the launch checks the unit count
     float* ws_o = partials<Tr>(p, shape);
     const int64_t item_rows = int64_t(p.b) * p.h_kv * shape.row_tiles * R;
     float* ws_ml = ws_o + item_rows * splits * Tr::kHeadDimV;
@@ -807,7 +807,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
                            int64_t(head) * p.o_head_stride + c * kElemsPerChunk;
             *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
         } else {
-            const int64_t slot = (item * shape.row_tiles * R + row) * splits + split;
+            const int64_t slot = (int64_t(item) * shape.row_tiles * R + row) * splits + split;
             float4* dst = reinterpret_cast<float4*>(ws_o + slot * Tr::kHeadDimV + c * kElemsPerChunk);
             dst[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
             dst[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
@@ -827,7 +827,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
     // CTAs of this tile that write (kv_len reloaded: fewer registers live across the main loop)
     const int live = max_int(1, ceil_div(p.kv_lens[b], shape.keys_per_split));
     if (tid == 0) {
-        int* counter = static_cast<int*>(p.workspace) + item * shape.row_tiles + row_tile;
+        int* counter = static_cast<int*>(p.workspace) + int64_t(item) * shape.row_tiles + row_tile;
         last = atomicAdd(counter, 1) == live - 1;
         if (last) *counter = 0;  // every other arrival is in: ready for the next launch
     }
@@ -836,7 +836,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
     __threadfence();  // the other CTAs' partials, read through L2 (__ldcg)
     for (int i = tid; i < R * kChunksV; i += Tr::kThreads) {
         const int row = row0 + i / kChunksV;
-        if (row < rows) combine_chunk<Tr>(p, shape, splits, static_cast<int>(item), row, i % kChunksV, live);
+        if (row < rows) combine_chunk<Tr>(p, shape, splits, item, row, i % kChunksV, live);
     }
 }
 
