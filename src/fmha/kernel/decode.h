@@ -370,8 +370,16 @@ FMHA_DEVICE void load_q(uint4 (&q)[Tr::kRows], const Params& p, const Shape& sha
     }
 }
 
-// Keys k0 + i * kKeysPerPass + grp, i < kPasses, of the step at k0 (zeros past the unit's keys).
-template <class Tr, int kPasses>
+// The key a lane holds in pass i of the step at k0: the warp's key groups interleave
+// (k0 + i * kKeysPerPass + grp), or, kPerGroup (every lane group works a unit of its own),
+// the group walks the keys alone (k0 + i).
+template <class Tr, bool kPerGroup>
+FMHA_DEVICE int pass_key(int k0, int i, int grp) {
+    return kPerGroup ? k0 + i : k0 + i * Tr::kKeysPerPass + grp;
+}
+
+// The keys of the step at k0, kPasses passes (zeros past the unit's keys).
+template <class Tr, int kPasses, bool kPerGroup = false>
 FMHA_DEVICE void load_kv(uint4 (&k)[kPasses], uint4 (&v)[kPasses], const Params& p, const WarpUnit& u,
                          int k0, int sub, int grp) {
     using Element = typename Tr::Element;
@@ -379,7 +387,7 @@ FMHA_DEVICE void load_kv(uint4 (&k)[kPasses], uint4 (&v)[kPasses], const Params&
     const Element* v_base = static_cast<const Element*>(p.v) + int64_t(u.g) * p.v_head_stride + sub * kElemsPerChunk;
 #pragma unroll
     for (int i = 0; i < kPasses; ++i) {
-        const int key = k0 + i * Tr::kKeysPerPass + grp;
+        const int key = pass_key<Tr, kPerGroup>(k0, i, grp);
         const bool valid = key < u.key_end;
         const int64_t row = u.kv_off + (valid ? key : 0);
         k[i] = load_raw(k_base + row * p.k_row_stride, valid);
@@ -408,8 +416,8 @@ struct WarpState {
     }
 
     // One step: the kPasses passes of keys at k0 (k_raw, v_raw as load_kv loaded them).
-    // kOnly: the unit's only step, on a fresh state (nothing to rescale).
-    template <bool kCausal, int kPasses, bool kOnly = false>
+    // kOnly: the unit's only step, on a fresh state (nothing to rescale). kPerGroup: as load_kv.
+    template <bool kCausal, int kPasses, bool kOnly = false, bool kPerGroup = false>
     FMHA_DEVICE void step(const uint4 (&k_raw)[kPasses], const uint4 (&v_raw)[kPasses], int k0,
                           const WarpUnit& u, const FastDiv& group, int grp) {
         using Element = typename Tr::Element;
@@ -436,7 +444,7 @@ struct WarpState {
                 for (int e = 0; e < kElemsPerChunk; ++e) dot = fmaf(q[r][e], kx[i][e], dot);
 #pragma unroll
                 for (int off = LK / 2; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-                const int key = k0 + i * Tr::kKeysPerPass + grp;
+                const int key = pass_key<Tr, kPerGroup>(k0, i, grp);
                 s[i] = key < limit ? dot : -INFINITY;
                 step_max = fmaxf(step_max, s[i]);
             }
@@ -462,13 +470,15 @@ struct WarpState {
 
     // Merges the key groups of the warp (lanes with the same chunk, different keys), then
     // the first group writes: O itself with one split, else the split's fp32 partials.
+    // kPerGroup: no merge, every group writes its own unit.
+    template <bool kPerGroup = false>
     FMHA_DEVICE void finish(const Params& p, const Shape& shape, const FastDiv& group, const WarpUnit& u, int sub,
                             int grp) {
         const int splits = shape.splits;
         using Element = typename Tr::Element;
         constexpr int R = Tr::kRows;
 #pragma unroll
-        for (int off = Tr::kLanesPerKey; off < kWarpSize; off *= 2) {
+        for (int off = Tr::kLanesPerKey; off < (kPerGroup ? 0 : kWarpSize); off *= 2) {
 #pragma unroll
             for (int r = 0; r < R; ++r) {
                 const float m_o = __shfl_xor_sync(0xffffffffu, m[r], off);
@@ -485,7 +495,7 @@ struct WarpState {
                 m[r] = m_new;
             }
         }
-        if (grp != 0) return;
+        if (!kPerGroup && grp != 0) return;
 
         if (splits == 1) {
             const float out_scale = p.scale_softmax * p.scale_bmm2;
@@ -553,56 +563,61 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     st.finish(p, shape, dv.group, u, sub, grp);
 }
 
-// One step per unit (one split, s_kv_max <= kPasses * kKeysPerPass: the tiny caches):
-// persistent warps walk units warp, warp + total warps, ..., and issue the next unit's loads
-// (Q, K, V) before the current unit's math, so each warp keeps two units' bytes in flight
-// and no CTA is launched per handful of units. A unit's coordinates are recomputed where
-// used rather than carried (registers: 8 CTAs per SM at 1 row per warp).
-// Two passes in flight twice at 1 row per warp do not fit 64 registers: 7 CTAs per SM.
+// One step per unit (one split, s_kv_max <= kPasses: the tiny caches): every lane group
+// of kLanesPerKey lanes (32 / kLanesPerKey groups per warp) works a unit of its own, its keys
+// one per pass, so a warp carries several units per instruction (no key-group merge); the
+// warps are persistent, walking units by the grid's width, and issue the next units' loads
+// (Q, K, V) before the current ones' math, so two units per group are in flight and no CTA
+// is launched per handful of units. A unit's coordinates are recomputed where used rather
+// than carried (registers: 7-8 CTAs per SM at 1 row per warp).
 template <class Tr, int kPasses>
 constexpr int kShortMinBlocks = Tr::kRows == 1 && kPasses == 2 ? 7 : Tr::kMinBlocks;
 
 template <class Tr, bool kCausal, int kPasses>
 __global__ void __launch_bounds__(Tr::kThreads, (kShortMinBlocks<Tr, kPasses>))
     decode_short_kernel(const __grid_constant__ Params p, const UnitDivs dv) {
+    constexpr int kGroups = Tr::kKeysPerPass;  // lane groups per warp, one unit each
     const Shape shape = make_shape<Tr>(p, 1);
     const int lane = threadIdx.x % kWarpSize;
     const int sub = lane % Tr::kLanesPerKey;
     const int grp = lane / Tr::kLanesPerKey;
-    const int stride = gridDim.x * Tr::kWarps;
-    int unit = blockIdx.x * Tr::kWarps + threadIdx.x / kWarpSize;
-    if (unit >= shape.units) return;
-    WarpLoads<Tr, kPasses> cur;
-    {
-        const WarpUnit u = warp_unit<Tr>(p, shape, dv, unit);
+    const int stride = gridDim.x * Tr::kWarps * kGroups;  // the grid is a few CTAs per SM
+    int first = (blockIdx.x * Tr::kWarps + threadIdx.x / kWarpSize) * kGroups;  // the warp's group 0
+    if (first >= shape.units) return;
+    // A group past the last unit runs along (the warp's shuffles need every lane) as a unit
+    // with no rows: no loads, no writes.
+    const auto unit_at = [&](int first_unit) {
+        const int unit = first_unit + grp;
+        if (unit < shape.units) return warp_unit<Tr>(p, shape, dv, unit);
+        WarpUnit none{};
+        none.live = false;
+        return none;
+    };
+    const auto load = [&](WarpLoads<Tr, kPasses>& w, const WarpUnit& u) {
         if (u.live) {
-            load_q<Tr>(cur.q, p, shape, dv.group, u, sub);
-            load_kv<Tr, kPasses>(cur.k, cur.v, p, u, u.key_begin, sub, grp);
+            load_q<Tr>(w.q, p, shape, dv.group, u, sub);
+            load_kv<Tr, kPasses, true>(w.k, w.v, p, u, u.key_begin, sub, grp);
+        } else {
+            w = WarpLoads<Tr, kPasses>{};
         }
-    }
+    };
+    WarpLoads<Tr, kPasses> cur;
+    load(cur, unit_at(first));
     const float scale_log2 = p.scale_bmm1 * kLog2e;
     while (true) {
-        const int next = unit + stride;  // < 2^31: units and stride both are
-        const bool more = next < shape.units;
+        const int64_t next = int64_t(first) + stride;
+        const bool more = next < shape.units;  // warp-uniform
         WarpLoads<Tr, kPasses> nxt;
-        if (more) {
-            const WarpUnit nu = warp_unit<Tr>(p, shape, dv, next);
-            if (nu.live) {
-                load_q<Tr>(nxt.q, p, shape, dv.group, nu, sub);
-                load_kv<Tr, kPasses>(nxt.k, nxt.v, p, nu, nu.key_begin, sub, grp);
-            }
+        if (more) load(nxt, unit_at(static_cast<int>(next)));
+        const WarpUnit u = unit_at(first);
+        WarpState<Tr> st;
+        st.init(cur.q, scale_log2);
+        if (__any_sync(0xffffffffu, u.key_begin < u.key_end)) {
+            st.template step<kCausal, kPasses, true, true>(cur.k, cur.v, u.key_begin, u, dv.group, grp);
         }
-        const WarpUnit u = warp_unit<Tr>(p, shape, dv, unit);
-        if (u.live) {
-            WarpState<Tr> st;
-            st.init(cur.q, scale_log2);
-            if (u.key_begin < u.key_end) {
-                st.template step<kCausal, kPasses, true>(cur.k, cur.v, u.key_begin, u, dv.group, grp);
-            }
-            st.finish(p, shape, dv.group, u, sub, grp);
-        }
+        if (u.live) st.template finish<true>(p, shape, dv.group, u, sub, grp);
         if (!more) break;
-        unit = next;
+        first = static_cast<int>(next);
         cur = nxt;
     }
 }
@@ -887,7 +902,8 @@ cudaError_t launch_short(const Params& p, const Shape& shape, cudaStream_t strea
     cudaError_t err = kernel::sm_count(p, &sms);
     if (err == cudaSuccess) err = short_ctas_per_sm<Tr, kPasses>(&ctas_per_sm);
     if (err != cudaSuccess) return err;
-    const int64_t blocks = std::min<int64_t>((shape.units + Tr::kWarps - 1) / Tr::kWarps, int64_t(sms) * ctas_per_sm);
+    const int64_t units_per_cta = int64_t(Tr::kWarps) * Tr::kKeysPerPass;  // a unit per lane group
+    const int64_t blocks = std::min<int64_t>((shape.units + units_per_cta - 1) / units_per_cta, int64_t(sms) * ctas_per_sm);
     const UnitDivs dv = unit_divs(p, shape);
     if (p.mask == MaskType::kCausal) {
         decode_short_kernel<Tr, true, kPasses><<<static_cast<unsigned>(blocks), Tr::kThreads, 0, stream>>>(p, dv);
@@ -991,10 +1007,10 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
         } else {
             decode_mma_kernel<Tr, false><<<blocks, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, splits);
         }
-    } else if (splits == 1 && p.s_kv_max <= Tr::kKeysPerPass) {  // one step per unit: persistent warps
+    } else if (splits == 1 && p.s_kv_max <= 1) {  // one step per unit: persistent warps
         const cudaError_t e = launch_short<Tr, 1>(p, shape, stream);
         if (e != cudaSuccess) return e;
-    } else if (splits == 1 && p.s_kv_max <= 2 * Tr::kKeysPerPass && Tr::kUnroll >= 2) {
+    } else if (splits == 1 && p.s_kv_max <= 2) {
         const cudaError_t e = launch_short<Tr, 2>(p, shape, stream);
         if (e != cudaSuccess) return e;
     } else {
