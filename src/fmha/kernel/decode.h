@@ -20,7 +20,7 @@
 //
 // Tensor-core path (kWarpsN == 4; MmaTraits): for long caches. Work unit = one CTA = (b, g,
 // 16-row tile of the packed rows above, key split). K and V stream through a kStages-deep
-// cp.async ring of kBlockN-key blocks (tens of KB in flight per CTA, where a warp holds 2 KB
+// cp.async ring of kBlockN-key blocks (~100 KB in flight per CTA, where a warp holds 2 KB
 // in registers); each warp takes 16 keys of every block: S = Q K^T and O += P V on mma.sync
 // m16n8k16 (rows past the tile's real rows are zeros: the tensor cores have throughput to
 // spare, the CUDA-core path spent ~150 instructions per 1 KB of K/V), with its own online
@@ -127,10 +127,12 @@ struct MmaTraits {
     static constexpr int kSmemQ = LayoutQ::kBytes;
     static constexpr int kSmemK = LayoutK::kBytes;
     static constexpr int kSmemV = LayoutV::kBytes;
-    // Stages: about 100 KB of ring, so two CTAs share an SM (one fills while the other
-    // streams) up to d = 128; d = 256's 64 KB stages get three and one CTA per SM.
+    // Stages: up to a 128 KB ring (8 stages at most; d = 256: three 64 KB stages), one CTA per
+    // SM from d = 64 on. Measured at d = 128
+    // (bench/NOTES.md §8): 4 x 32 KB at one CTA per SM beat 3 x 32 KB at two (b = 8 by 1-2 %,
+    // b = 64 within -1..+1 %), 2 x 32 KB at three (3-7 % slower) and 6 x 32 KB.
     static constexpr int kStageBytes = kSmemK + kSmemV;
-    static constexpr int kRingBytes = 100 * 1024;
+    static constexpr int kRingBytes = 128 * 1024;
     static constexpr int kStages = 3 * kStageBytes <= kRingBytes ? min_int(8, kRingBytes / kStageBytes) : 3;
     // The warps' merge reuses the ring: [kWarps][kRows][kMergePitch] O, then [kWarps][kRows][2].
     static constexpr int kMergePitch = kHeadDimV + 4;  // floats; staggers the rows' banks
