@@ -221,9 +221,9 @@ def test_ws_exe_lists_its_kernel(built_ws):
     result = run([str(tree / "bin" / "fmha.exe"), "-list-kernels"], tree)
     assert result.returncode == 0, result.stderr
     row = next(l for l in result.stdout.splitlines() if l.startswith(WS_KERNEL))
-    # family sm dtype acc d dv tile warps masks warp_spec tma sched max_s_q
+    # family sm dtype acc d dv tile warps masks warp_spec tma sched max_s_q min_s_kv
     assert row.split()[1:] == ["ws", "90", "bf16", "fp32", "64", "64", "192x128", "12x1", "padding,causal", "true",
-                               "true", "persistent", "-"]
+                               "true", "persistent", "-", "-"]
 
 
 @pytest.mark.build

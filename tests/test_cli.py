@@ -138,12 +138,13 @@ def test_use_tma_keeps_only_tma_kernels(fmha):
 
 def test_list_kernels_shows_the_tma_scheduling_and_s_q_columns(fmha):
     lines = fmha("-list-kernels").stdout.splitlines()
-    assert lines[0].split()[-4:] == ["warp_spec", "tma", "sched", "max_s_q"]
+    assert lines[0].split()[-5:] == ["warp_spec", "tma", "sched", "max_s_q", "min_s_kv"]
     rows = [line.split() for line in lines[1:-1]]
-    assert all(r[-3] == ("true" if "_ws_" in r[0] else "false") for r in rows)
+    assert all(r[-4] == ("true" if "_ws_" in r[0] else "false") for r in rows)
     # SCHEDULING_MODE picks one scheduler for every ws kernel of a build; the others are grids.
-    ws_sched = {r[-2] for r in rows if "_ws_" in r[0]}
+    ws_sched = {r[-3] for r in rows if "_ws_" in r[0]}
     assert len(ws_sched) <= 1 and ws_sched <= {"persistent", "grid"}, ws_sched
-    assert all(r[-2] == "grid" for r in rows if "_ws_" not in r[0])
-    # Only the decode family limits s_q.
-    assert all(r[-1] == ("16" if "_decode_" in r[0] else "-") for r in rows)
+    assert all(r[-3] == "grid" for r in rows if "_ws_" not in r[0])
+    # Only the decode family limits s_q; only its mma path (tile 16x64) asks for a long cache.
+    assert all(r[-2] == ("16" if "_decode_" in r[0] else "-") for r in rows)
+    assert all(r[-1] == ("256" if "_decode_" in r[0] and "_16x64_" in r[0] else "-") for r in rows)
