@@ -907,11 +907,14 @@ cudaError_t launch_short(const Params& p, const Shape& shape, cudaStream_t strea
     const int64_t units_per_cta = int64_t(Tr::kWarps) * Tr::kKeysPerPass;  // a unit per lane group
     const int64_t blocks = std::min<int64_t>((shape.units + units_per_cta - 1) / units_per_cta, int64_t(sms) * ctas_per_sm);
     const UnitDivs dv = unit_divs(p, shape);
-    if (p.mask == MaskType::kCausal) {
-        decode_short_kernel<Tr, true, kPasses><<<static_cast<unsigned>(blocks), Tr::kThreads, 0, stream>>>(p, dv);
-    } else {
-        decode_short_kernel<Tr, false, kPasses><<<static_cast<unsigned>(blocks), Tr::kThreads, 0, stream>>>(p, dv);
-    }
+    kernel::with_causal(
+        p.mask,
+        [&](auto causal) {
+            decode_short_kernel<Tr, decltype(causal)::value, kPasses>
+                <<<static_cast<unsigned>(blocks), Tr::kThreads, 0, stream>>>(p, dv);
+            return 0;
+        },
+        0);
     return cudaSuccess;
 }
 
@@ -955,18 +958,14 @@ __global__ void __launch_bounds__(256) combine_kernel(const __grid_constant__ Pa
 // The __global__ for a mask, as the registry's EntryFn returns it.
 template <class Tr>
 const void* entry(MaskType m) {
-    if constexpr (Tr::kMma) {
-        switch (m) {
-            case MaskType::kPadding: return reinterpret_cast<const void*>(&decode_mma_kernel<Tr, false>);
-            case MaskType::kCausal: return reinterpret_cast<const void*>(&decode_mma_kernel<Tr, true>);
-        }
-    } else {
-        switch (m) {
-            case MaskType::kPadding: return reinterpret_cast<const void*>(&decode_kernel<Tr, false>);
-            case MaskType::kCausal: return reinterpret_cast<const void*>(&decode_kernel<Tr, true>);
-        }
-    }
-    return nullptr;
+    return kernel::with_causal(
+        m,
+        [](auto causal) {
+            constexpr bool kCausal = decltype(causal)::value;
+            if constexpr (Tr::kMma) return reinterpret_cast<const void*>(&decode_mma_kernel<Tr, kCausal>);
+            else return reinterpret_cast<const void*>(&decode_kernel<Tr, kCausal>);
+        },
+        static_cast<const void*>(nullptr));
 }
 
 // The registry's WorkspaceFn: bytes of Params::workspace the launch uses for this problem
@@ -992,23 +991,24 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
     if (!kernel::params_fit(p, Tr::kHeadDim, Tr::kHeadDimV)) return cudaErrorInvalidValue;
     if (p.s_q_max > kMaxSq) return cudaErrorInvalidValue;
     if (!Tr::kMma && (p.h / p.h_kv) * p.s_q_max > Tr::kRows && Tr::kRows != 8) return cudaErrorInvalidValue;
-    if (p.mask != MaskType::kPadding && p.mask != MaskType::kCausal) return cudaErrorInvalidValue;
+    if (entry<Tr>(p.mask) == nullptr) return cudaErrorInvalidValue;  // a mask the family does not implement
     int splits = 1;
     const cudaError_t err = choose_splits<Tr>(p, p.workspace != nullptr ? p.workspace_bytes : 0, &splits);
     if (err != cudaSuccess) return err;
     const Shape shape = make_shape<Tr>(p, splits);
-    const bool causal = p.mask == MaskType::kCausal;
     const int64_t combine_threads =
         int64_t(p.b) * p.h_kv * shape.row_tiles * Tr::kRows * (Tr::kHeadDimV / kElemsPerChunk);
     // 32-bit indices: the units (CTAs or warps) and the merge's rows x chunks.
     if (combine_threads > INT32_MAX || shape.units > INT32_MAX) return cudaErrorInvalidValue;
     if constexpr (Tr::kMma) {
         const auto blocks = static_cast<unsigned>(shape.units);
-        if (causal) {
-            decode_mma_kernel<Tr, true><<<blocks, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, splits);
-        } else {
-            decode_mma_kernel<Tr, false><<<blocks, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, splits);
-        }
+        kernel::with_causal(
+            p.mask,
+            [&](auto causal) {
+                decode_mma_kernel<Tr, decltype(causal)::value><<<blocks, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, splits);
+                return 0;
+            },
+            0);
     } else if (splits == 1 && p.s_kv_max <= 1) {  // one step per unit: persistent warps
         const cudaError_t e = launch_short<Tr, 1>(p, shape, stream);
         if (e != cudaSuccess) return e;
@@ -1018,11 +1018,14 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
     } else {
         const int64_t blocks = (shape.units + Tr::kWarps - 1) / Tr::kWarps;
         const UnitDivs dv = unit_divs(p, shape);
-        if (causal) {
-            decode_kernel<Tr, true><<<static_cast<unsigned>(blocks), Tr::kThreads, 0, stream>>>(p, splits, dv);
-        } else {
-            decode_kernel<Tr, false><<<static_cast<unsigned>(blocks), Tr::kThreads, 0, stream>>>(p, splits, dv);
-        }
+        kernel::with_causal(
+            p.mask,
+            [&](auto causal) {
+                decode_kernel<Tr, decltype(causal)::value>
+                    <<<static_cast<unsigned>(blocks), Tr::kThreads, 0, stream>>>(p, splits, dv);
+                return 0;
+            },
+            0);
     }
     if (splits > 1 && !Tr::kFusedMerge) {  // else the last CTA per tile merged them
         combine_kernel<Tr><<<static_cast<unsigned>((combine_threads + 255) / 256), 256, 0, stream>>>(p, splits);

@@ -253,11 +253,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
 // The __global__ for a mask, as the registry's EntryFn returns it.
 template <class Tr>
 const void* entry(MaskType m) {
-    switch (m) {
-        case MaskType::kPadding: return reinterpret_cast<const void*>(&fwd_kernel<Tr, false>);
-        case MaskType::kCausal: return reinterpret_cast<const void*>(&fwd_kernel<Tr, true>);
-    }
-    return nullptr;
+    return kernel::with_causal(
+        m, [](auto causal) { return reinterpret_cast<const void*>(&fwd_kernel<Tr, decltype(causal)::value>); },
+        static_cast<const void*>(nullptr));
 }
 
 // Returns cudaErrorInvalidValue without launching when the problem does not fit this
@@ -278,11 +276,13 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
         if (err != cudaSuccess) return err;
     }
     const dim3 grid = sched::static_grid(ceil_div(p.s_q_max, Tr::kBlockM), p.h, p.b);
-    if (p.mask == MaskType::kCausal) {
-        fwd_kernel<Tr, true><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p);
-    } else {
-        fwd_kernel<Tr, false><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p);
-    }
+    kernel::with_causal(
+        p.mask,
+        [&](auto causal) {
+            fwd_kernel<Tr, decltype(causal)::value><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p);
+            return 0;
+        },
+        0);
     return cudaGetLastError();
 }
 

@@ -444,11 +444,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 // The __global__ for a mask, as the registry's EntryFn returns it.
 template <class Tr>
 const void* entry(MaskType m) {
-    switch (m) {
-        case MaskType::kPadding: return reinterpret_cast<const void*>(&fwd_kernel<Tr, false>);
-        case MaskType::kCausal: return reinterpret_cast<const void*>(&fwd_kernel<Tr, true>);
-    }
-    return nullptr;
+    return kernel::with_causal(
+        m, [](auto causal) { return reinterpret_cast<const void*>(&fwd_kernel<Tr, decltype(causal)::value>); },
+        static_cast<const void*>(nullptr));
 }
 
 // Grid of a launch: one CTA per tile, or min(tiles, SMs) persistent CTAs. 0 when the tile
@@ -477,7 +475,7 @@ cudaError_t launch_with_extents(const Params& p, int64_t q_tokens, int64_t kv_to
     using Element = typename Tr::Element;
     if (q_tokens < 1 || kv_tokens < 1 || q_tokens > INT32_MAX || kv_tokens > INT32_MAX) return cudaErrorInvalidValue;
     if (!kernel::params_fit(p, Tr::kHeadDim, Tr::kHeadDimV)) return cudaErrorInvalidValue;
-    if (p.mask != MaskType::kPadding && p.mask != MaskType::kCausal) return cudaErrorInvalidValue;
+    if (entry<Tr>(p.mask) == nullptr) return cudaErrorInvalidValue;  // a mask the family does not implement
     if (Tr::kPersistent && p.tile_counter == nullptr) return cudaErrorInvalidValue;
     int num_sms = 0;
     if (Tr::kPersistent) {
@@ -499,13 +497,16 @@ cudaError_t launch_with_extents(const Params& p, int64_t q_tokens, int64_t kv_to
                                                   p.v_head_stride, Tr::kBlockN);
     }
     if (err != cudaSuccess) return err;
-    if (p.mask == MaskType::kCausal) {
-        if ((err = allow_smem<Tr, true>()) != cudaSuccess) return err;
-        fwd_kernel<Tr, true><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, maps);
-    } else {
-        if ((err = allow_smem<Tr, false>()) != cudaSuccess) return err;
-        fwd_kernel<Tr, false><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, maps);
-    }
+    err = kernel::with_causal(
+        p.mask,
+        [&](auto causal) {
+            constexpr bool kCausal = decltype(causal)::value;
+            const cudaError_t e = allow_smem<Tr, kCausal>();
+            if (e == cudaSuccess) fwd_kernel<Tr, kCausal><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, maps);
+            return e;
+        },
+        cudaErrorInvalidValue);
+    if (err != cudaSuccess) return err;
     return cudaGetLastError();
 }
 

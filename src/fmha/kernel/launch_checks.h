@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "fmha/utils.h"
 #include "params.h"
@@ -30,6 +31,18 @@ inline bool params_fit(const Params& p, int head_dim, int head_dim_v) {
         if (s % kElemsPerChunk != 0) return false;
     }
     return true;
+}
+
+// The one place a run-time MaskType becomes the kernels' compile-time kCausal: returns
+// f(std::bool_constant<causal>) for the masks the families implement, `otherwise` for any
+// other. Families write their entry() and launch branches through it.
+template <class F, class R>
+R with_causal(MaskType m, F&& f, R otherwise) {
+    switch (m) {
+        case MaskType::kPadding: return f(std::false_type{});
+        case MaskType::kCausal: return f(std::true_type{});
+    }
+    return otherwise;
 }
 
 // SMs of the device the launch goes to: Params::num_sms when the driver filled it, else
