@@ -1,37 +1,36 @@
 // The "decode" family: attention for a few query rows per sequence (s_q <= kMaxSq) against a
-// KV cache of any length, at the memory-bandwidth limit. Portable (SM80 and newer). Two paths,
-// chosen by the kernel's tile (Traits below picks the struct):
+// KV cache of any length, at the memory-bandwidth limit. Portable (SM80 and newer). Both
+// paths pack the rows that read one KV head g into one unit: the G = h / h_kv query heads
+// sharing it times the sequence's q_len positions (row r: head g*G + r % G, position r / G),
+// so K and V are read once per KV head (GQA/MQA packing). The kernel's tile picks the path
+// (Traits below picks the struct):
 //
-// Warp path (kWarpsN == 1; WarpTraits): CUDA-core FMAs on 16-byte register loads, no shared
-// memory, for short caches (s_kv = 2 .. a few hundred), where per-unit fixed cost rules.
-// Work unit = one warp = (sequence b, KV head g, row tile, key split):
-//   rows:  every query row that reads KV head g: the G = h / h_kv query heads sharing it times
-//          the sequence's q_len positions (row r: head g*G + r % G, position r / G), kRows per
-//          row tile, so K and V are read once per KV head (GQA/MQA packing);
-//   keys:  [split * keys_per_split, ...) of the sequence (flash-decoding). The split count
-//          comes from the problem and the SM count (choose_splits), so a long cache is spread
-//          over the whole GPU and a tiny one (s_kv = 2) gets one split: then every warp is an
-//          independent (b, g) item and a CTA holds kWarps of them, nothing shared.
-// Inside a warp, kLanesPerKey = d / 8 lanes hold one key row as 16-byte chunks (8 elements
-// each); the warp covers kKeysPerPass keys per pass and kUnroll passes per step (kBlockN keys,
-// all loads of a step issued before any use). Q K^T is a dot product per lane reduced over
-// the key's lanes with shuffles; each key group keeps its own online softmax (m, l, O slice),
-// and the groups are merged with shuffles at the end.
+// Warp path (kWarpsN == 1; WarpTraits), for caches under 256 keys: CUDA-core FMAs on
+// 16-byte register loads, no shared memory. Work unit = one warp = (sequence b, KV head g,
+// tile of kRows rows, key split); keys [split * keys_per_split, ...) (flash-decoding, the
+// split count from the problem and the SM count: choose_splits_warp). kLanesPerKey = d / 8
+// lanes hold one key row as 16-byte chunks; the warp covers kKeysPerPass keys per pass and
+// kUnroll passes per step (all loads of a step issued before any use); Q K^T is a dot
+// product per lane reduced over the key's lanes with shuffles; each key group keeps its own
+// online softmax (m, l, O slice), merged with shuffles at the end. A 1-2 key cache (one
+// split) runs decode_short_kernel instead: persistent warps in which every lane group works
+// a unit of its own and loads the next one before the current one's math.
 //
-// Tensor-core path (kWarpsN == 4; MmaTraits): for long caches. Work unit = one CTA = (b, g,
-// 16-row tile of the packed rows above, key split). K and V stream through a kStages-deep
-// cp.async ring of kBlockN-key blocks (~100 KB in flight per CTA, where a warp holds 2 KB
-// in registers); each warp takes 16 keys of every block: S = Q K^T and O += P V on mma.sync
-// m16n8k16 (rows past the tile's real rows are zeros: the tensor cores have throughput to
-// spare, the CUDA-core path spent ~150 instructions per 1 KB of K/V), with its own online
-// softmax; the warps' (max, sum, O) are merged through shared memory at the end. Splits fill
-// one wave of resident CTAs (choose_splits_mma), so every CTA streams the same number of keys.
+// Tensor-core path (kWarpsN == 4; MmaTraits), for caches of 256 keys or more (dispatch:
+// KernelMeta::min_s_kv). Work unit = one CTA = (b, g, 16-row tile, key split). K and V
+// stream through a kStages-deep cp.async ring of 64-key blocks (up to 128 KB); each warp
+// takes 16 keys of every block: S = Q K^T and O += P V on mma.sync m16n8k16 (rows past the
+// tile's real rows are zeros: the tensor cores have throughput to spare, where the
+// CUDA-core path spends ~150 instructions per KB of K/V), with its own online softmax; the
+// warps' (max, sum, O) are merged through shared memory. Splits fill one wave of resident
+// CTAs (choose_splits_mma), so every CTA streams the same number of keys, and the last CTA
+// of a tile merges the splits (arrival counters in Params::workspace; d = 256: combine_kernel).
 //
 // Numerics (both paths) match the tensor-core families and the reference: scores in fp32
 // scaled by scale_bmm1 * log2(e), running max rounded up to an integer, P = exp2(score - max)
 // summed unrounded and rounded to the input type before it multiplies V.
 // One split writes O directly; several write fp32 partials (O unnormalised, max, sum) to
-// Params::workspace and combine_kernel merges them (LSE-weighted).
+// Params::workspace, merged LSE-weighted.
 //
 // What an instantiation supports (static_asserted in the Traits; launch checks the rest):
 //   Element        __half or __nv_bfloat16, fp32 accumulation (kAccFp16 == false)
@@ -40,7 +39,8 @@
 //                  step, a multiple of 256 / d; kWarpsM 1..8 independent warps, kWarpsN 1
 //   mma path       kBlockM 16 (rows per CTA), kBlockN 64 (keys per stage), kWarpsM 1, kWarpsN 4
 //   run time       s_q <= kMaxSq; padding and causal (bottom-right) masks; var-len q and kv
-//                  lengths; GQA/MQA; every layout (strides multiples of 8 elements)
+//                  lengths; GQA/MQA; every layout (strides multiples of 8 elements); under
+//                  2^31 units and 2^31 query rows x 16-byte chunks
 #pragma once
 
 #include <cuda_runtime.h>
@@ -48,7 +48,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-
 #include <type_traits>
 
 #include "fmha/kernel/launch_checks.h"
