@@ -197,6 +197,16 @@ NUMERICS = (
     ("randn", ["-randn", "-seed", "7"]),
     ("scales", ["-scale-bmm1", "0.05", "-scale-softmax", "1.5", "-scale-bmm2", "0.5"]),
 )
+# Run-time variants (generator.spec.VARIANTS): one run each on every kernel whose family has it.
+# Unit-normal inputs make logits ~N(0, 1), so a cap of 2 bends most of them.
+VARIANT_NUMERICS = {
+    "softcap": ("softcap", ["-randn", "-seed", "11", "-softcapping-scale-bmm1", "2"]),
+}
+
+
+def numerics_for(kernel: dict) -> tuple:
+    """NUMERICS plus a run per variant the kernel's family implements."""
+    return NUMERICS + tuple(VARIANT_NUMERICS[v] for v in FAMILIES[kernel["family"]].variants)
 
 
 @dataclass(frozen=True)
@@ -297,9 +307,12 @@ def decode_cases(kernel: dict, index: int) -> list[Case]:
         cases.append(heads_case(kernel, mask, "separate_q_k_v", shape, hkv))
     # numerics: unit-normal inputs and unusual scales, on the kernel's first (s_q, KV heads) pair
     sq, hkv = combos[0]
-    for ni, (tag, flags) in enumerate(NUMERICS):
+    for ni, (tag, flags) in enumerate(numerics_for(kernel)):
         cases.append(heads_case(kernel, kernel["masks"][ni % len(kernel["masks"])], "separate_q_k_v",
                                 Shape(2, 160, s_q=sq), hkv, tuple(flags), tag))
+    # the variants on a 2-key cache too (the one-step kernel of the warp path)
+    for tag, flags in numerics_for(kernel)[len(NUMERICS):]:
+        cases.append(heads_case(kernel, "padding", "separate_q_k_v", Shape(3, 2, s_q=1), hkv, tuple(flags), tag))
     return cases
 
 
@@ -330,7 +343,7 @@ def cases_for(kernel: dict, index: int) -> list[Case]:
             if not shape.large or (index + si) % len(masks) == mi:
                 cases.append(Case(kernel, mask, *next_pair(shape), shape))
     small = Shape(2, 160)
-    for ni, (tag, flags) in enumerate(NUMERICS):
+    for ni, (tag, flags) in enumerate(numerics_for(kernel)):
         cases.append(Case(kernel, masks[ni % len(masks)], *next_pair(small), small, tuple(flags), tag))
     return cases
 
@@ -629,8 +642,10 @@ SAVE_CONFIGS = {
     "causal_sq_lt_s": ["-b", "2", "-h", "4", "-s", "200", "-s-q", "33", "-causal-mask", "-separate-q-k-v"],
     "mqa_causal_scales": ["-b", "2", "-h", "4", "-mqa", "-s", "96", "-causal-mask", "-randn",
                           "-scale-bmm1", "0.07", "-scale-bmm2", "0.8"],
+    "softcap_causal": ["-b", "2", "-h", "4", "-s", "150", "-min-s", "30", "-causal-mask", "-randn",
+                       "-softcapping-scale-bmm1", "2"],
 }
-# The same five for a family that serves only a few query rows (decode): s_q <= 16, with key
+# The same configurations for a family that serves only a few query rows (decode): s_q <= 16, with key
 # splits (s up to 3000), GQA/MQA packing and causal rows on the diagonal.
 SAVE_CONFIGS_FEW_ROWS = {
     "padding_fixed": ["-b", "2", "-h", "4", "-s", "77", "-s-q", "1", "-separate-q-k-v"],
@@ -641,6 +656,8 @@ SAVE_CONFIGS_FEW_ROWS = {
     "causal_sq_lt_s": ["-b", "2", "-h", "4", "-s", "200", "-s-q", "16", "-causal-mask", "-separate-q-k-v"],
     "mqa_causal_scales": ["-b", "2", "-h", "4", "-mqa", "-s", "960", "-s-q", "3", "-causal-mask", "-randn",
                           "-scale-bmm1", "0.07", "-scale-bmm2", "0.8", "-separate-q-k-v"],
+    "softcap_causal": ["-b", "3", "-h", "8", "-gqa", "2", "-s", "1300", "-min-s", "2", "-s-q", "2", "-causal-mask",
+                       "-randn", "-softcapping-scale-bmm1", "2", "-separate-q-k-v"],
 }
 
 
@@ -677,7 +694,7 @@ def round_to(x, dtype):
     return bits.astype(np.uint32).view(np.float32).astype(np.float64)
 
 
-def attention_fp64(q, k, v, q_lens, kv_lens, scale_bmm1, scale_out, causal, dtype):
+def attention_fp64(q, k, v, q_lens, kv_lens, scale_bmm1, scale_out, causal, dtype, softcap=0.0):
     """Plain softmax attention per sequence in float64. q [b, s_q, h, d], k [b, s, h_kv, d],
     v [b, s, h_kv, dv]; query row r of a sequence sits at key position r + kv_len - q_len
     (Q holds the last q_len tokens), which is also where the causal diagonal is.
@@ -695,6 +712,8 @@ def attention_fp64(q, k, v, q_lens, kv_lens, scale_bmm1, scale_out, causal, dtyp
         ki = np.repeat(k[i, :lk].astype(np.float64), group, axis=1)
         vi = np.repeat(v[i, :lk].astype(np.float64), group, axis=1)
         scores = scale_bmm1 * np.einsum("qhd,khd->hqk", qi, ki)
+        if softcap:  # Gemma-2 logit softcapping: cap * tanh(logit / cap)
+            scores = softcap * np.tanh(scores / softcap)
         if causal:
             rows, cols = np.arange(lq)[:, None], np.arange(lk)[None, :]
             scores = np.where(cols <= rows + (lk - lq), scores, -np.inf)
@@ -722,6 +741,8 @@ def test_save_tensors_match_float64(kind, config, exe, gpu_sm, tmp_path):
             pytest.skip(f"no {family} kernel in the build fits {kind}")
     else:
         kernel = kernel_or_skip(family=family, dtype=dtype, acc=acc)
+    if "-softcapping-scale-bmm1" in configs[config] and "softcap" not in FAMILIES[family].variants:
+        pytest.skip(f"family {family} has no softcapping (generator/spec.py variants)")
     require_arch(kernel, gpu_sm)
     args = ["-d", str(kernel["d"]), "-dv", str(kernel["dv"]), dtype_flag(kernel), *configs[config]]
     proc = run_fmha(exe, [*args, "-kernel", kernel["name"], "-save-tensors", str(tmp_path),
@@ -737,7 +758,7 @@ def test_save_tensors_match_float64(kind, config, exe, gpu_sm, tmp_path):
 
     expected = attention_fp64(t["q"], t["k"], t["v"], t["seqlens_q"], t["seqlens_kv"],
                               meta["scale_bmm1"], meta["scale_softmax"] * meta["scale_bmm2"],
-                              meta["mask"] == "causal", dtype)
+                              meta["mask"] == "causal", dtype, meta["softcapping_scale_bmm1"] or 0.0)
     # Rows past each sequence's length are zero in both outputs.
     real = np.arange(s_q)[None, :] < t["seqlens_q"][:, None]  # [b, s_q]
     for name in ("o", "o_ref"):

@@ -16,7 +16,7 @@ import jinja2
 from .env import Config
 from .enumerate import decode_max_rows, decode_min_s_kv
 from .rules import family_archs
-from .spec import ACCS, DTYPES, FAMILIES, MASKS, KernelSpec
+from .spec import ACCS, DTYPES, FAMILIES, MASKS, VARIANTS, KernelSpec
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 KERNEL_DIR = "kernels"     # under the output dir: one <name>.cu per spec
@@ -57,6 +57,7 @@ def _kernel_vars(spec: KernelSpec, scheduling_mode: int) -> dict:
         "acc_enum": ACCS[spec.acc],
         "acc_fp16": "true" if spec.acc == "fp16" else "false",
         "mask_bits": " | ".join(f"mask_bit({MASKS[m]})" for m in spec.masks) or "0u",
+        "variant_bits": " | ".join(VARIANTS[v] for v in family.variants) or "0u",
         "warp_specialized": "true" if family.warp_specialized else "false",
         "uses_tma": "true" if family.uses_tma else "false",
         "persistent": "true" if family.scheduled and scheduling_mode == 1 else "false",

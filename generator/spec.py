@@ -31,6 +31,10 @@ class Family:
     workspace: bool = False
     # Query rows per sequence the family serves (KernelMeta::max_s_q; 0: any).
     max_s_q: int = 0
+    # Attention variants (keys of VARIANTS) every kernel of the family implements as run-time
+    # parameters (KernelMeta::variants); dispatch skips the family for a problem that asks
+    # for one it lacks, and its launch refuses it.
+    variants: tuple = ()
     # False: portable SASS, built for every TORCH_CUDA_ARCH_LIST entry >= sm. True: uses
     # instructions that exist only in the arch-specific target sm_<sm>a (wgmma, setmaxnreg on
     # Hopper), which runs on that one arch: built for sm_<sm>a alone, whenever the list names
@@ -55,6 +59,7 @@ FAMILIES = {
         template="kernel.cu.j2",
         workspace=True,
         max_s_q=16,
+        variants=("softcap",),
     ),
     "ws": Family(
         name="ws",
@@ -77,6 +82,7 @@ FAMILIES = {
         warp_specialized=False,
         uses_tma=False,
         template="kernel.cu.j2",
+        variants=("softcap",),
     ),
 }
 
@@ -92,6 +98,12 @@ ACCS = {
 # Accumulation each input type gets when the name says nothing more. Any other pairing is
 # spelled out in the name ("fp16_fp32"), so every (dtype, acc) pair has a name that parses.
 DEFAULT_ACC = {"fp16": "fp16", "bf16": "fp32"}
+
+# Variant name -> its fmha::VariantBit (src/params.h): run-time parameters a family's kernels
+# implement (Family.variants). Why each is run-time rather than a spec field: bench/NOTES.md.
+VARIANTS = {
+    "softcap": "kVariantSoftcap",   # -softcapping-scale-bmm1 (Params::softcap)
+}
 
 # Mask token -> fmha::MaskType enumerator (src/params.h), in the order of that enum.
 MASKS = {

@@ -96,7 +96,6 @@ const Unsupported kUnsupported[] = {
     {"-custom-mask", "custom masks"},
     {"-paged-kv", "a paged KV cache"},
     {"-tokens-per-block", "a paged KV cache"},
-    {"-softcapping-scale-bmm1", "softcapping"},
     {"-alibi", "ALiBi"},
     {"-use-attention-sinks", "attention sinks"},
     {"-save-softmax", "saving the softmax statistics"},
@@ -137,6 +136,7 @@ const FloatOption kFloatOptions[] = {
     {"-scale-k", &Problem::scale_k, false},
     {"-scale-v", &Problem::scale_v, false},
     {"-epsilon", &Problem::epsilon, true},
+    {"-softcapping-scale-bmm1", &Problem::softcapping_scale_bmm1, true},
 };
 
 struct StringOption {

@@ -44,6 +44,7 @@ struct Problem {
     float scale_bmm1 = 0.f;  // resolved: 1/sqrt(d) unless -scale-bmm1
     float scale_softmax = 1.f;
     float scale_bmm2 = 1.f;
+    float softcapping_scale_bmm1 = 0.f;  // -softcapping-scale-bmm1 c > 0; 0: no softcapping
 
     bool ones = false;
     bool randn = false;

@@ -116,8 +116,10 @@ void print_results(const Problem& p, const Device& dev, const KernelMeta& kernel
                                       p.pad_s ? "padded" : "packed"));
         print_field("Tokens", format("q %lld (max %d), kv %lld (max %d)", (long long)lens.q_total,
                                      lens.s_q_max, (long long)lens.kv_total, lens.s_kv_max));
-        print_field("Scales", format("bmm1 %g, softmax %g, bmm2 %g", p.scale_bmm1, p.scale_softmax,
-                                     p.scale_bmm2));
+        print_field("Scales", format("bmm1 %g, softmax %g, bmm2 %g%s", p.scale_bmm1, p.scale_softmax, p.scale_bmm2,
+                                     p.softcapping_scale_bmm1 > 0.f
+                                         ? format(", softcap %g", p.softcapping_scale_bmm1).c_str()
+                                         : ""));
         print_field("Inputs", format("%s, range q/k/v %g/%g/%g, scale q/k/v %g/%g/%g",
                                      p.ones ? "ones" : p.randn ? "normal" : "uniform", p.range_q,
                                      p.range_k, p.range_v, p.scale_q, p.scale_k, p.scale_v));

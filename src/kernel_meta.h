@@ -34,6 +34,7 @@ struct KernelMeta {
                           // warps (2 warpgroups), its producer warpgroup is not counted
     int warps_n;          // warps along N
     uint32_t masks;       // bitmask of mask_bit(MaskType)
+    uint32_t variants;    // VariantBit bits: the run-time variants its launch implements
     bool warp_specialized;
     bool uses_tma;        // loads Q/K/V tiles with TMA (cp.async.bulk.tensor): -use-tma
     bool persistent;      // one CTA per SM pulling tiles from Params::tile_counter

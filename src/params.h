@@ -19,6 +19,13 @@ constexpr uint32_t mask_bit(MaskType m) { return 1u << static_cast<int>(m); }
 
 enum class Layout : int { kPackedQkv = 0, kContiguousQKv = 1, kSeparateQKv = 2 };
 
+// Attention variants beyond the mask that a problem may ask for and a kernel may offer
+// (KernelMeta::variants, from the family's `variants` in generator/spec.py): run-time
+// parameters of the kernels, one bit each.
+enum VariantBit : uint32_t {
+    kVariantSoftcap = 1u << 0,  // Params::softcap > 0
+};
+
 struct Params {
     // Inputs and output. q/k/v/o element type is the kernel's dtype (fp16 or bf16).
     const void* q = nullptr;
@@ -62,6 +69,9 @@ struct Params {
     float scale_bmm1 = 1.f;
     float scale_softmax = 1.f;
     float scale_bmm2 = 1.f;
+    // Logit softcapping (Gemma-2): S = softcap * tanh(scale_bmm1 * Q K^T / softcap) when
+    // > 0 (0: off). A kernel without kVariantSoftcap refuses a launch with it.
+    float softcap = 0.f;
 
     int num_sms = 0;   // filled by the driver from the device
 

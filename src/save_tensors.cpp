@@ -92,7 +92,7 @@ void save_tensors(const Problem& p, const SeqLens& lens, const DeviceTensors& t,
         .null("sliding_window_size")
         .null("chunked_attention_size")
         .add("bidirectional_sliding_window", false)
-        .null("softcapping_scale_bmm1")
+        .add("softcapping_scale_bmm1", double(p.softcapping_scale_bmm1))
         .add("alibi", false)
         .add("attention_sinks", false)
         .add("save_softmax", false);

@@ -250,6 +250,7 @@ DeviceTensors make_tensors(const Problem& p, const SeqLens& lens) {
     prm.scale_bmm1 = p.scale_bmm1;
     prm.scale_softmax = p.scale_softmax;
     prm.scale_bmm2 = p.scale_bmm2;
+    prm.softcap = p.softcapping_scale_bmm1;
     return t;
 }
 

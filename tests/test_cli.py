@@ -71,7 +71,8 @@ BAD_ARGS = {
     "custom mask": (["-custom-mask"], "not supported yet"),
     "paged kv": (["-paged-kv"], "not supported yet"),
     "tokens per block": (["-tokens-per-block", "64"], "not supported yet"),
-    "softcapping": (["-softcapping-scale-bmm1", "30"], "not supported yet"),
+    "softcapping zero": (["-softcapping-scale-bmm1", "0"], "-softcapping-scale-bmm1"),
+    "softcapping negative": (["-softcapping-scale-bmm1", "-5"], "-softcapping-scale-bmm1"),
     "attention sinks": (["-use-attention-sinks"], "not supported yet"),
     "save softmax": (["-save-softmax"], "not supported yet"),
 }
@@ -125,6 +126,17 @@ def test_no_kernel_fits_exits_2_before_touching_the_gpu(args, fmha):
     assert lines[0].startswith("error: no kernel fits dtype=fp16"), r.stderr
     assert "sm_" not in lines[0]  # decided without a device
     assert lines[1] == "closest kernels:" and lines[2].startswith("  fmha_v2_flash_")
+
+
+def test_softcapping_skips_families_without_it(fmha):
+    # The ws family (the only one loading through TMA) has no softcapping yet: no kernel fits,
+    # and its rows say why.
+    r = fmha("-use-tma", "-d", "128", "-bf16", "-softcapping-scale-bmm1", "30")
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.splitlines()
+    assert lines[0].startswith("error: no kernel fits") and lines[0].split("(")[0].rstrip().endswith("softcap")
+    ws_rows = [line for line in lines[2:] if "_ws_" in line]
+    assert ws_rows and all("no softcapping (-softcapping-scale-bmm1)" in line for line in ws_rows), r.stderr
 
 
 def test_use_tma_keeps_only_tma_kernels(fmha):

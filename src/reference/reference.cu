@@ -145,7 +145,9 @@ reference_kernel(Params p, Smem geo, float* o_ref, float* lse) {
             const int r = row0 + my_row + i;
             const bool visible = key < kv_len && (!causal || key <= r + shift);
             // Scores in log2 units; m is the integer-valued running max in those units.
-            const float score = visible ? s[i] * p.scale_bmm1 * kLog2e : -INFINITY;
+            float logit = s[i] * p.scale_bmm1;
+            if (p.softcap > 0.f) logit = p.softcap * tanhf(logit / p.softcap);
+            const float score = visible ? logit * kLog2e : -INFINITY;
             const float m_new = fmaxf(m[i], ceilf(warp_max(score)));
             // m_new == -inf: nothing visible yet, keep everything at zero.
             const float prob = m_new == -INFINITY ? 0.f : exp2f(score - m_new);

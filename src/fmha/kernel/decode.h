@@ -56,6 +56,7 @@
 #include "fmha/memory/smem_layout.h"
 #include "fmha/mma/warp_gemm.h"
 #include "fmha/softmax/online_softmax.h"
+#include "fmha/softmax/softcap.h"
 #include "fmha/utils.h"
 #include "params.h"
 
@@ -418,9 +419,10 @@ struct WarpState {
 
     // One step: the kPasses passes of keys at k0 (k_raw, v_raw as load_kv loaded them).
     // kOnly: the unit's only step, on a fresh state (nothing to rescale). kPerGroup: as load_kv.
+    // softcap: Params::softcap (0: off); the scores here are in log2 units.
     template <bool kCausal, int kPasses, bool kOnly = false, bool kPerGroup = false>
     FMHA_DEVICE void step(const uint4 (&k_raw)[kPasses], const uint4 (&v_raw)[kPasses], int k0,
-                          const WarpUnit& u, const FastDiv& group, int grp) {
+                          const WarpUnit& u, const FastDiv& group, int grp, float softcap) {
         using Element = typename Tr::Element;
         constexpr int LK = Tr::kLanesPerKey;
         float kx[kPasses][kElemsPerChunk], vx[kPasses][kElemsPerChunk];
@@ -445,6 +447,7 @@ struct WarpState {
                 for (int e = 0; e < kElemsPerChunk; ++e) dot = fmaf(q[r][e], kx[i][e], dot);
 #pragma unroll
                 for (int off = LK / 2; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+                if (softcap > 0.f) dot = softmax::Softcap::for_log2_scores(softcap)(dot);
                 const int key = pass_key<Tr, kPerGroup>(k0, i, grp);
                 s[i] = key < limit ? dot : -INFINITY;
                 step_max = fmaxf(step_max, s[i]);
@@ -538,8 +541,8 @@ struct WarpState {
 };
 
 // Any number of steps per unit: one unit per warp, every load of a step issued before use.
-template <class Tr, bool kCausal>
-__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
+template <class Tr, bool kCausal, bool kSoftcap = false>
+__global__ void __launch_bounds__(Tr::kThreads, kSoftcap ? max_int(1, Tr::kMinBlocks * 3 / 4) : Tr::kMinBlocks)
     decode_kernel(const __grid_constant__ Params p, int splits, const UnitDivs dv) {
     const Shape shape = make_shape<Tr>(p, splits);
     const int lane = threadIdx.x % kWarpSize;
@@ -559,7 +562,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
     for (int k0 = u.key_begin; k0 < u.key_end; k0 += Tr::kBlockN) {
         uint4 k_raw[Tr::kUnroll], v_raw[Tr::kUnroll];
         load_kv<Tr, Tr::kUnroll>(k_raw, v_raw, p, u, k0, sub, grp);
-        st.template step<kCausal, Tr::kUnroll>(k_raw, v_raw, k0, u, dv.group, grp);
+        st.template step<kCausal, Tr::kUnroll>(k_raw, v_raw, k0, u, dv.group, grp, kSoftcap ? p.softcap : 0.f);
     }
     st.finish(p, shape, dv.group, u, sub, grp);
 }
@@ -574,7 +577,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinBlocks)
 template <class Tr, int kPasses>
 constexpr int kShortMinBlocks = Tr::kRows == 1 && kPasses == 2 ? 7 : Tr::kMinBlocks;
 
-template <class Tr, bool kCausal, int kPasses>
+template <class Tr, bool kCausal, int kPasses, bool kSoftcap = false>
 __global__ void __launch_bounds__(Tr::kThreads, (kShortMinBlocks<Tr, kPasses>))
     decode_short_kernel(const __grid_constant__ Params p, const UnitDivs dv) {
     constexpr int kGroups = Tr::kKeysPerPass;  // lane groups per warp, one unit each
@@ -614,7 +617,8 @@ __global__ void __launch_bounds__(Tr::kThreads, (kShortMinBlocks<Tr, kPasses>))
         WarpState<Tr> st;
         st.init(cur.q, scale_log2);
         if (__any_sync(0xffffffffu, u.key_begin < u.key_end)) {
-            st.template step<kCausal, kPasses, true, true>(cur.k, cur.v, u.key_begin, u, dv.group, grp);
+            st.template step<kCausal, kPasses, true, true>(cur.k, cur.v, u.key_begin, u, dv.group, grp,
+                                                           kSoftcap ? p.softcap : 0.f);
         }
         if (u.live) st.template finish<true>(p, shape, dv.group, u, sub, grp);
         if (!more) break;
@@ -625,7 +629,7 @@ __global__ void __launch_bounds__(Tr::kThreads, (kShortMinBlocks<Tr, kPasses>))
 
 // ---- Tensor-core path ----
 
-template <class Tr, bool kCausal>
+template <class Tr, bool kCausal, bool kSoftcap = false>
 __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __grid_constant__ Params p, int splits) {
     using Element = typename Tr::Element;
     constexpr int R = Tr::kRows;
@@ -741,6 +745,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
         memory::LdsmAddr<typename Tr::LayoutK> ka = k_addr;
         ka.base += stage * Tr::kSmemK;
         mma::gemm_qk<Element, 1, Tr::kNTilesS, Tr::kKSlices>(acc_s, q_addr, ka);
+        if constexpr (kSoftcap) {
+            softmax::apply_softcap(acc_s, softmax::Softcap::for_raw_scores(p.softcap, p.scale_bmm1));
+        }
         const int key0 = col0 + j * Tr::kBlockN;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -857,7 +864,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
 }
 
 // The mma path's per-process setup, once per instantiation: shared memory beyond 48 KB
-// for both mask variants and the resident CTAs per SM that choose_splits_mma fills.
+// for the mask x softcap variants and the resident CTAs per SM that choose_splits_mma fills.
 struct MmaSetup {
     cudaError_t err;
     int ctas_per_sm;
@@ -867,8 +874,10 @@ template <class Tr>
 MmaSetup mma_setup() {
     static const MmaSetup setup = [] {
         MmaSetup s{cudaSuccess, 1};
-        const void* fns[2] = {reinterpret_cast<const void*>(&decode_mma_kernel<Tr, false>),
-                              reinterpret_cast<const void*>(&decode_mma_kernel<Tr, true>)};
+        const void* fns[4] = {reinterpret_cast<const void*>(&decode_mma_kernel<Tr, false, false>),
+                              reinterpret_cast<const void*>(&decode_mma_kernel<Tr, true, false>),
+                              reinterpret_cast<const void*>(&decode_mma_kernel<Tr, false, true>),
+                              reinterpret_cast<const void*>(&decode_mma_kernel<Tr, true, true>)};
         for (const void* fn : fns) {
             if (s.err == cudaSuccess && Tr::kSmemBytes > 48 * 1024)
                 s.err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
@@ -909,9 +918,11 @@ cudaError_t launch_short(const Params& p, const Shape& shape, cudaStream_t strea
     kernel::with_causal(
         p.mask,
         [&](auto causal) {
-            decode_short_kernel<Tr, decltype(causal)::value, kPasses>
-                <<<static_cast<unsigned>(blocks), Tr::kThreads, 0, stream>>>(p, dv);
-            return 0;
+            return kernel::with_softcap(p, [&](auto softcap) {
+                decode_short_kernel<Tr, decltype(causal)::value, kPasses, decltype(softcap)::value>
+                    <<<static_cast<unsigned>(blocks), Tr::kThreads, 0, stream>>>(p, dv);
+                return 0;
+            });
         },
         0);
     return cudaSuccess;
@@ -1004,8 +1015,11 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
         kernel::with_causal(
             p.mask,
             [&](auto causal) {
-                decode_mma_kernel<Tr, decltype(causal)::value><<<blocks, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, splits);
-                return 0;
+                return kernel::with_softcap(p, [&](auto softcap) {
+                    decode_mma_kernel<Tr, decltype(causal)::value, decltype(softcap)::value>
+                        <<<blocks, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, splits);
+                    return 0;
+                });
             },
             0);
     } else if (splits == 1 && p.s_kv_max <= 1) {  // one step per unit: persistent warps
@@ -1020,9 +1034,11 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
         kernel::with_causal(
             p.mask,
             [&](auto causal) {
-                decode_kernel<Tr, decltype(causal)::value>
-                    <<<static_cast<unsigned>(blocks), Tr::kThreads, 0, stream>>>(p, splits, dv);
-                return 0;
+                return kernel::with_softcap(p, [&](auto softcap) {
+                    decode_kernel<Tr, decltype(causal)::value, decltype(softcap)::value>
+                        <<<static_cast<unsigned>(blocks), Tr::kThreads, 0, stream>>>(p, splits, dv);
+                    return 0;
+                });
             },
             0);
     }

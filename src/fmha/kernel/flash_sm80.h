@@ -39,6 +39,7 @@
 #include "fmha/mma/warp_gemm.h"
 #include "fmha/sched/tile_scheduler.h"
 #include "fmha/softmax/online_softmax.h"
+#include "fmha/softmax/softcap.h"
 #include "fmha/utils.h"
 #include "params.h"
 
@@ -103,7 +104,7 @@ struct Traits {
     static_assert(kAccRegs <= kMaxAccRegs, "O + S accumulators would spill: smaller tiles or more warps");
 };
 
-template <class Tr, bool kCausal>
+template <class Tr, bool kCausal, bool kSoftcap = false>
 __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_constant__ Params p) {
     using Element = typename Tr::Element;
     extern __shared__ __align__(128) char smem[];
@@ -195,6 +196,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
             memory::LdsmAddr<typename Tr::LayoutK> ka = k_addr;
             ka.base += k_off;
             mma::gemm_qk<Element, Tr::kMmaM, Tr::kNTilesS, Tr::kKSlices>(acc_s, q_addr, ka);
+            if constexpr (kSoftcap) {
+                softmax::apply_softcap(acc_s, softmax::Softcap::for_raw_scores(p.softcap, p.scale_bmm1));
+            }
             if constexpr (decltype(masked)::value) {
                 mask::apply<kCausal>(acc_s, row0, nb * Tr::kBlockN + col0, kv_len, q_len);
             }
@@ -264,26 +268,29 @@ const void* entry(MaskType m) {
 template <class Tr>
 cudaError_t launch(const Params& p, cudaStream_t stream) {
     if (!kernel::params_fit(p, Tr::kHeadDim, Tr::kHeadDimV)) return cudaErrorInvalidValue;
-    const void* fn = entry<Tr>(p.mask);
-    if (fn == nullptr) return cudaErrorInvalidValue;
-
-    if (Tr::kSmemBytes > 48 * 1024) {
-        cudaError_t err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
-        // Ask for the largest carveout so that several CTAs of this size share an SM.
-        if (err == cudaSuccess) {
-            err = cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
-        }
-        if (err != cudaSuccess) return err;
-    }
+    if (entry<Tr>(p.mask) == nullptr) return cudaErrorInvalidValue;  // a mask the family does not implement
     const dim3 grid = sched::static_grid(ceil_div(p.s_q_max, Tr::kBlockM), p.h, p.b);
-    kernel::with_causal(
+    return kernel::with_causal(
         p.mask,
         [&](auto causal) {
-            fwd_kernel<Tr, decltype(causal)::value><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p);
-            return 0;
+            return kernel::with_softcap(p, [&](auto softcap) {
+                constexpr bool kCausal = decltype(causal)::value, kSoftcap = decltype(softcap)::value;
+                const void* fn = reinterpret_cast<const void*>(&fwd_kernel<Tr, kCausal, kSoftcap>);
+                if (Tr::kSmemBytes > 48 * 1024) {
+                    cudaError_t err =
+                        cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
+                    // Ask for the largest carveout so that several CTAs of this size share an SM.
+                    if (err == cudaSuccess) {
+                        err = cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                   cudaSharedmemCarveoutMaxShared);
+                    }
+                    if (err != cudaSuccess) return err;
+                }
+                fwd_kernel<Tr, kCausal, kSoftcap><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p);
+                return cudaGetLastError();
+            });
         },
-        0);
-    return cudaGetLastError();
+        cudaErrorInvalidValue);
 }
 
 }  // namespace flash_sm80

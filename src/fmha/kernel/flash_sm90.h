@@ -476,6 +476,7 @@ cudaError_t launch_with_extents(const Params& p, int64_t q_tokens, int64_t kv_to
     if (q_tokens < 1 || kv_tokens < 1 || q_tokens > INT32_MAX || kv_tokens > INT32_MAX) return cudaErrorInvalidValue;
     if (!kernel::params_fit(p, Tr::kHeadDim, Tr::kHeadDimV)) return cudaErrorInvalidValue;
     if (entry<Tr>(p.mask) == nullptr) return cudaErrorInvalidValue;  // a mask the family does not implement
+    if (p.softcap > 0.f) return cudaErrorInvalidValue;                // no variants yet (Family.variants)
     if (Tr::kPersistent && p.tile_counter == nullptr) return cudaErrorInvalidValue;
     int num_sms = 0;
     if (Tr::kPersistent) {

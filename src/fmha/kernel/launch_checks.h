@@ -45,6 +45,14 @@ R with_causal(MaskType m, F&& f, R otherwise) {
     return otherwise;
 }
 
+// Logit softcapping is a run-time parameter (Params::softcap) compiled both ways: a kernel
+// template's kSoftcap, chosen here, so that the kernels without it carry no tanh code and
+// no registers for it. Returns f(std::bool_constant<softcap on>).
+template <class F>
+auto with_softcap(const Params& p, F&& f) {
+    return p.softcap > 0.f ? f(std::true_type{}) : f(std::false_type{});
+}
+
 // SMs of the device the launch goes to: Params::num_sms when the driver filled it, else
 // asked of the current device.
 inline cudaError_t sm_count(const Params& p, int* sms) {
