@@ -136,7 +136,9 @@ def test_softcapping_skips_families_without_it(fmha):
     lines = r.stderr.splitlines()
     assert lines[0].startswith("error: no kernel fits") and lines[0].split("(")[0].rstrip().endswith("softcap")
     ws_rows = [line for line in lines[2:] if "_ws_" in line]
-    assert ws_rows and all("no softcapping (-softcapping-scale-bmm1)" in line for line in ws_rows), r.stderr
+    assert all("no softcapping (-softcapping-scale-bmm1)" in line for line in ws_rows), r.stderr
+    if any("_ws_bf16_d128_" in line for line in fmha("-list-kernels").stdout.splitlines()):
+        assert ws_rows, r.stderr  # the build has the ws row of this problem: it is among the closest
 
 
 def test_use_tma_keeps_only_tma_kernels(fmha):
