@@ -1,0 +1,63 @@
+// src/fmha/kernel/decode.h, host side: the mma path's split choice (one wave of resident
+// CTAs, never more; no split under kMmaMinKeysPerSplit keys; within the workspace) and the
+// workspace layout (arrival counters first, 256-byte aligned, then the partials).
+#include "fmha/kernel/decode.h"
+#include "unit_test.h"
+
+namespace {
+
+using Mma = fmha::decode::MmaTraits<__nv_bfloat16, 128, 128, 16, 64, 1, 4, false>;
+using Warp = fmha::decode::WarpTraits<__nv_bfloat16, 128, 128, 4, 4, 4, 1, false>;
+
+// b sequences, h = 32 query heads over h_kv KV heads, s_q rows, s_kv keys.
+fmha::Params problem(int b, int h_kv, int s_q, int s_kv) {
+    fmha::Params p;
+    p.b = b;
+    p.h = 32;
+    p.h_kv = h_kv;
+    p.d = p.dv = 128;
+    p.s_q_max = s_q;
+    p.s_kv_max = s_kv;
+    return p;
+}
+
+int mma_splits(const fmha::Params& p, int sms, int ctas_per_sm, size_t workspace = SIZE_MAX) {
+    return fmha::decode::choose_splits_mma<Mma>(p, sms, ctas_per_sm, workspace);
+}
+
+TEST(DecodeSplits, FillOneWaveOfResidentCtas) {
+    EXPECT_EQ(mma_splits(problem(8, 8, 1, 4096), 132, 1), 2);    // 64 tiles -> 128 CTAs of 132
+    EXPECT_EQ(mma_splits(problem(8, 8, 1, 4096), 132, 2), 4);    // 256 of 264
+    EXPECT_EQ(mma_splits(problem(64, 8, 1, 4096), 132, 1), 1);   // 512 tiles: more than a wave
+    // 16 rows x 4 query heads per KV head -> 4 row tiles per (b, KV head): 32 tiles -> 4 splits
+    EXPECT_EQ(mma_splits(problem(1, 8, 16, 65536), 132, 1), 4);
+}
+
+TEST(DecodeSplits, NoSplitUnderTheMinimumKeys) {
+    EXPECT_EQ(mma_splits(problem(1, 8, 1, 4096), 132, 1), 4096 / fmha::decode::kMmaMinKeysPerSplit);
+    EXPECT_EQ(mma_splits(problem(1, 8, 1, 300), 132, 1), 1);
+    EXPECT_EQ(mma_splits(problem(1, 1, 1, 1 << 20), 132, 8), fmha::decode::kMaxSplits);
+}
+
+TEST(DecodeSplits, StayWithinTheWorkspace) {
+    const fmha::Params p = problem(8, 8, 1, 4096);
+    const size_t two = fmha::decode::partial_bytes<Mma>(p, 2);
+    EXPECT_EQ(mma_splits(p, 132, 1, two), 2);
+    EXPECT_EQ(mma_splits(p, 132, 1, two - 1), 1);
+    EXPECT_EQ(mma_splits(p, 132, 1, 0), 1);
+}
+
+TEST(DecodeWorkspace, CountersThenPartials) {
+    const fmha::Params p = problem(8, 8, 1, 4096);
+    const fmha::decode::Shape one = fmha::decode::make_shape<Mma>(p, 1);
+    const size_t counters = fmha::decode::counter_bytes<Mma>(p, one);
+    EXPECT_EQ(counters % 256, 0u);
+    EXPECT_GE(counters, size_t(8) * 8 * one.row_tiles * sizeof(int));
+    // partials: item rows x splits x (dv + max, sum) floats after the counters
+    const size_t rows = size_t(8) * 8 * one.row_tiles * Mma::kRows;
+    EXPECT_EQ(fmha::decode::partial_bytes<Mma>(p, 3), counters + rows * 3 * (128 + 2) * sizeof(float));
+    // the warp path keeps no counters
+    EXPECT_EQ(fmha::decode::counter_bytes<Warp>(p, fmha::decode::make_shape<Warp>(p, 1)), 0u);
+}
+
+}  // namespace
