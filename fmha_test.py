@@ -25,7 +25,8 @@ import numpy as np
 import pytest
 
 from bench import perf_baseline as perf
-from generator.spec import FAMILIES
+from generator.rules import decode_is_mma
+from generator.spec import FAMILIES, KernelSpec
 
 REPO = Path(__file__).resolve().parent
 RUN_TIMEOUT_S = 120
@@ -666,7 +667,7 @@ def save_path(kernel: dict) -> str:
     re-checked on its own; '' for families with one path."""
     if not FAMILIES[kernel["family"]].max_s_q:
         return ""
-    return "mma" if kernel["warps_n"] > 1 else "warp"
+    return "mma" if decode_is_mma(KernelSpec.parse(kernel["name"], masks=tuple(kernel["masks"]))) else "warp"
 
 
 # Every (family, dtype, accumulation, path) of the build, so each family's output is re-checked.

@@ -96,8 +96,8 @@ def render_manifest(specs: list[KernelSpec], config: Config) -> str:
     for spec in specs:
         entry = spec.to_dict()
         entry["archs"] = [str(a) for a in family_archs(spec.family, config)]
-        entry["max_rows"] = decode_max_rows(spec)    # KernelMeta fields the tests select by
-        entry["min_s_kv"] = decode_min_s_kv(spec)
+        row = _kernel_vars(spec, config.scheduling_mode)  # KernelMeta fields the tests select by
+        entry["max_rows"], entry["min_s_kv"] = row["max_rows"], row["min_s_kv"]
         kernels.append(entry)
     # Sorted keys and a fixed indent: the same config always gives the same bytes.
     return json.dumps({"config": config.to_dict(), "kernels": kernels}, indent=2, sort_keys=True) + "\n"

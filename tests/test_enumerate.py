@@ -10,6 +10,7 @@ import pytest
 from generator import enumerate as enum
 from generator.env import Arch, Config, EnvError, parse, parse_arch_list
 from generator.main import kernels, select
+from generator import rules
 from generator.rules import broken, family_archs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -142,7 +143,8 @@ def test_head_sizes_cover_every_multiple_of_8_from_16_to_256():
 def test_tiles_come_from_their_tile_function_and_pass_the_rules():
     config = parse({"ENABLE_HMMA_FP32": "1"})
     tile = {"flash": enum.flash_tile, "ws": enum.ws_tile,
-            "decode": lambda spec: (enum.DECODE_MMA_TILE if spec.warps_n > 1 else enum.decode_tile(spec.d, spec.block_m))}
+            "decode": lambda spec: (enum.DECODE_MMA_TILE if rules.decode_is_mma(spec)
+                                    else enum.decode_tile(spec.d, spec.block_m))}
     specs = [s for family in enum.candidates(config).values() for s in family]
     assert {s.family for s in specs} == set(tile)
     for spec in specs:
