@@ -134,6 +134,26 @@ ATTENTION = {
 # Every (layout, attention) pair; the rotation below walks through it.
 PAIRS = [(layout, attn) for layout in LAYOUT_FLAGS for attn in ATTENTION]
 
+# Masks (generator.spec.MASKS tokens, fmha.exe's mask= labels) -> their flags for a key length
+# s. The local masks' sizes follow s, so that short runs cover windows narrower than a key
+# block (every visited block masked) and long ones windows of many blocks (block skipping at
+# both ends, whole blocks in between); chunks are the power of two at or below s / 3.
+CORE_MASKS = ("padding", "causal")
+
+
+def mask_flags(mask: str, s: int) -> list[str]:
+    if mask == "padding":
+        return []
+    if mask == "causal":
+        return ["-causal-mask"]
+    if mask == "sliding_window":
+        return ["-sliding-window-size", str(max(1, 2 * s // 5))]
+    if mask == "bidirectional_sliding_window":
+        return ["-sliding-window-size", str(max(1, s // 4)), "-bidirectional-sliding-window-mask"]
+    if mask == "chunked":
+        return ["-chunked-attention-size", str(1 << (max(1, s // 3).bit_length() - 1))]
+    raise ValueError(f"no flags for mask {mask!r}")
+
 
 @dataclass(frozen=True)
 class Shape:
@@ -193,6 +213,7 @@ SHAPES = (
 # Every ws kernel (a handful of head sizes) gets the whole table.
 CORE_HEAD_SIZES = (32, 64, 128, 256)
 BRIEF_SHAPES = (Shape(3, 77), Shape(3, 256, min_s=16), Shape(3, 300, s_q=37))
+LOCAL_SHAPES = 3  # shapes per local mask and kernel (the core masks take every shape)
 # Input and scale variations, each run once per kernel on a small problem.
 NUMERICS = (
     ("randn", ["-randn", "-seed", "7"]),
@@ -235,9 +256,7 @@ class Case:
         out = ["-d", str(k["d"]), "-dv", str(k["dv"]), dtype_flag(k), "-h", str(self.h)]
         attn_flags = ["-gqa", str(self.kv_heads)] if self.kv_heads else ATTENTION[self.attn][2]
         out += attn_flags + LAYOUT_FLAGS[self.layout] + self.shape.flags()
-        if self.mask == "causal":
-            out.append("-causal-mask")
-        return out + list(self.extra)
+        return out + mask_flags(self.mask, self.shape.s) + list(self.extra)
 
     @property
     def id(self) -> str:
@@ -301,10 +320,15 @@ def decode_cases(kernel: dict, index: int) -> list[Case]:
         shape = Shape(b, s_kv, s_q=sq)
         mask = kernel["masks"][si % len(kernel["masks"])]
         cases.append(heads_case(kernel, mask, layouts[si % 2], shape, hkv))
-    # var-len KV, packed and padded storage, causal with s_q > 1 where the kernel holds it
+    # var-len KV, packed and padded storage, causal with s_q > 1 where the kernel holds it, and
+    # a local mask (rotating between kernels) whose window or chunk leaves keys unread
     sq, hkv = combos[-1]
-    for shape, mask in ((Shape(4, 700, s_q=sq, min_s=1), "causal"), (Shape(3, 300, s_q=sq, min_s=50, pad_s=True), "padding"),
-                        (Shape(2, 129, s_q=sq, min_s=1), "causal")):
+    local = [m for m in kernel["masks"] if m not in CORE_MASKS]
+    varlen = [(Shape(4, 700, s_q=sq, min_s=1), "causal"), (Shape(3, 300, s_q=sq, min_s=50, pad_s=True), "padding"),
+              (Shape(2, 129, s_q=sq, min_s=1), "causal")]
+    if local:
+        varlen.append((Shape(3, 3000, s_q=sq, min_s=300), local[index % len(local)]))
+    for shape, mask in varlen:
         cases.append(heads_case(kernel, mask, "separate_q_k_v", shape, hkv))
     # numerics: unit-normal inputs and unusual scales, on the kernel's first (s_q, KV heads) pair
     sq, hkv = combos[0]
@@ -334,15 +358,25 @@ def cases_for(kernel: dict, index: int) -> list[Case]:
         step += 1
         return PAIRS[(step - 1) % len(PAIRS)]
 
+    core = [m for m in masks if m in CORE_MASKS]
+    local = [m for m in masks if m not in CORE_MASKS]
     full = kernel["d"] in CORE_HEAD_SIZES or FAMILIES[kernel["family"]].warp_specialized
-    if not full:  # the short table: tails, var-len, s_q < s
-        return [Case(kernel, mask, *next_pair(shape), shape) for mask in masks for shape in BRIEF_SHAPES]
+    if not full:  # the short table: tails, var-len, s_q < s; one of them per local mask
+        return ([Case(kernel, mask, *next_pair(shape), shape) for mask in core for shape in BRIEF_SHAPES] +
+                [Case(kernel, mask, *next_pair(shape), shape)
+                 for li, mask in enumerate(local) for shape in [BRIEF_SHAPES[(index + li) % len(BRIEF_SHAPES)]]])
 
     cases = []
-    for mi, mask in enumerate(masks):
+    for mi, mask in enumerate(core):
         for si, shape in enumerate(SHAPES):
-            if not shape.large or (index + si) % len(masks) == mi:
+            if not shape.large or (index + si) % len(core) == mi:
                 cases.append(Case(kernel, mask, *next_pair(shape), shape))
+    # Each local mask on LOCAL_SHAPES of the shapes, rotating between kernels (3 is coprime
+    # with len(SHAPES) == 13, so the kernels of a family together cover every shape).
+    for li, mask in enumerate(local):
+        for j in range(LOCAL_SHAPES):
+            shape = SHAPES[(index + 4 * li + 3 * j) % len(SHAPES)]
+            cases.append(Case(kernel, mask, *next_pair(shape), shape))
     small = Shape(2, 160)
     for ni, (tag, flags) in enumerate(numerics_for(kernel)):
         cases.append(Case(kernel, masks[ni % len(masks)], *next_pair(small), small, tuple(flags), tag))
@@ -645,6 +679,13 @@ SAVE_CONFIGS = {
                           "-scale-bmm1", "0.07", "-scale-bmm2", "0.8"],
     "softcap_causal": ["-b", "2", "-h", "4", "-s", "150", "-min-s", "30", "-causal-mask", "-randn",
                        "-softcapping-scale-bmm1", "2"],
+    "sliding_window_varlen": ["-b", "3", "-h", "4", "-s", "300", "-min-s", "90", "-sliding-window-size", "70",
+                              "-randn"],
+    "bidirectional_window_sq_lt_s": ["-b", "2", "-h", "8", "-gqa", "2", "-s", "260", "-s-q", "130",
+                                     "-sliding-window-size", "45", "-bidirectional-sliding-window-mask",
+                                     "-separate-q-k-v"],
+    "chunked_varlen": ["-b", "3", "-h", "4", "-s", "400", "-min-s", "100", "-chunked-attention-size", "64",
+                       "-contiguous-q-kv"],
 }
 # The same configurations for a family that serves only a few query rows (decode): s_q <= 16, with key
 # splits (s up to 3000), GQA/MQA packing and causal rows on the diagonal.
@@ -659,6 +700,12 @@ SAVE_CONFIGS_FEW_ROWS = {
                           "-scale-bmm1", "0.07", "-scale-bmm2", "0.8", "-separate-q-k-v"],
     "softcap_causal": ["-b", "3", "-h", "8", "-gqa", "2", "-s", "1300", "-min-s", "2", "-s-q", "2", "-causal-mask",
                        "-randn", "-softcapping-scale-bmm1", "2", "-separate-q-k-v"],
+    "sliding_window_varlen": ["-b", "3", "-h", "8", "-gqa", "2", "-s", "3000", "-min-s", "200", "-s-q", "4",
+                              "-sliding-window-size", "700", "-randn", "-separate-q-k-v"],
+    "bidirectional_window_sq_lt_s": ["-b", "2", "-h", "4", "-s", "1300", "-s-q", "16", "-sliding-window-size", "9",
+                                     "-bidirectional-sliding-window-mask", "-separate-q-k-v"],
+    "chunked_varlen": ["-b", "3", "-h", "4", "-mqa", "-s", "3000", "-min-s", "100", "-s-q", "7",
+                       "-chunked-attention-size", "256", "-contiguous-q-kv"],
 }
 
 
@@ -695,10 +742,30 @@ def round_to(x, dtype):
     return bits.astype(np.uint32).view(np.float32).astype(np.float64)
 
 
-def attention_fp64(q, k, v, q_lens, kv_lens, scale_bmm1, scale_out, causal, dtype, softcap=0.0):
+def visible_fp64(meta: dict, lq: int, lk: int) -> np.ndarray:
+    """[lq, lk] booleans: which keys each query row sees under meta.json's mask. Query row r
+    sits at key position p = r + lk - lq (Q holds the last lq tokens)."""
+    pos = np.arange(lq)[:, None] + (lk - lq)
+    key = np.arange(lk)[None, :]
+    mask = meta["mask"]
+    if mask == "padding":
+        return np.ones((lq, lk), dtype=bool)
+    if mask == "causal":
+        return key <= pos
+    if mask == "sliding_window":        # the window's W keys end at the row's own position
+        return (key <= pos) & (key > pos - meta["sliding_window_size"])
+    if mask == "bidirectional_sliding_window":  # W - 1 keys on either side of it
+        return np.abs(key - pos) < meta["sliding_window_size"]
+    if mask == "chunked":               # causal inside the row's chunk of C keys
+        c = meta["chunked_attention_size"]
+        return (key <= pos) & (key // c == pos // c)
+    raise ValueError(f"meta.json mask {mask!r} has no formula here")
+
+
+def attention_fp64(q, k, v, q_lens, kv_lens, scale_bmm1, scale_out, visible, dtype, softcap=0.0):
     """Plain softmax attention per sequence in float64. q [b, s_q, h, d], k [b, s, h_kv, d],
-    v [b, s, h_kv, dv]; query row r of a sequence sits at key position r + kv_len - q_len
-    (Q holds the last q_len tokens), which is also where the causal diagonal is.
+    v [b, s, h_kv, dv]; visible(lq, lk) gives the [lq, lk] keys each query row may see (None:
+    all of them). A row that sees no key is 0.
     The probabilities that multiply V are rounded to the input dtype, as a tensor-core
     kernel feeds them to P·V (the normaliser uses them unrounded): otherwise a row that
     averages a few nearly cancelling values fails bf16's relative check on that alone.
@@ -715,15 +782,15 @@ def attention_fp64(q, k, v, q_lens, kv_lens, scale_bmm1, scale_out, causal, dtyp
         scores = scale_bmm1 * np.einsum("qhd,khd->hqk", qi, ki)
         if softcap:  # Gemma-2 logit softcapping: cap * tanh(logit / cap)
             scores = softcap * np.tanh(scores / softcap)
-        if causal:
-            rows, cols = np.arange(lq)[:, None], np.arange(lk)[None, :]
-            scores = np.where(cols <= rows + (lk - lq), scores, -np.inf)
+        if visible is not None:
+            scores = np.where(visible(lq, lk)[None], scores, -np.inf)
         # P = 2^(log2(e)·S - M), M the row max rounded up to an integer: the power-of-two
         # scale makes P's rounding independent of where the kernel saw the max.
         x = scores * np.log2(np.e)
-        p = np.exp2(x - np.ceil(x.max(axis=-1, keepdims=True)))
+        m = x.max(axis=-1, keepdims=True)
+        p = np.exp2(x - np.ceil(np.where(np.isfinite(m), m, 0)))
         norm = p.sum(axis=-1, keepdims=True)
-        out[i, :lq] = scale_out * np.einsum("hqk,khd->qhd", round_to(p, dtype) / norm, vi)
+        out[i, :lq] = scale_out * np.einsum("hqk,khd->qhd", round_to(p, dtype) / np.where(norm > 0, norm, 1), vi)
     return out
 
 
@@ -759,7 +826,8 @@ def test_save_tensors_match_float64(kind, config, exe, gpu_sm, tmp_path):
 
     expected = attention_fp64(t["q"], t["k"], t["v"], t["seqlens_q"], t["seqlens_kv"],
                               meta["scale_bmm1"], meta["scale_softmax"] * meta["scale_bmm2"],
-                              meta["mask"] == "causal", dtype, meta["softcapping_scale_bmm1"] or 0.0)
+                              lambda lq, lk: visible_fp64(meta, lq, lk), dtype,
+                              meta["softcapping_scale_bmm1"] or 0.0)
     # Rows past each sequence's length are zero in both outputs.
     real = np.arange(s_q)[None, :] < t["seqlens_q"][:, None]  # [b, s_q]
     for name in ("o", "o_ref"):
@@ -797,7 +865,7 @@ PERF_CASES = [
     for k in sorted(KERNELS, key=lambda k: k["name"])
     if k["d"] in CORE_HEAD_SIZES and k["d"] == k["dv"] and not FAMILIES[k["family"]].max_s_q
     for s in PERF_SEQ_LENS
-    for mask in k["masks"]
+    for mask in k["masks"] if mask in CORE_MASKS
 ] + [
     heads_case(k, "padding", "separate_q_k_v", Shape(16, 4096, s_q=1), PERF_DECODE_KV[k["block_m"]], h=32)
     for k in sorted(KERNELS, key=lambda k: k["name"])

@@ -105,10 +105,16 @@ VARIANTS = {
     "softcap": "kVariantSoftcap",   # -softcapping-scale-bmm1 (Params::softcap)
 }
 
-# Mask token -> fmha::MaskType enumerator (src/params.h), in the order of that enum.
+# Mask token -> fmha::MaskType enumerator (src/params.h), in the order of that enum. The token
+# is also fmha.exe's `mask=` label. The last three are the local masks: one compile-time kind
+# in the kernels (mask::Kind::kLocal) with the window or chunk size at run time, since a key
+# range per row costs the inner loop nothing beyond the causal compare (bench/NOTES.md §10).
 MASKS = {
     "padding": "MaskType::kPadding",
     "causal": "MaskType::kCausal",
+    "sliding_window": "MaskType::kSlidingWindow",
+    "bidirectional_sliding_window": "MaskType::kBidirectionalWindow",
+    "chunked": "MaskType::kChunked",
 }
 ALL_MASKS = tuple(MASKS)
 

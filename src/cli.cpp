@@ -38,9 +38,14 @@ dtype
   -fp16             fp16 in/out, P*V accumulated in fp16 (default)
   -fp16-fp32        fp16 in/out, P*V accumulated in fp32
   -bf16             bf16 in/out (fp32 accumulation)
-mask
+mask              (p = r + kv_len - q_len: query row r's position among the keys)
   (default)         padding: key j is visible iff j < kv_len
-  -causal-mask      also j <= r + kv_len - q_len for query row r (bottom-right aligned)
+  -causal-mask      also j <= p (bottom-right aligned)
+  -sliding-window-size W   causal, and p - W < j: W keys up to the row's own (Mistral);
+                    1..s; -causal-mask may be given with it
+  -bidirectional-sliding-window-mask   with -sliding-window-size W: p - W < j < p + W
+  -chunked-attention-size C   causal inside chunks of C keys: j <= p and j/C == p/C
+                    (Llama-4); C a power of two
 heads and layout
   -mqa              one KV head
   -gqa N            N KV heads; h must be a multiple of N
@@ -56,6 +61,7 @@ numerics
   -scale-bmm1 X     S = X * Q K^T (default 1/sqrt(d))
   -scale-softmax X  O = scale_softmax * scale_bmm2 * softmax(S) V (default 1)
   -scale-bmm2 X     (default 1)
+  -softcapping-scale-bmm1 C   S = C * tanh(S / C) before the softmax (Gemma-2), C > 0
 inputs and checks
   -range-q/-range-k/-range-v R   uniform in [-R, R] (default 1); std R with -randn
   -scale-q/-scale-k/-scale-v X   multiply the inputs by X (default 1)
@@ -90,9 +96,6 @@ const Unsupported kUnsupported[] = {
     {"-e4m3-fp32", "FP8 (e4m3) inputs"},
     {"-fp16-output", "an output dtype different from the input dtype"},
     {"-bf16-output", "an output dtype different from the input dtype"},
-    {"-sliding-window-size", "sliding-window masks"},
-    {"-chunked-attention-size", "chunked attention"},
-    {"-bidirectional-sliding-window-mask", "sliding-window masks"},
     {"-custom-mask", "custom masks"},
     {"-paged-kv", "a paged KV cache"},
     {"-tokens-per-block", "a paged KV cache"},
@@ -115,6 +118,8 @@ const IntOption kIntOptions[] = {
     {"-min-s", &Problem::min_s, 1, kMaxSeqLen},
     {"-s-q", &Problem::s_q, 1, kMaxSeqLen},
     {"-gqa", &Problem::h_kv, 1, kMaxBatchOrHeads},
+    {"-sliding-window-size", &Problem::sliding_window_size, 1, kMaxSeqLen},
+    {"-chunked-attention-size", &Problem::chunked_attention_size, 1, 1 << 30},
     {"-runs", &Problem::runs, 1, kMaxRuns},
     {"-warm-up-runs", &Problem::warm_up_runs, 0, kMaxRuns},
     {"-v", &Problem::verbose, 0, 1},
@@ -159,6 +164,7 @@ const Switch kSwitches[] = {
     {"-fp16-fp32", [](Problem& p) { p.dtype = DataType::kFp16; p.acc = DataType::kFp32; }},
     {"-bf16", [](Problem& p) { p.dtype = DataType::kBf16; p.acc = DataType::kFp32; }},
     {"-causal-mask", [](Problem& p) { p.mask = MaskType::kCausal; }},
+    {"-bidirectional-sliding-window-mask", [](Problem& p) { p.mask = MaskType::kBidirectionalWindow; }},
     {"-mqa", [](Problem& p) { p.h_kv = 1; }},
     {"-contiguous-q-kv", [](Problem& p) { p.layout = Layout::kContiguousQKv; }},
     {"-separate-q-k-v", [](Problem& p) { p.layout = Layout::kSeparateQKv; }},
@@ -176,6 +182,9 @@ const char* const kExclusive[][3] = {
     {"-contiguous-q-kv", "-separate-q-k-v", nullptr},
     {"-mqa", "-gqa", nullptr},
     {"-1s", "-randn", nullptr},
+    {"-sliding-window-size", "-chunked-attention-size", nullptr},
+    {"-bidirectional-sliding-window-mask", "-causal-mask", nullptr},
+    {"-bidirectional-sliding-window-mask", "-chunked-attention-size", nullptr},
 };
 
 template <class T, size_t N>
@@ -246,6 +255,23 @@ void resolve_and_validate(Problem& p, const std::set<std::string>& seen) {
     if (p.fix_s) p.min_s = p.s;
     if (p.s_q > p.s)
         fail_args("-s-q " + std::to_string(p.s_q) + " is larger than -s " + std::to_string(p.s));
+
+    // The local masks (params.h): the window or chunk flag picks the mask; -causal-mask may
+    // come with the causal ones.
+    if (given("-bidirectional-sliding-window-mask") && !given("-sliding-window-size"))
+        fail_args("-bidirectional-sliding-window-mask needs -sliding-window-size W");
+    if (given("-sliding-window-size")) {
+        if (p.sliding_window_size > p.s)
+            fail_args("-sliding-window-size " + std::to_string(p.sliding_window_size) + " is larger than -s " +
+                      std::to_string(p.s));
+        if (p.mask != MaskType::kBidirectionalWindow) p.mask = MaskType::kSlidingWindow;
+    }
+    if (given("-chunked-attention-size")) {
+        const int c = p.chunked_attention_size;
+        if ((c & (c - 1)) != 0)
+            fail_args("-chunked-attention-size must be a power of two, got " + std::to_string(c));
+        p.mask = MaskType::kChunked;
+    }
 
     if (p.h % p.h_kv != 0)
         fail_args("-h " + std::to_string(p.h) + " is not a multiple of the KV head count " +
@@ -333,7 +359,16 @@ const char* output_dtype_label(const Problem& p) {
     return p.dtype == DataType::kBf16 ? "BF16" : "FP16";
 }
 
-const char* mask_label(MaskType m) { return m == MaskType::kCausal ? "causal" : "padding"; }
+const char* mask_label(MaskType m) {
+    switch (m) {
+        case MaskType::kPadding: return "padding";
+        case MaskType::kCausal: return "causal";
+        case MaskType::kSlidingWindow: return "sliding_window";
+        case MaskType::kBidirectionalWindow: return "bidirectional_sliding_window";
+        case MaskType::kChunked: return "chunked";
+    }
+    return "?";
+}
 
 const char* layout_label(Layout l) {
     switch (l) {

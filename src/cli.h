@@ -34,6 +34,8 @@ struct Problem {
     DataType dtype = DataType::kFp16;
     DataType acc = DataType::kFp16;  // P·V accumulation; -fp16-fp32 makes it kFp32
     MaskType mask = MaskType::kPadding;
+    int sliding_window_size = 0;     // -sliding-window-size W (kSlidingWindow, kBidirectionalWindow)
+    int chunked_attention_size = 0;  // -chunked-attention-size C (kChunked)
     Layout layout = Layout::kPackedQkv;
 
     bool force_non_warp_specialized = false;
@@ -70,7 +72,7 @@ Problem parse_cli(int argc, char** argv);
 // Names used by the console output and meta.json.
 const char* dtype_label(const Problem& p);   // FP16, FP16_FP32, BF16
 const char* output_dtype_label(const Problem& p);
-const char* mask_label(MaskType m);          // padding, causal
+const char* mask_label(MaskType m);          // padding, causal, sliding_window, ...
 const char* layout_label(Layout l);          // packed_qkv, contiguous_q_kv, separate_q_k_v
 const char* attn_label(const Problem& p);    // mha, gqa, mqa
 const char* dtype_name(DataType t);          // fp16, bf16, fp32, e4m3

@@ -16,7 +16,8 @@ constexpr int kClosestShown = 5;
 
 std::string masks_text(uint32_t masks) {
     std::string s;
-    for (MaskType m : {MaskType::kPadding, MaskType::kCausal}) {
+    for (MaskType m : {MaskType::kPadding, MaskType::kCausal, MaskType::kSlidingWindow,
+                       MaskType::kBidirectionalWindow, MaskType::kChunked}) {
         if (!(masks & mask_bit(m))) continue;
         if (!s.empty()) s += ",";
         s += mask_label(m);
@@ -109,11 +110,13 @@ std::string problem_text(const Problem& p) {
 }  // namespace
 
 void print_kernel_table(std::FILE* out) {
-    int name_w = 4;
-    for (int i = 0; i < kNumKernels; ++i)
+    int name_w = 4, masks_w = 5;
+    for (int i = 0; i < kNumKernels; ++i) {
         name_w = std::max(name_w, static_cast<int>(std::strlen(kKernels[i].name)));
-    std::fprintf(out, "%-*s  %-6s  %-4s  %-5s  %-4s  %4s  %4s  %-9s  %-5s  %-14s  %-9s  %-5s  %-10s  %-7s  %s\n",
-                 name_w, "name", "family", "sm", "dtype", "acc", "d", "dv", "tile", "warps", "masks",
+        masks_w = std::max(masks_w, static_cast<int>(masks_text(kKernels[i].masks).size()));
+    }
+    std::fprintf(out, "%-*s  %-6s  %-4s  %-5s  %-4s  %4s  %4s  %-9s  %-5s  %-*s  %-9s  %-5s  %-10s  %-7s  %s\n",
+                 name_w, "name", "family", "sm", "dtype", "acc", "d", "dv", "tile", "warps", masks_w, "masks",
                  "warp_spec", "tma", "sched", "max_s_q", "min_s_kv");
     for (int i = 0; i < kNumKernels; ++i) {
         const KernelMeta& k = kKernels[i];
@@ -121,9 +124,9 @@ void print_kernel_table(std::FILE* out) {
         const std::string warps = std::to_string(k.warps_m) + "x" + std::to_string(k.warps_n);
         const std::string max_s_q = k.max_s_q > 0 ? std::to_string(k.max_s_q) : "-";
         const std::string min_s_kv = k.min_s_kv > 0 ? std::to_string(k.min_s_kv) : "-";
-        std::fprintf(out, "%-*s  %-6s  %-4d  %-5s  %-4s  %4d  %4d  %-9s  %-5s  %-14s  %-9s  %-5s  %-10s  %-7s  %s\n",
+        std::fprintf(out, "%-*s  %-6s  %-4d  %-5s  %-4s  %4d  %4d  %-9s  %-5s  %-*s  %-9s  %-5s  %-10s  %-7s  %s\n",
                      name_w, k.name, k.family, k.sm, dtype_name(k.dtype), dtype_name(k.acc), k.d, k.dv,
-                     tile.c_str(), warps.c_str(), masks_text(k.masks).c_str(),
+                     tile.c_str(), warps.c_str(), masks_w, masks_text(k.masks).c_str(),
                      k.warp_specialized ? "true" : "false", k.uses_tma ? "true" : "false",
                      k.persistent ? "persistent" : "grid", max_s_q.c_str(), min_s_kv.c_str());
     }

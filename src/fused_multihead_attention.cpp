@@ -105,7 +105,7 @@ void print_results(const Problem& p, const Device& dev, const KernelMeta& kernel
     const double flops = double(allowed_pairs(p, lens)) * p.h * 2.0 * (p.d + p.dv);
     const double bytes = double(kBytesPerElement) *
                          (double(lens.q_total) * p.h * (p.d + p.dv) +  // Q read, O written
-                          double(lens.kv_total) * p.h_kv * (p.d + p.dv));  // K, V once per KV head
+                          double(visible_kv_tokens(p, lens)) * p.h_kv * (p.d + p.dv));  // K, V once per KV head
     const std::string speedup =
         t.reference_ran ? format("(%.2fx)", 1e3 * t.reference_ms / t.us) : "(n/a)";
 
@@ -114,6 +114,9 @@ void print_results(const Problem& p, const Device& dev, const KernelMeta& kernel
         print_field("Problem", format("b=%d h=%d h_kv=%d d=%d dv=%d s=%d s_q=%d min_s=%d, %s storage",
                                       p.b, p.h, p.h_kv, p.d, p.dv, p.s, p.s_q, p.min_s,
                                       p.pad_s ? "padded" : "packed"));
+        print_field("Mask", p.sliding_window_size > 0      ? format("%s, window %d", mask_label(p.mask), p.sliding_window_size)
+                            : p.chunked_attention_size > 0 ? format("%s, chunk %d", mask_label(p.mask), p.chunked_attention_size)
+                                                           : std::string(mask_label(p.mask)));
         print_field("Tokens", format("q %lld (max %d), kv %lld (max %d)", (long long)lens.q_total,
                                      lens.s_q_max, (long long)lens.kv_total, lens.s_kv_max));
         print_field("Scales", format("bmm1 %g, softmax %g, bmm2 %g%s", p.scale_bmm1, p.scale_softmax, p.scale_bmm2,

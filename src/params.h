@@ -14,7 +14,16 @@ namespace fmha {
 enum class DataType : int { kFp16 = 0, kBf16 = 1, kFp32 = 2, kE4m3 = 3 };
 
 // Masks a kernel may support; a kernel's registry entry carries a bitmask of these.
-enum class MaskType : int { kPadding = 0, kCausal = 1 };
+// With p = r + (kv_len - q_len) the position of query row r among the keys (queries are
+// the last q_len positions of a sequence), key j < kv_len is visible to row r iff
+//   kPadding             always
+//   kCausal              j <= p
+//   kSlidingWindow       p - window < j <= p                       (Mistral/Gemma)
+//   kBidirectionalWindow p - window < j < p + window               (encoder local layers)
+//   kChunked             j <= p and j / chunk == p / chunk         (Llama-4 chunked)
+// The last three are one compile-time kind in the kernels (mask::Kind::kLocal): a visible
+// range [begin(r), end(r)) per row, from Params::window / Params::chunk at run time.
+enum class MaskType : int { kPadding = 0, kCausal = 1, kSlidingWindow = 2, kBidirectionalWindow = 3, kChunked = 4 };
 constexpr uint32_t mask_bit(MaskType m) { return 1u << static_cast<int>(m); }
 
 enum class Layout : int { kPackedQkv = 0, kContiguousQKv = 1, kSeparateQKv = 2 };
@@ -63,7 +72,9 @@ struct Params {
 
     MaskType mask = MaskType::kPadding;
     // Causal is bottom-right aligned: query row r of a sequence may see key j iff
-    //   j <= r + (kv_len - q_len).
+    //   j <= r + (kv_len - q_len). The local masks (see MaskType) take their size from:
+    int window = 0;  // kSlidingWindow, kBidirectionalWindow: W >= 1 keys on each side
+    int chunk = 0;   // kChunked: C, a power of two >= 1
 
     // S = scale_bmm1 * Q K^T ;  P = softmax(S) ;  O = scale_softmax * scale_bmm2 * P V
     float scale_bmm1 = 1.f;

@@ -89,13 +89,15 @@ void save_tensors(const Problem& p, const SeqLens& lens, const DeviceTensors& t,
         .add("scale_v", double(p.scale_v))
         .add("epsilon", double(p.epsilon))
         .add("o_ref_saved", o_ref != nullptr)
-        .null("sliding_window_size")
-        .null("chunked_attention_size")
-        .add("bidirectional_sliding_window", false)
+        .add("bidirectional_sliding_window", p.mask == MaskType::kBidirectionalWindow)
         .add("softcapping_scale_bmm1", double(p.softcapping_scale_bmm1))
         .add("alibi", false)
         .add("attention_sinks", false)
         .add("save_softmax", false);
+    if (p.sliding_window_size > 0) meta.add("sliding_window_size", p.sliding_window_size);
+    else meta.null("sliding_window_size");
+    if (p.chunked_attention_size > 0) meta.add("chunked_attention_size", p.chunked_attention_size);
+    else meta.null("chunked_attention_size");
     const std::string path = dir + "/meta.json";
     if (!meta.write(path)) fail_args("-save-tensors: cannot write " + path);
 }

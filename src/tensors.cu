@@ -6,6 +6,8 @@
 
 #include <algorithm>
 
+#include "fmha/mask/mask.h"
+
 namespace fmha {
 namespace {
 
@@ -164,14 +166,43 @@ SeqLens make_seqlens(const Problem& p) {
     return l;
 }
 
+namespace {
+// The mask fields of Params that mask::Rows reads.
+Params mask_params(const Problem& p) {
+    Params prm;
+    prm.mask = p.mask;
+    prm.window = p.sliding_window_size;
+    prm.chunk = p.chunked_attention_size;
+    return prm;
+}
+}  // namespace
+
 int64_t allowed_pairs(const Problem& p, const SeqLens& lens) {
+    const Params prm = mask_params(p);
     int64_t pairs = 0;
     for (int i = 0; i < p.b; ++i) {
         const int64_t lq = lens.q_lens[i], lk = lens.kv_lens[i];
-        // Causal, bottom-right aligned: row r sees r + lk - lq + 1 keys (lq <= lk).
-        pairs += p.mask == MaskType::kCausal ? lq * lk - lq * (lq - 1) / 2 : lq * lk;
+        if (p.mask == MaskType::kPadding) {
+            pairs += lq * lk;
+        } else if (p.mask == MaskType::kCausal) {
+            // Bottom-right aligned: row r sees r + lk - lq + 1 keys (lq <= lk).
+            pairs += lq * lk - lq * (lq - 1) / 2;
+        } else {  // local masks: row by row
+            const auto rows = mask::Rows<mask::Kind::kLocal>::make(prm, lens.q_lens[i], lens.kv_lens[i]);
+            for (int r = 0; r < lens.q_lens[i]; ++r) pairs += std::max(0, rows.end(r) - rows.begin(r));
+        }
     }
     return pairs;
+}
+
+int64_t visible_kv_tokens(const Problem& p, const SeqLens& lens) {
+    const Params prm = mask_params(p);
+    int64_t tokens = 0;
+    for (int i = 0; i < p.b; ++i) {
+        const mask::KeyRange keys = mask::sequence_keys(prm, lens.q_lens[i], lens.kv_lens[i]);
+        tokens += std::max(0, keys.last - keys.first);
+    }
+    return tokens;
 }
 
 DeviceTensors make_tensors(const Problem& p, const SeqLens& lens) {
@@ -247,6 +278,8 @@ DeviceTensors make_tensors(const Problem& p, const SeqLens& lens) {
     prm.s_q_max = lens.s_q_max;
     prm.s_kv_max = lens.s_kv_max;
     prm.mask = p.mask;
+    prm.window = p.sliding_window_size;
+    prm.chunk = p.chunked_attention_size;
     prm.scale_bmm1 = p.scale_bmm1;
     prm.scale_softmax = p.scale_softmax;
     prm.scale_bmm2 = p.scale_bmm2;

@@ -73,6 +73,10 @@ SeqLens make_seqlens(const Problem& p);
 // (query, key) pairs the mask leaves, summed over sequences (for Tflop/s).
 int64_t allowed_pairs(const Problem& p, const SeqLens& lens);
 
+// Keys some query row of its sequence sees, summed over sequences: the K/V rows a kernel
+// reads once per KV head (GB/s). kv_total unless a local mask leaves keys unseen.
+int64_t visible_kv_tokens(const Problem& p, const SeqLens& lens);
+
 // Everything on the device for one run. Params point into these buffers.
 struct DeviceTensors {
     DeviceBuffer<uint16_t> qkv;  // packed QKV [tokens, h + 2*h_kv, d]

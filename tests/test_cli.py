@@ -27,7 +27,9 @@ def test_help_prints_usage_and_exits_0(flag, fmha):
     r = fmha(flag)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("usage: fmha.exe")
-    for documented in ("-causal-mask", "-gqa", "-separate-q-k-v", "-save-tensors", "-skip-checks", "(n/a)"):
+    for documented in ("-causal-mask", "-gqa", "-separate-q-k-v", "-save-tensors", "-skip-checks", "(n/a)",
+                       "-sliding-window-size", "-bidirectional-sliding-window-mask", "-chunked-attention-size",
+                       "-softcapping-scale-bmm1"):
         assert documented in r.stdout
 
 
@@ -65,9 +67,14 @@ BAD_ARGS = {
     "e4m3-fp32": (["-e4m3-fp32"], "not supported yet"),
     "fp16 output": (["-fp16-output"], "not supported yet"),
     "bf16 output": (["-bf16-output"], "not supported yet"),
-    "sliding window": (["-sliding-window-size", "128"], "not supported yet"),
-    "chunked attention": (["-chunked-attention-size", "128"], "not supported yet"),
-    "bidirectional window": (["-bidirectional-sliding-window-mask"], "not supported yet"),
+    "window zero": (["-sliding-window-size", "0"], "-sliding-window-size must be between 1"),
+    "window larger than s": (["-s", "128", "-sliding-window-size", "129"], "-sliding-window-size 129 is larger than -s 128"),
+    "bidirectional without a window": (["-bidirectional-sliding-window-mask"], "needs -sliding-window-size"),
+    "bidirectional and causal": (["-sliding-window-size", "8", "-bidirectional-sliding-window-mask", "-causal-mask"],
+                                 "cannot be combined"),
+    "chunk not a power of two": (["-chunked-attention-size", "96"], "must be a power of two, got 96"),
+    "chunk zero": (["-chunked-attention-size", "0"], "-chunked-attention-size must be between 1"),
+    "window and chunk": (["-sliding-window-size", "8", "-chunked-attention-size", "64"], "cannot be combined"),
     "custom mask": (["-custom-mask"], "not supported yet"),
     "paged kv": (["-paged-kv"], "not supported yet"),
     "tokens per block": (["-tokens-per-block", "64"], "not supported yet"),

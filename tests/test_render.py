@@ -68,7 +68,9 @@ def test_registry_ws_row():
     text = render_registry(environment(), [KernelSpec.parse("fmha_v2_ws_fp16_fp32_d64_192x128_w12x1_sm90")])
     assert '{"fmha_v2_ws_fp16_fp32_d64_192x128_w12x1_sm90", "ws", 90, DataType::kFp16, DataType::kFp32,' in text
     assert "/*block_m=*/192, /*block_n=*/128, /*warps_m=*/12, /*warps_n=*/1" in text
-    assert "mask_bit(MaskType::kPadding) | mask_bit(MaskType::kCausal), /*variants=*/0u, /*warp_specialized=*/true" in text
+    assert ("mask_bit(MaskType::kPadding) | mask_bit(MaskType::kCausal) | mask_bit(MaskType::kSlidingWindow) | "
+            "mask_bit(MaskType::kBidirectionalWindow) | mask_bit(MaskType::kChunked), /*variants=*/0u, "
+            "/*warp_specialized=*/true") in text
     assert "/*uses_tma=*/true, /*persistent=*/true," in text    # SCHEDULING_MODE's default, 1
     assert "/*persistent=*/false," in render_registry(
         environment(), [KernelSpec.parse("fmha_v2_ws_fp16_fp32_d64_192x128_w12x1_sm90")], scheduling_mode=0)

@@ -73,6 +73,18 @@ Smem make_smem(int warps, int d, int dv) {
     return s;
 }
 
+// Whether key j is visible to the query at key position pos, for every mask (params.h).
+__device__ inline bool key_visible(const Params& p, int j, int pos) {
+    switch (p.mask) {
+        case MaskType::kPadding: return true;
+        case MaskType::kCausal: return j <= pos;
+        case MaskType::kSlidingWindow: return j <= pos && pos - j < p.window;
+        case MaskType::kBidirectionalWindow: return pos - j < p.window && j - pos < p.window;
+        case MaskType::kChunked: return j <= pos && j / p.chunk == pos / p.chunk;
+    }
+    return false;
+}
+
 // kColChunks: columns per lane, ceil(dv / 32) rounded up to a power of two.
 template <class T, int kColChunks>
 __global__ void __launch_bounds__(kMaxWarps * kWarpSize)
@@ -85,12 +97,15 @@ reference_kernel(Params p, Smem geo, float* o_ref, float* lse) {
     const int warps = blockDim.x / kWarpSize;
     const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
     const int kv_head = head / (p.h / p.h_kv);
-    const bool causal = p.mask == MaskType::kCausal;
-    const int shift = kv_len - q_len;  // causal: row r sees keys j <= r + shift
+    const int shift = kv_len - q_len;  // row r sits at key position r + shift
 
-    // Keys any row of this CTA may see: [0, key_end).
+    // Keys any row of this CTA may see: [0, key_end) (the masks below never reach further
+    // right than the last row's position + window).
     const int last_row = min(row0 + geo.rows, q_len) - 1;
-    const int key_end = causal ? min(kv_len, last_row + shift + 1) : kv_len;
+    const int64_t reach = p.mask == MaskType::kPadding               ? kv_len
+                          : p.mask == MaskType::kBidirectionalWindow ? int64_t(last_row) + shift + p.window
+                                                                     : int64_t(last_row) + shift + 1;
+    const int key_end = int(reach < kv_len ? reach : kv_len);
 
     const T* q = static_cast<const T*>(p.q) + int64_t(p.q_offsets[seq]) * p.q_row_stride +
                  int64_t(head) * p.q_head_stride;
@@ -143,7 +158,7 @@ reference_kernel(Params p, Smem geo, float* o_ref, float* lse) {
 #pragma unroll
         for (int i = 0; i < kRowsPerWarp; ++i) {
             const int r = row0 + my_row + i;
-            const bool visible = key < kv_len && (!causal || key <= r + shift);
+            const bool visible = key < kv_len && key_visible(p, key, r + shift);
             // Scores in log2 units; m is the integer-valued running max in those units.
             float logit = s[i] * p.scale_bmm1;
             if (p.softcap > 0.f) logit = p.softcap * tanhf(logit / p.softcap);

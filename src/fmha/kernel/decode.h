@@ -174,7 +174,7 @@ FMHA_HOST_DEVICE Shape make_shape(const Params& p, int splits) {
     s.rows_max = s.group * p.s_q_max;
     s.row_tiles = ceil_div(s.rows_max, Tr::kRows);
     s.splits = splits;
-    s.keys_per_split = round_up(ceil_div(max_int(p.s_kv_max, 1), splits), Tr::kBlockN);
+    s.keys_per_split = round_up(ceil_div(max_int(mask::key_span_max(p), 1), splits), Tr::kBlockN);
     s.units = int64_t(p.b) * p.h_kv * s.row_tiles * splits;
     return s;
 }
@@ -199,6 +199,12 @@ inline size_t partial_bytes(const Params& p, int splits) {
 template <class Tr>
 FMHA_DEVICE float* partials(const Params& p, const Shape& s) {
     return reinterpret_cast<float*>(static_cast<char*>(p.workspace) + counter_bytes<Tr>(p, s));
+}
+
+// Splits of sequence b that start inside its keys (mask::sequence_keys); 0 when it has none.
+FMHA_DEVICE int live_splits(const Params& p, const Shape& shape, int b) {
+    const mask::KeyRange keys = mask::sequence_keys(p, p.q_lens[b], p.kv_lens[b]);
+    return ceil_div(max_int(0, keys.last - keys.first), shape.keys_per_split);
 }
 
 // Merges the `live` splits of one query row's 8 columns (chunk) into O (LSE-weighted).
@@ -248,7 +254,7 @@ inline int choose_splits_warp(const Params& p, int num_sms, size_t workspace_byt
     const Shape one = make_shape<Tr>(p, 1);
     const int64_t target = int64_t(std::max(num_sms, 1)) * 64;
     int splits = static_cast<int>(std::min<int64_t>(kMaxSplits, (target + one.units - 1) / one.units));
-    splits = std::min(splits, std::max(1, p.s_kv_max / kMinKeysPerSplit));
+    splits = std::min(splits, std::max(1, mask::key_span_max(p) / kMinKeysPerSplit));
     while (splits > 1 && partial_bytes<Tr>(p, splits) > workspace_bytes) --splits;
     return std::max(splits, 1);
 }
@@ -262,7 +268,7 @@ inline int choose_splits_mma(const Params& p, int num_sms, int ctas_per_sm, size
     const Shape one = make_shape<Tr>(p, 1);
     const int64_t slots = int64_t(std::max(num_sms, 1)) * std::max(ctas_per_sm, 1);
     int splits = static_cast<int>(std::min<int64_t>(kMaxSplits, std::max<int64_t>(1, slots / one.units)));
-    splits = std::min(splits, std::max(1, p.s_kv_max / kMmaMinKeysPerSplit));
+    splits = std::min(splits, std::max(1, mask::key_span_max(p) / kMmaMinKeysPerSplit));
     while (splits > 1 && partial_bytes<Tr>(p, splits) > workspace_bytes) --splits;
     return std::max(splits, 1);
 }
@@ -306,7 +312,7 @@ struct WarpUnit {
     int b, g, split;
     int64_t item;
     int q_len, kv_len, rows, row0;
-    int key_begin, key_end;
+    int key_begin, key_end;  // this split's keys: a slice of mask::sequence_keys
     int q_off, kv_off;
     bool live;  // false: the tile is past the sequence's rows, or the split past its keys
 };
@@ -337,13 +343,14 @@ FMHA_DEVICE WarpUnit warp_unit(const Params& p, const Shape& shape, const UnitDi
     u.kv_len = p.kv_lens[u.b];
     u.rows = shape.group * u.q_len;
     u.row0 = row_tile * Tr::kRows;
-    u.key_begin = u.split * shape.keys_per_split;
-    u.key_end = min_int(u.kv_len, u.key_begin + shape.keys_per_split);
+    const mask::KeyRange keys = mask::sequence_keys(p, u.q_len, u.kv_len);
+    u.key_begin = keys.first + u.split * shape.keys_per_split;
+    u.key_end = min_int(keys.last, u.key_begin + shape.keys_per_split);
     u.q_off = p.q_offsets[u.b];
     u.kv_off = p.kv_offsets[u.b];
     // A split past the sequence's keys writes nothing; the combine reads only live splits.
     // (With one split the unit always runs: a sequence without keys gets zero rows.)
-    u.live = u.row0 < u.rows && !(shape.splits > 1 && u.key_begin >= u.kv_len);
+    u.live = u.row0 < u.rows && !(shape.splits > 1 && u.key_begin >= keys.last);
     return u;
 }
 
@@ -420,9 +427,10 @@ struct WarpState {
     // One step: the kPasses passes of keys at k0 (k_raw, v_raw as load_kv loaded them).
     // kOnly: the unit's only step, on a fresh state (nothing to rescale). kPerGroup: as load_kv.
     // softcap: Params::softcap (0: off); the scores here are in log2 units.
-    template <bool kCausal, int kPasses, bool kOnly = false, bool kPerGroup = false>
+    template <mask::Kind kMask, int kPasses, bool kOnly = false, bool kPerGroup = false>
     FMHA_DEVICE void step(const uint4 (&k_raw)[kPasses], const uint4 (&v_raw)[kPasses], int k0,
-                          const WarpUnit& u, const FastDiv& group, int grp, float softcap) {
+                          const WarpUnit& u, const FastDiv& group, int grp, float softcap,
+                          const mask::Rows<kMask>& mrows) {
         using Element = typename Tr::Element;
         constexpr int LK = Tr::kLanesPerKey;
         float kx[kPasses][kElemsPerChunk], vx[kPasses][kElemsPerChunk];
@@ -433,11 +441,11 @@ struct WarpState {
         }
 #pragma unroll
         for (int r = 0; r < Tr::kRows; ++r) {
-            // Keys visible to row r: [0, limit) (padding: kv_len; causal: bottom-right aligned).
+            // Keys visible to row r: [lo, limit), clipped to the split (loads past it are 0).
             const int row = u.row0 + r;
-            const int limit = row < u.rows
-                                  ? min_int(u.key_end, mask::key_limit<kCausal>(group.div(row), u.kv_len, u.q_len))
-                                  : 0;
+            const int pos = row < u.rows ? group.div(row) : 0;
+            const int limit = row < u.rows ? min_int(u.key_end, mrows.end(pos)) : 0;
+            const int lo = mrows.begin(pos);
             float s[kPasses];
             float step_max = -INFINITY;
 #pragma unroll
@@ -449,7 +457,7 @@ struct WarpState {
                 for (int off = LK / 2; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
                 if (softcap > 0.f) dot = softmax::Softcap::for_log2_scores(softcap)(dot);
                 const int key = pass_key<Tr, kPerGroup>(k0, i, grp);
-                s[i] = key < limit ? dot : -INFINITY;
+                s[i] = key < limit && (kMask != mask::Kind::kLocal || key >= lo) ? dot : -INFINITY;
                 step_max = fmaxf(step_max, s[i]);
             }
             const float m_new = fmaxf(m[r], ceilf(step_max));
@@ -541,7 +549,7 @@ struct WarpState {
 };
 
 // Any number of steps per unit: one unit per warp, every load of a step issued before use.
-template <class Tr, bool kCausal, bool kSoftcap = false>
+template <class Tr, mask::Kind kMask, bool kSoftcap = false>
 __global__ void __launch_bounds__(Tr::kThreads, kSoftcap ? max_int(1, Tr::kMinBlocks * 3 / 4) : Tr::kMinBlocks)
     decode_kernel(const __grid_constant__ Params p, int splits, const UnitDivs dv) {
     const Shape shape = make_shape<Tr>(p, splits);
@@ -553,6 +561,7 @@ __global__ void __launch_bounds__(Tr::kThreads, kSoftcap ? max_int(1, Tr::kMinBl
     const int sub = lane % Tr::kLanesPerKey;  // this lane's 16-byte chunk of a row
     const int grp = lane / Tr::kLanesPerKey;  // the key of a pass this lane works on
 
+    const auto mrows = mask::Rows<kMask>::make(p, u.q_len, u.kv_len);
     WarpState<Tr> st;
     {
         uint4 q_raw[Tr::kRows];
@@ -562,7 +571,8 @@ __global__ void __launch_bounds__(Tr::kThreads, kSoftcap ? max_int(1, Tr::kMinBl
     for (int k0 = u.key_begin; k0 < u.key_end; k0 += Tr::kBlockN) {
         uint4 k_raw[Tr::kUnroll], v_raw[Tr::kUnroll];
         load_kv<Tr, Tr::kUnroll>(k_raw, v_raw, p, u, k0, sub, grp);
-        st.template step<kCausal, Tr::kUnroll>(k_raw, v_raw, k0, u, dv.group, grp, kSoftcap ? p.softcap : 0.f);
+        st.template step<kMask, Tr::kUnroll>(k_raw, v_raw, k0, u, dv.group, grp, kSoftcap ? p.softcap : 0.f,
+                                             mrows);
     }
     st.finish(p, shape, dv.group, u, sub, grp);
 }
@@ -577,7 +587,7 @@ __global__ void __launch_bounds__(Tr::kThreads, kSoftcap ? max_int(1, Tr::kMinBl
 template <class Tr, int kPasses>
 constexpr int kShortMinBlocks = Tr::kRows == 1 && kPasses == 2 ? 7 : Tr::kMinBlocks;
 
-template <class Tr, bool kCausal, int kPasses, bool kSoftcap = false>
+template <class Tr, mask::Kind kMask, int kPasses, bool kSoftcap = false>
 __global__ void __launch_bounds__(Tr::kThreads, (kShortMinBlocks<Tr, kPasses>))
     decode_short_kernel(const __grid_constant__ Params p, const UnitDivs dv) {
     constexpr int kGroups = Tr::kKeysPerPass;  // lane groups per warp, one unit each
@@ -617,8 +627,9 @@ __global__ void __launch_bounds__(Tr::kThreads, (kShortMinBlocks<Tr, kPasses>))
         WarpState<Tr> st;
         st.init(cur.q, scale_log2);
         if (__any_sync(0xffffffffu, u.key_begin < u.key_end)) {
-            st.template step<kCausal, kPasses, true, true>(cur.k, cur.v, u.key_begin, u, dv.group, grp,
-                                                           kSoftcap ? p.softcap : 0.f);
+            st.template step<kMask, kPasses, true, true>(cur.k, cur.v, u.key_begin, u, dv.group, grp,
+                                                         kSoftcap ? p.softcap : 0.f,
+                                                         mask::Rows<kMask>::make(p, u.q_len, u.kv_len));
         }
         if (u.live) st.template finish<true>(p, shape, dv.group, u, sub, grp);
         if (!more) break;
@@ -629,7 +640,7 @@ __global__ void __launch_bounds__(Tr::kThreads, (kShortMinBlocks<Tr, kPasses>))
 
 // ---- Tensor-core path ----
 
-template <class Tr, bool kCausal, bool kSoftcap = false>
+template <class Tr, mask::Kind kMask, bool kSoftcap = false>
 __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __grid_constant__ Params p, int splits) {
     using Element = typename Tr::Element;
     constexpr int R = Tr::kRows;
@@ -654,11 +665,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
     const int rows = shape.group * q_len;
     const int row0 = row_tile * R;
     if (row0 >= rows) return;  // the tile is past this sequence's rows
-    const int key_begin = split * shape.keys_per_split;
-    const int key_end = min_int(kv_len, key_begin + shape.keys_per_split);
+    const mask::KeyRange keys = mask::sequence_keys(p, q_len, kv_len);
+    const int key_begin = keys.first + split * shape.keys_per_split;
+    const int key_end = min_int(keys.last, key_begin + shape.keys_per_split);
     // A split past the sequence's keys does nothing, except split 0 of a sequence without
     // keys, which stands for all of them (the tile's merge then writes zero rows).
-    if (splits > 1 && key_begin >= kv_len && split > 0) return;
+    if (splits > 1 && key_begin >= keys.last && split > 0) return;
     const int q_off = p.q_offsets[b];
     const int kv_off = p.kv_offsets[b];
 
@@ -710,12 +722,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
     k_addr.init(smem_k, warp * Tr::kWarpKeys + mma::lane_row_b(lane), mma::lane_chunk_b(lane));
     v_addr.init(smem_v, warp * Tr::kWarpKeys + mma::lane_row_a(lane), mma::lane_chunk_a(lane));
 
-    // Keys [0, limit[h]) are visible to this lane's rows lane/4 + 8h, clipped to the split.
-    int limit[2];
+    // Keys [lo[h], limit[h]) are visible to this lane's rows lane/4 + 8h, clipped to the split.
+    int lo[2], limit[2];
+    {
+        const auto mrows = mask::Rows<kMask>::make(p, q_len, kv_len);
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int row = row0 + lane / 4 + 8 * h;
-        limit[h] = row < rows ? min_int(key_end, mask::key_limit<kCausal>(row / shape.group, kv_len, q_len)) : 0;
+        for (int h = 0; h < 2; ++h) {
+            const int row = row0 + lane / 4 + 8 * h;
+            limit[h] = row < rows ? min_int(key_end, mrows.end(row / shape.group)) : 0;
+            lo[h] = row < rows ? mrows.begin(row / shape.group) : 0;
+        }
     }
     const int col0 = key_begin + warp * Tr::kWarpKeys + 2 * (lane % 4);  // this lane's first key, block 0
 
@@ -755,7 +771,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
             for (int ni = 0; ni < Tr::kNTilesS; ++ni) {
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
-                    if (key0 + ni * 8 + e >= limit[h]) acc_s[0][ni][2 * h + e] = -INFINITY;
+                    const int key = key0 + ni * 8 + e;
+                    if (key >= limit[h] || (kMask == mask::Kind::kLocal && key < lo[h])) {
+                        acc_s[0][ni][2 * h + e] = -INFINITY;
+                    }
                 }
             }
         }
@@ -847,8 +866,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
     __shared__ int last;
     __threadfence();
     __syncthreads();
-    // CTAs of this tile that write (kv_len reloaded: fewer registers live across the main loop)
-    const int live = max_int(1, ceil_div(p.kv_lens[b], shape.keys_per_split));
+    // CTAs of this tile that write (the range recomputed: fewer registers live across the main loop)
+    // (split 0 of a sequence without keys writes its empty rows: at least one)
+    const int live = max_int(1, live_splits(p, shape, b));
     if (tid == 0) {
         int* counter = static_cast<int*>(p.workspace) + int64_t(item) * shape.row_tiles + row_tile;
         last = atomicAdd(counter, 1) == live - 1;
@@ -874,10 +894,13 @@ template <class Tr>
 MmaSetup mma_setup() {
     static const MmaSetup setup = [] {
         MmaSetup s{cudaSuccess, 1};
-        const void* fns[4] = {reinterpret_cast<const void*>(&decode_mma_kernel<Tr, false, false>),
-                              reinterpret_cast<const void*>(&decode_mma_kernel<Tr, true, false>),
-                              reinterpret_cast<const void*>(&decode_mma_kernel<Tr, false, true>),
-                              reinterpret_cast<const void*>(&decode_mma_kernel<Tr, true, true>)};
+        using mask::Kind;
+        const void* fns[6] = {reinterpret_cast<const void*>(&decode_mma_kernel<Tr, Kind::kPadding, false>),
+                              reinterpret_cast<const void*>(&decode_mma_kernel<Tr, Kind::kCausal, false>),
+                              reinterpret_cast<const void*>(&decode_mma_kernel<Tr, Kind::kLocal, false>),
+                              reinterpret_cast<const void*>(&decode_mma_kernel<Tr, Kind::kPadding, true>),
+                              reinterpret_cast<const void*>(&decode_mma_kernel<Tr, Kind::kCausal, true>),
+                              reinterpret_cast<const void*>(&decode_mma_kernel<Tr, Kind::kLocal, true>)};
         for (const void* fn : fns) {
             if (s.err == cudaSuccess && Tr::kSmemBytes > 48 * 1024)
                 s.err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
@@ -886,7 +909,8 @@ MmaSetup mma_setup() {
                                              cudaSharedmemCarveoutMaxShared);
         }
         if (s.err == cudaSuccess) {
-            s.err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&s.ctas_per_sm, &decode_mma_kernel<Tr, false>,
+            s.err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&s.ctas_per_sm,
+                                                                  &decode_mma_kernel<Tr, mask::Kind::kPadding>,
                                                                   Tr::kThreads, Tr::kSmemBytes);
         }
         s.ctas_per_sm = std::max(s.ctas_per_sm, 1);
@@ -900,7 +924,7 @@ template <class Tr, int kPasses>
 cudaError_t short_ctas_per_sm(int* ctas) {
     static int cached = 0;
     static cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &cached, &decode_short_kernel<Tr, false, kPasses>, Tr::kThreads, 0);
+        &cached, &decode_short_kernel<Tr, mask::Kind::kPadding, kPasses>, Tr::kThreads, 0);
     *ctas = std::max(cached, 1);
     return err;
 }
@@ -915,11 +939,11 @@ cudaError_t launch_short(const Params& p, const Shape& shape, cudaStream_t strea
     const int64_t units_per_cta = int64_t(Tr::kWarps) * Tr::kKeysPerPass;  // a unit per lane group
     const int64_t blocks = std::min<int64_t>((shape.units + units_per_cta - 1) / units_per_cta, int64_t(sms) * ctas_per_sm);
     const UnitDivs dv = unit_divs(p, shape);
-    kernel::with_causal(
+    kernel::with_mask(
         p.mask,
-        [&](auto causal) {
+        [&](auto kind) {
             return kernel::with_softcap(p, [&](auto softcap) {
-                decode_short_kernel<Tr, decltype(causal)::value, kPasses, decltype(softcap)::value>
+                decode_short_kernel<Tr, decltype(kind)::value, kPasses, decltype(softcap)::value>
                     <<<static_cast<unsigned>(blocks), Tr::kThreads, 0, stream>>>(p, dv);
                 return 0;
             });
@@ -960,26 +984,22 @@ __global__ void __launch_bounds__(256) combine_kernel(const __grid_constant__ Pa
     const int row = item_row - item * tile_rows;
     const int b = static_cast<int>(item / p.h_kv);
     if (row >= shape.group * p.q_lens[b]) return;
-    const int kv_len = p.kv_lens[b];
-    const int live = kv_len > 0 ? ceil_div(kv_len, shape.keys_per_split) : 0;  // splits that ran
-    combine_chunk<Tr>(p, shape, splits, item, row, chunk, live);
+    combine_chunk<Tr>(p, shape, splits, item, row, chunk, live_splits(p, shape, b));  // 0: zero rows
 }
 
 // The __global__ for a mask, as the registry's EntryFn returns it.
 template <class Tr>
 const void* entry(MaskType m) {
-    return kernel::with_causal(
+    return kernel::with_mask(
         m,
-        [](auto causal) {
-            constexpr bool kCausal = decltype(causal)::value;
-            if constexpr (Tr::kMma) return reinterpret_cast<const void*>(&decode_mma_kernel<Tr, kCausal>);
-            else return reinterpret_cast<const void*>(&decode_kernel<Tr, kCausal>);
+        [](auto kind) {
+            constexpr mask::Kind kMask = decltype(kind)::value;
+            if constexpr (Tr::kMma) return reinterpret_cast<const void*>(&decode_mma_kernel<Tr, kMask>);
+            else return reinterpret_cast<const void*>(&decode_kernel<Tr, kMask>);
         },
         static_cast<const void*>(nullptr));
 }
 
-// The registry's WorkspaceFn: bytes of Params::workspace the launch uses for this problem
-// at most (0 when it runs one split). Launch with less and it runs fewer splits.
 // The registry's WorkspaceFn: bytes of Params::workspace the launch uses for this problem
 // at most (0 when it runs one split). Launch with less and it runs fewer splits.
 template <class Tr>
@@ -1012,30 +1032,30 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
     if (combine_threads > INT32_MAX || shape.units > INT32_MAX) return cudaErrorInvalidValue;
     if constexpr (Tr::kMma) {
         const auto blocks = static_cast<unsigned>(shape.units);
-        kernel::with_causal(
+        kernel::with_mask(
             p.mask,
-            [&](auto causal) {
+            [&](auto kind) {
                 return kernel::with_softcap(p, [&](auto softcap) {
-                    decode_mma_kernel<Tr, decltype(causal)::value, decltype(softcap)::value>
+                    decode_mma_kernel<Tr, decltype(kind)::value, decltype(softcap)::value>
                         <<<blocks, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, splits);
                     return 0;
                 });
             },
             0);
-    } else if (splits == 1 && p.s_kv_max <= 1) {  // one step per unit: persistent warps
+    } else if (splits == 1 && mask::key_span_max(p) <= 1) {  // one step per unit: persistent warps
         const cudaError_t e = launch_short<Tr, 1>(p, shape, stream);
         if (e != cudaSuccess) return e;
-    } else if (splits == 1 && p.s_kv_max <= 2) {
+    } else if (splits == 1 && mask::key_span_max(p) <= 2) {
         const cudaError_t e = launch_short<Tr, 2>(p, shape, stream);
         if (e != cudaSuccess) return e;
     } else {
         const int64_t blocks = (shape.units + Tr::kWarps - 1) / Tr::kWarps;
         const UnitDivs dv = unit_divs(p, shape);
-        kernel::with_causal(
+        kernel::with_mask(
             p.mask,
-            [&](auto causal) {
+            [&](auto kind) {
                 return kernel::with_softcap(p, [&](auto softcap) {
-                    decode_kernel<Tr, decltype(causal)::value, decltype(softcap)::value>
+                    decode_kernel<Tr, decltype(kind)::value, decltype(softcap)::value>
                         <<<static_cast<unsigned>(blocks), Tr::kThreads, 0, stream>>>(p, splits, dv);
                     return 0;
                 });

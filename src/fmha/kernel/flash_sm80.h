@@ -104,7 +104,7 @@ struct Traits {
     static_assert(kAccRegs <= kMaxAccRegs, "O + S accumulators would spill: smaller tiles or more warps");
 };
 
-template <class Tr, bool kCausal, bool kSoftcap = false>
+template <class Tr, mask::Kind kMask, bool kSoftcap = false>
 __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_constant__ Params p) {
     using Element = typename Tr::Element;
     extern __shared__ __align__(128) char smem[];
@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
     const int tid = threadIdx.x;
     const int lane = tid % kWarpSize;
     const int warp = tid / kWarpSize;
-    const sched::Tile tile = sched::static_tile<kCausal>();
+    const sched::Tile tile = sched::static_tile<kMask == mask::Kind::kCausal>();
 
     const int q_len = p.q_lens[tile.batch];
     const int m0 = tile.m_block * Tr::kBlockM;
@@ -132,11 +132,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
     Element* o = static_cast<Element*>(p.o) + static_cast<int64_t>(q_off + m0) * p.o_row_stride +
                  static_cast<int64_t>(tile.head) * p.o_head_stride;
 
-    // Keys [0, key_end) are visible to some row of this tile; blocks below n_unmasked are
-    // visible to every row (the tile's first row is the most restricted one).
-    const int key_end = mask::key_limit<kCausal>(m0 + q_rows - 1, kv_len, q_len);
-    const int n_blocks = key_end > 0 ? ceil_div(key_end, Tr::kBlockN) : 0;
-    const int n_unmasked = max_int(0, mask::key_limit<kCausal>(m0, kv_len, q_len)) / Tr::kBlockN;
+    // Key blocks some row of this tile sees, and those every row sees whole (no mask).
+    const auto rows = mask::Rows<kMask>::make(p, q_len, kv_len);
+    const mask::Blocks blk = mask::blocks(rows, m0, m0 + q_rows - 1, Tr::kBlockN);
 
     const uint32_t smem_q = smem_u32(smem);
     const uint32_t smem_k = smem_q + Tr::kSmemQ;                  // kStages x [kBlockN, d]
@@ -160,11 +158,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
     softmax::OnlineSoftmax<Tr::kMmaM> softmax;
     softmax.init();
 
-    if (n_blocks > 0) {
+    if (blk.count() > 0) {
         const float scale_log2 = p.scale_bmm1 * kLog2e;
         const int row0 = m0 + warp * Tr::kWarpRows + lane / 4;  // this lane's first query row
         const int col0 = 2 * (lane % 4);                        // this lane's first key in an n-tile
-        // Key block nb's rows; only the top block can hold the key tail (zero-filled).
+        // Key block nb's rows; only the top block can hold the key tail (zero-filled), and
+        // the blocks below it are whole (a local mask's first block starts at key >= 0).
         const auto load_k = [&](uint32_t dst, int nb, auto check_rows) {
             const int n0 = nb * Tr::kBlockN;
             Tr::LoaderK::template load<decltype(check_rows)::value>(dst, k + n0 * p.k_row_stride,
@@ -175,7 +174,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
             Tr::LoaderV::template load<decltype(check_rows)::value>(dst, v + n0 * p.v_row_stride,
                                                                    p.v_row_stride, kv_len - n0, tid);
         };
-        const int top = n_blocks - 1;
+        const int top = blk.end - 1;
 
         Tr::LoaderQ::template load<true>(smem_q, q, p.q_row_stride, q_rows, tid);
         load_k(smem_k, top, std::true_type{});
@@ -200,7 +199,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
                 softmax::apply_softcap(acc_s, softmax::Softcap::for_raw_scores(p.softcap, p.scale_bmm1));
             }
             if constexpr (decltype(masked)::value) {
-                mask::apply<kCausal>(acc_s, row0, nb * Tr::kBlockN + col0, kv_len, q_len);
+                mask::apply(acc_s, rows, row0, nb * Tr::kBlockN + col0);
             }
         };
         // O = O * rescale + softmax(S) V for the V tile at v_off bytes past stage 0.
@@ -219,7 +218,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
                 const uint32_t stage = static_cast<uint32_t>((top - nb) & 1);
                 memory::cp_async_wait<0>();
                 __syncthreads();  // K[nb], V[nb] landed; every warp is done with the other stage
-                if (nb > 0) {     // blocks below the top one are whole
+                if (nb > blk.begin) {  // blocks below the top one are whole
                     load_k(smem_k + (stage ^ 1) * Tr::kSmemK, nb - 1, std::false_type{});
                     load_v(smem_v + (stage ^ 1) * Tr::kSmemV, nb - 1, std::false_type{});
                     memory::cp_async_commit();
@@ -235,7 +234,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
                 scores(acc_s, 0u, nb, masked);
                 memory::cp_async_wait<0>();
                 __syncthreads();  // V[nb] landed; every warp is done with K[nb]
-                if (nb > 0) {
+                if (nb > blk.begin) {
                     load_k(smem_k, nb - 1, std::false_type{});
                     memory::cp_async_commit();
                 }
@@ -243,9 +242,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
             }
         };
 
+        // Masked blocks at the top (key tail, diagonal, a window's right edge), the whole
+        // ones, then masked ones at the bottom (a window's left edge or a chunk start).
         int nb = top;
-        for (; nb >= n_unmasked; --nb) step(std::true_type{}, nb);
-        for (; nb >= 0; --nb) step(std::false_type{}, nb);
+        for (; nb >= blk.full_end; --nb) step(std::true_type{}, nb);
+        for (; nb >= blk.full_begin; --nb) step(std::false_type{}, nb);
+        if constexpr (kMask == mask::Kind::kLocal) {
+            for (; nb >= blk.begin; --nb) step(std::true_type{}, nb);
+        }
     }
 
     float inv[Tr::kMmaM][2];
@@ -257,8 +261,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
 // The __global__ for a mask, as the registry's EntryFn returns it.
 template <class Tr>
 const void* entry(MaskType m) {
-    return kernel::with_causal(
-        m, [](auto causal) { return reinterpret_cast<const void*>(&fwd_kernel<Tr, decltype(causal)::value>); },
+    return kernel::with_mask(
+        m, [](auto kind) { return reinterpret_cast<const void*>(&fwd_kernel<Tr, decltype(kind)::value>); },
         static_cast<const void*>(nullptr));
 }
 
@@ -270,12 +274,13 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
     if (!kernel::params_fit(p, Tr::kHeadDim, Tr::kHeadDimV)) return cudaErrorInvalidValue;
     if (entry<Tr>(p.mask) == nullptr) return cudaErrorInvalidValue;  // a mask the family does not implement
     const dim3 grid = sched::static_grid(ceil_div(p.s_q_max, Tr::kBlockM), p.h, p.b);
-    return kernel::with_causal(
+    return kernel::with_mask(
         p.mask,
-        [&](auto causal) {
+        [&](auto kind) {
             return kernel::with_softcap(p, [&](auto softcap) {
-                constexpr bool kCausal = decltype(causal)::value, kSoftcap = decltype(softcap)::value;
-                const void* fn = reinterpret_cast<const void*>(&fwd_kernel<Tr, kCausal, kSoftcap>);
+                constexpr mask::Kind kMask = decltype(kind)::value;
+                constexpr bool kSoftcap = decltype(softcap)::value;
+                const void* fn = reinterpret_cast<const void*>(&fwd_kernel<Tr, kMask, kSoftcap>);
                 if (Tr::kSmemBytes > 48 * 1024) {
                     cudaError_t err =
                         cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
@@ -286,7 +291,7 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
                     }
                     if (err != cudaSuccess) return err;
                 }
-                fwd_kernel<Tr, kCausal, kSoftcap><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p);
+                fwd_kernel<Tr, kMask, kSoftcap><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p);
                 return cudaGetLastError();
             });
         },

@@ -164,13 +164,14 @@ FMHA_DEVICE void setmaxnreg_inc() {
 // One tile's bounds, the same on the producer and consumer sides.
 struct TileWork {
     int batch, head, kv_head, m0, q_len, kv_len, q_off, kv_off;
-    int n_blocks;  // key blocks to visit; 0 when the tile has no visible key
+    int blk_end;   // key blocks blk_end - 1 down to blk_end - n_blocks are visited
+    int n_blocks;  // 0 when the tile has no visible key
     bool active;   // the tile has query rows (m0 < q_len)
 };
 
-template <class Tr, bool kCausal>
+template <class Tr, mask::Kind kMask>
 FMHA_DEVICE TileWork tile_work(const Params& p, int t, int m_blocks, int section) {
-    const sched::Tile tile = sched::tile_at(t, m_blocks, p.h, p.b, kCausal, section);
+    const sched::Tile tile = sched::tile_at(t, m_blocks, p.h, p.b, kMask == mask::Kind::kCausal, section);
     TileWork w;
     w.batch = tile.batch;
     w.head = tile.head;
@@ -181,14 +182,17 @@ FMHA_DEVICE TileWork tile_work(const Params& p, int t, int m_blocks, int section
     w.kv_len = p.kv_lens[tile.batch];
     w.q_off = p.q_offsets[tile.batch];
     w.kv_off = p.kv_offsets[tile.batch];
-    // Keys [0, key_end) are visible to some row of the tile: the blocks above are skipped.
-    const int key_end =
-        w.active ? mask::key_limit<kCausal>(w.m0 + min_int(w.q_len - w.m0, Tr::kBlockM) - 1, w.kv_len, w.q_len) : 0;
-    w.n_blocks = key_end > 0 ? ceil_div(key_end, Tr::kBlockN) : 0;
+    // Blocks no row of the tile sees (above the diagonal, outside a window) are skipped.
+    const mask::Blocks blk =
+        w.active ? mask::blocks(mask::Rows<kMask>::make(p, w.q_len, w.kv_len), w.m0,
+                                w.m0 + min_int(w.q_len - w.m0, Tr::kBlockM) - 1, Tr::kBlockN)
+                 : mask::Blocks{0, 0, 0, 0};
+    w.blk_end = blk.end;
+    w.n_blocks = blk.count();
     return w;
 }
 
-template <class Tr, bool kCausal>
+template <class Tr, mask::Kind kMask>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
     fwd_kernel(const __grid_constant__ Params p, const __grid_constant__ TmaMaps maps) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -250,7 +254,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                 memory::mbar_arrive(tile_full(slot));
             }
             if (t >= num_tiles) break;
-            const TileWork w = tile_work<Tr, kCausal>(p, t, m_blocks, section);
+            const TileWork w = tile_work<Tr, kMask>(p, t, m_blocks, section);
             if (w.n_blocks > 0) {
                 memory::mbar_wait(q_empty, (q_iter & 1) ^ 1);
                 memory::mbar_arrive_expect_tx(q_full, Tr::kSmemQ);
@@ -259,7 +263,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                 for (int it = 0; it < w.n_blocks; ++it, ++kv_iter) {
                     const int st = kv_iter % S;
                     const uint32_t phase = (kv_iter / S) & 1;
-                    const int token = w.kv_off + (w.n_blocks - 1 - it) * Tr::kBlockN;
+                    const int token = w.kv_off + (w.blk_end - 1 - it) * Tr::kBlockN;
                     memory::mbar_wait(k_empty(st), phase ^ 1);
                     memory::mbar_arrive_expect_tx(k_full(st), Tr::kSmemK);
                     memory::tma_load_head_tile(smem_k + st * Tr::kSmemK, &maps.k, k_full(st), token, w.kv_head);
@@ -339,12 +343,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
             t = num_tiles;
         }
         if (t >= num_tiles) break;
-        const TileWork w = tile_work<Tr, kCausal>(p, t, m_blocks, section);
+        const TileWork w = tile_work<Tr, kMask>(p, t, m_blocks, section);
         if (!w.active) continue;
         const int n_blocks = w.n_blocks;
         const int wg_row0 = w.m0 + consumer * kWarpgroupRows;  // first query row of this warpgroup
-        // Blocks below n_unmasked are visible to every row of this warpgroup.
-        const int n_unmasked = max_int(0, mask::key_limit<kCausal>(wg_row0, w.kv_len, w.q_len)) / Tr::kBlockN;
+        // The blocks every row of this warpgroup sees whole run without the mask.
+        const auto rows = mask::Rows<kMask>::make(p, w.q_len, w.kv_len);
+        const mask::Blocks wg_blk = mask::blocks(rows, wg_row0, wg_row0 + kWarpgroupRows - 1, Tr::kBlockN);
 
         float acc_o[1][Tr::kNTilesO][4];  // [64 rows, dv] f32 of this warpgroup
 #pragma unroll
@@ -367,8 +372,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         };
         // Mask (boundary blocks only) and softmax of block nb; alpha: the O rescale it needs.
         const auto softmax_block = [&](float (&acc_s)[1][Tr::kNTilesS][4], int nb, float (&alpha)[2]) {
-            if (nb >= n_unmasked) {
-                mask::apply<kCausal>(acc_s, wg_row0 + row_g, nb * Tr::kBlockN + 2 * (lane % 4), w.kv_len, w.q_len);
+            if (wg_blk.masked(nb)) {
+                mask::apply(acc_s, rows, wg_row0 + row_g, nb * Tr::kBlockN + 2 * (lane % 4));
                 softmax.template scale<true>(acc_s, alpha, scale_log2);
             } else {
                 softmax.template scale<false>(acc_s, alpha, scale_log2);
@@ -391,7 +396,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                 mma::fence_operands(acc_s);
                 release(k_empty(st));
                 if (n_blocks == 1) release(q_empty);
-                softmax_block(acc_s, n_blocks - 1, alpha);  // O is still zero: alpha unused
+                softmax_block(acc_s, w.blk_end - 1, alpha);  // O is still zero: alpha unused
                 mma::s_to_p<Element>(p_frag, acc_s);
             }
             for (int it = 1; it < n_blocks; ++it) {
@@ -410,7 +415,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                 mma::fence_operands(acc_s);
                 release(k_empty(st));
                 if (it == n_blocks - 1) release(q_empty);  // the tile's last read of Q
-                softmax_block(acc_s, n_blocks - 1 - it, alpha);
+                softmax_block(acc_s, w.blk_end - 1 - it, alpha);
                 mma::wgmma_wait<0>();
                 mma::fence_operands(acc_o);
                 mma::fence_operands(p_frag);
@@ -444,8 +449,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 // The __global__ for a mask, as the registry's EntryFn returns it.
 template <class Tr>
 const void* entry(MaskType m) {
-    return kernel::with_causal(
-        m, [](auto causal) { return reinterpret_cast<const void*>(&fwd_kernel<Tr, decltype(causal)::value>); },
+    return kernel::with_mask(
+        m, [](auto kind) { return reinterpret_cast<const void*>(&fwd_kernel<Tr, decltype(kind)::value>); },
         static_cast<const void*>(nullptr));
 }
 
@@ -459,9 +464,9 @@ int grid_size(const Params& p, int num_sms) {
 }
 
 // cudaFuncSetAttribute once per kernel and process (the first launch pays it).
-template <class Tr, bool kCausal>
+template <class Tr, mask::Kind kMask>
 cudaError_t allow_smem() {
-    static const cudaError_t err = cudaFuncSetAttribute(reinterpret_cast<const void*>(&fwd_kernel<Tr, kCausal>),
+    static const cudaError_t err = cudaFuncSetAttribute(reinterpret_cast<const void*>(&fwd_kernel<Tr, kMask>),
                                                         cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
     return err;
 }
@@ -498,12 +503,12 @@ cudaError_t launch_with_extents(const Params& p, int64_t q_tokens, int64_t kv_to
                                                   p.v_head_stride, Tr::kBlockN);
     }
     if (err != cudaSuccess) return err;
-    err = kernel::with_causal(
+    err = kernel::with_mask(
         p.mask,
-        [&](auto causal) {
-            constexpr bool kCausal = decltype(causal)::value;
-            const cudaError_t e = allow_smem<Tr, kCausal>();
-            if (e == cudaSuccess) fwd_kernel<Tr, kCausal><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, maps);
+        [&](auto kind) {
+            constexpr mask::Kind kMask = decltype(kind)::value;
+            const cudaError_t e = allow_smem<Tr, kMask>();
+            if (e == cudaSuccess) fwd_kernel<Tr, kMask><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, maps);
             return e;
         },
         cudaErrorInvalidValue);

@@ -8,21 +8,36 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "fmha/mask/mask.h"
 #include "fmha/utils.h"
 #include "params.h"
 
 namespace fmha {
 namespace kernel {
 
+// The local masks' sizes: window >= 1 for the windows, chunk a power of two for kChunked.
+inline bool mask_fits(const Params& p) {
+    switch (p.mask) {
+        case MaskType::kPadding:
+        case MaskType::kCausal: return true;
+        case MaskType::kSlidingWindow:
+        case MaskType::kBidirectionalWindow: return p.window >= 1;
+        case MaskType::kChunked: return p.chunk >= 1 && (p.chunk & (p.chunk - 1)) == 0 && p.chunk <= (1 << 30);
+    }
+    return false;
+}
+
 //   d == kHeadDim, dv == kHeadDimV; b, h, h_kv >= 1, h % h_kv == 0; s_q_max >= 1
 //   b, h <= 65535 (grid y and z limits)
 //   scale_bmm1 finite and > 0 (the softmax tracks the max of the unscaled scores)
+//   a local mask's window or chunk as mask_fits says
 //   q/k/v/o 16-byte aligned, every stride a multiple of 8 elements (16-byte chunks)
 inline bool params_fit(const Params& p, int head_dim, int head_dim_v) {
     if (p.d != head_dim || p.dv != head_dim_v) return false;
     if (p.b < 1 || p.h < 1 || p.h_kv < 1 || p.h % p.h_kv != 0 || p.s_q_max < 1) return false;
     if (p.h > 65535 || p.b > 65535) return false;
     if (!(p.scale_bmm1 > 0.f) || !std::isfinite(p.scale_bmm1)) return false;
+    if (!mask_fits(p)) return false;
     const auto misaligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % kChunkBytes != 0; };
     if (misaligned(p.q) || misaligned(p.k) || misaligned(p.v) || misaligned(p.o)) return false;
     const int64_t strides[] = {p.q_row_stride, p.q_head_stride, p.k_row_stride, p.k_head_stride,
@@ -33,14 +48,21 @@ inline bool params_fit(const Params& p, int head_dim, int head_dim_v) {
     return true;
 }
 
-// The one place a run-time MaskType becomes the kernels' compile-time kCausal: returns
-// f(std::bool_constant<causal>) for the masks the families implement, `otherwise` for any
-// other. Families write their entry() and launch branches through it.
+// The one place a run-time MaskType becomes the kernels' compile-time mask::Kind: returns
+// f(std::integral_constant<mask::Kind, kind>) for the masks the families implement (the
+// three local masks share mask::Kind::kLocal), `otherwise` for any other. Families write
+// their entry() and launch branches through it.
+template <mask::Kind K>
+using MaskConstant = std::integral_constant<mask::Kind, K>;
+
 template <class F, class R>
-R with_causal(MaskType m, F&& f, R otherwise) {
+R with_mask(MaskType m, F&& f, R otherwise) {
     switch (m) {
-        case MaskType::kPadding: return f(std::false_type{});
-        case MaskType::kCausal: return f(std::true_type{});
+        case MaskType::kPadding: return f(MaskConstant<mask::Kind::kPadding>{});
+        case MaskType::kCausal: return f(MaskConstant<mask::Kind::kCausal>{});
+        case MaskType::kSlidingWindow:
+        case MaskType::kBidirectionalWindow:
+        case MaskType::kChunked: return f(MaskConstant<mask::Kind::kLocal>{});
     }
     return otherwise;
 }

@@ -1,6 +1,7 @@
-// src/fmha/mask/mask.h: key_limit on the host, mask::apply on two warps' score fragments
-// against the mask written out as a predicate, and the key-block schedule flash_sm80.h
-// derives from key_limit (which blocks it skips, masks, or runs mask-free).
+// src/fmha/mask/mask.h: mask::Rows (each row's visible key range) on the host against the
+// masks written out as a predicate, mask::apply on two warps' score fragments, and the
+// key-block schedule mask::blocks gives the kernels (which blocks they skip, mask, or run
+// mask-free), for every MaskType.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -10,45 +11,160 @@
 
 namespace {
 
-using fmha::mask::key_limit;
+using fmha::MaskType;
+using fmha::mask::Kind;
 
-// The masks' definition (mask.h, Params): may query row r of a sequence see key j?
-bool allowed(bool causal, int r, int j, int q_len, int kv_len) {
-    return j < kv_len && (!causal || j <= r + (kv_len - q_len));
+// The masks' definition (params.h), written out: may query row r of a sequence see key j?
+struct MaskDef {
+    MaskType mask;
+    int window = 0, chunk = 0;
+};
+
+bool allowed(const MaskDef& m, int r, int j, int q_len, int kv_len) {
+    if (j < 0 || j >= kv_len) return false;
+    const int pos = r + (kv_len - q_len);
+    switch (m.mask) {
+        case MaskType::kPadding: return true;
+        case MaskType::kCausal: return j <= pos;
+        case MaskType::kSlidingWindow: return j <= pos && j > pos - m.window;
+        case MaskType::kBidirectionalWindow: return j > pos - m.window && j < pos + m.window;
+        case MaskType::kChunked: return j <= pos && j / m.chunk == pos / m.chunk;
+    }
+    return false;
 }
 
-int limit(bool causal, int r, int kv_len, int q_len) {
-    return causal ? key_limit<true>(r, kv_len, q_len) : key_limit<false>(r, kv_len, q_len);
+fmha::Params params_of(const MaskDef& m) {
+    fmha::Params p;
+    p.mask = m.mask;
+    p.window = m.window;
+    p.chunk = m.chunk;
+    return p;
 }
 
-// ---- key_limit (host only) ---------------------------------------------------------------
-
-TEST(KeyLimit, PaddingIsTheKeyLengthOnEveryRow) {
-    for (int r : {0, 1, 63, 1000}) EXPECT_EQ(key_limit<false>(r, 77, 100), 77) << "row " << r;
+// [begin(r), end(r)) through the kernels' compile-time kind.
+struct Range {
+    int begin, end;
+};
+Range row_range(const MaskDef& m, int r, int q_len, int kv_len) {
+    const fmha::Params p = params_of(m);
+    switch (fmha::mask::kind_of(m.mask)) {
+        case Kind::kPadding: {
+            const auto rows = fmha::mask::Rows<Kind::kPadding>::make(p, q_len, kv_len);
+            return {rows.begin(r), rows.end(r)};
+        }
+        case Kind::kCausal: {
+            const auto rows = fmha::mask::Rows<Kind::kCausal>::make(p, q_len, kv_len);
+            return {rows.begin(r), rows.end(r)};
+        }
+        case Kind::kLocal: break;
+    }
+    const auto rows = fmha::mask::Rows<Kind::kLocal>::make(p, q_len, kv_len);
+    return {rows.begin(r), rows.end(r)};
 }
 
-TEST(KeyLimit, CausalIsBottomRightAligned) {
-    EXPECT_EQ(key_limit<true>(0, 64, 64), 1);      // s_q == s_kv: row r sees keys 0..r
-    EXPECT_EQ(key_limit<true>(63, 64, 64), 64);
-    EXPECT_EQ(key_limit<true>(0, 100, 40), 61);    // s_q < s_kv: row r sees keys 0..r+60
-    EXPECT_EQ(key_limit<true>(39, 100, 40), 100);  // the last query row sees every key
-    EXPECT_EQ(key_limit<true>(0, 77, 1), 77);      // decode: the one query row sees everything
-    EXPECT_LE(key_limit<true>(0, 10, 20), 0);      // a row above the diagonal's start sees nothing
+fmha::mask::Blocks block_range(const MaskDef& m, int r_first, int r_last, int q_len, int kv_len, int block_n) {
+    const fmha::Params p = params_of(m);
+    switch (fmha::mask::kind_of(m.mask)) {
+        case Kind::kPadding:
+            return fmha::mask::blocks(fmha::mask::Rows<Kind::kPadding>::make(p, q_len, kv_len), r_first, r_last,
+                                      block_n);
+        case Kind::kCausal:
+            return fmha::mask::blocks(fmha::mask::Rows<Kind::kCausal>::make(p, q_len, kv_len), r_first, r_last,
+                                      block_n);
+        case Kind::kLocal: break;
+    }
+    return fmha::mask::blocks(fmha::mask::Rows<Kind::kLocal>::make(p, q_len, kv_len), r_first, r_last, block_n);
 }
 
-// key_limit is "one past the last visible key": the visible keys are exactly [0, limit).
-TEST(KeyLimit, VisibleKeysAreThePrefixBelowTheLimit) {
-    for (bool causal : {false, true}) {
-        for (int q_len : {1, 5, 16, 33}) {
-            for (int kv_len : {1, 7, 33, 64}) {
+const MaskDef kMasks[] = {
+    {MaskType::kPadding},
+    {MaskType::kCausal},
+    {MaskType::kSlidingWindow, 1},
+    {MaskType::kSlidingWindow, 5},
+    {MaskType::kSlidingWindow, 64},
+    {MaskType::kSlidingWindow, 100},
+    {MaskType::kBidirectionalWindow, 1},
+    {MaskType::kBidirectionalWindow, 7},
+    {MaskType::kBidirectionalWindow, 70},
+    {MaskType::kChunked, 0, 1},
+    {MaskType::kChunked, 0, 4},
+    {MaskType::kChunked, 0, 64},
+    {MaskType::kChunked, 0, 128},
+};
+
+std::string label(const MaskDef& m) {
+    const char* names[] = {"padding", "causal", "sliding", "bidirectional", "chunked"};
+    return std::string(names[static_cast<int>(m.mask)]) + " w" + std::to_string(m.window) + " c" +
+           std::to_string(m.chunk);
+}
+
+// ---- Rows (host only) ---------------------------------------------------------------------
+
+TEST(MaskRows, CausalIsBottomRightAligned) {
+    const MaskDef causal{MaskType::kCausal};
+    EXPECT_EQ(row_range(causal, 0, 64, 64).end, 1);      // s_q == s_kv: row r sees keys 0..r
+    EXPECT_EQ(row_range(causal, 63, 64, 64).end, 64);
+    EXPECT_EQ(row_range(causal, 0, 40, 100).end, 61);    // s_q < s_kv: row r sees keys 0..r+60
+    EXPECT_EQ(row_range(causal, 39, 40, 100).end, 100);  // the last query row sees every key
+    EXPECT_EQ(row_range(causal, 0, 1, 77).end, 77);      // decode: the one query row sees everything
+    EXPECT_LE(row_range(causal, 0, 20, 10).end, 0);      // a row above the diagonal's start sees nothing
+}
+
+TEST(MaskRows, LocalRangesOfOneExample) {
+    // 10 keys, 4 queries at positions 6..9.
+    EXPECT_EQ(row_range({MaskType::kSlidingWindow, 3}, 0, 4, 10).begin, 4);  // keys 4, 5, 6
+    EXPECT_EQ(row_range({MaskType::kSlidingWindow, 3}, 0, 4, 10).end, 7);
+    EXPECT_EQ(row_range({MaskType::kBidirectionalWindow, 3}, 0, 4, 10).begin, 4);  // keys 4..8
+    EXPECT_EQ(row_range({MaskType::kBidirectionalWindow, 3}, 0, 4, 10).end, 9);
+    EXPECT_EQ(row_range({MaskType::kChunked, 0, 4}, 1, 4, 10).begin, 4);  // position 7: keys 4..7
+    EXPECT_EQ(row_range({MaskType::kChunked, 0, 4}, 2, 4, 10).begin, 8);  // position 8 starts a chunk
+    EXPECT_EQ(row_range({MaskType::kChunked, 0, 4}, 2, 4, 10).end, 9);
+}
+
+// The visible keys of a row are exactly [begin, end), and the range never moves left.
+TEST(MaskRows, VisibleKeysAreTheRange) {
+    for (const MaskDef& m : kMasks) {
+        for (int q_len : {1, 5, 16, 33, 130}) {
+            for (int kv_len : {1, 7, 33, 64, 130, 300}) {
+                if (q_len > kv_len) continue;
+                Range prev{0, 0};
                 for (int r = 0; r < q_len; ++r) {
-                    const int lim = limit(causal, r, kv_len, q_len);
-                    for (int j = 0; j < kv_len + 2; ++j) {
-                        ASSERT_EQ(allowed(causal, r, j, q_len, kv_len), j < lim)
-                            << (causal ? "causal" : "padding") << " q_len " << q_len << " kv_len " << kv_len
-                            << " row " << r << " key " << j;
+                    const Range range = row_range(m, r, q_len, kv_len);
+                    ASSERT_GE(range.begin, 0);
+                    ASSERT_GE(range.begin, prev.begin) << label(m);
+                    ASSERT_GE(range.end, prev.end) << label(m);
+                    prev = range;
+                    for (int j = -1; j < kv_len + 2; ++j) {
+                        ASSERT_EQ(allowed(m, r, j, q_len, kv_len), j >= range.begin && j < range.end)
+                            << label(m) << " q_len " << q_len << " kv_len " << kv_len << " row " << r << " key " << j;
                     }
                 }
+            }
+        }
+    }
+}
+
+// sequence_keys is the union of the rows' ranges, and key_span_max bounds its length.
+TEST(MaskRows, SequenceKeysAndTheirSpan) {
+    for (const MaskDef& m : kMasks) {
+        for (int q_len : {1, 4, 16}) {
+            for (int kv_len : {16, 77, 300, 4097}) {
+                int first = kv_len, last = 0;
+                for (int r = 0; r < q_len; ++r) {
+                    for (int j = 0; j < kv_len; ++j) {
+                        if (!allowed(m, r, j, q_len, kv_len)) continue;
+                        first = std::min(first, j);
+                        last = std::max(last, j + 1);
+                    }
+                }
+                fmha::Params p = params_of(m);
+                const fmha::mask::KeyRange keys = fmha::mask::sequence_keys(p, q_len, kv_len);
+                EXPECT_EQ(keys.first, first) << label(m) << " q_len " << q_len << " kv_len " << kv_len;
+                EXPECT_EQ(keys.last, last) << label(m) << " q_len " << q_len << " kv_len " << kv_len;
+                p.s_q_max = q_len;
+                p.s_kv_max = kv_len;
+                EXPECT_GE(fmha::mask::key_span_max(p), last - first) << label(m);
+                EXPECT_LE(fmha::mask::key_span_max(p), kv_len) << label(m);
             }
         }
     }
@@ -64,8 +180,8 @@ constexpr int kKeys = kNTiles * 8;              // 32
 
 // Scores of 1 go in; out[r][c] is what apply left at tile row r, tile key c. Rows and
 // columns come from the mma C layout exactly as fwd_kernel computes row0 and col0.
-template <bool kCausal>
-__global__ void apply_kernel(float* out, int m0, int n0, int kv_len, int q_len) {
+template <Kind K>
+__global__ void apply_kernel(float* out, fmha::Params p, int m0, int n0, int kv_len, int q_len) {
     const int lane = threadIdx.x % 32;
     const int warp = threadIdx.x / 32;
     float s[kMmaM][kNTiles][4];  // [32 rows, 32 keys] of this warp
@@ -74,7 +190,7 @@ __global__ void apply_kernel(float* out, int m0, int n0, int kv_len, int q_len) 
             for (int e = 0; e < 4; ++e) s[mi][ni][e] = 1.f;
     const int row0 = m0 + warp * kMmaM * 16 + lane / 4;
     const int col0 = n0 + 2 * (lane % 4);
-    fmha::mask::apply<kCausal>(s, row0, col0, kv_len, q_len);
+    fmha::mask::apply(s, fmha::mask::Rows<K>::make(p, q_len, kv_len), row0, col0);
     for (int mi = 0; mi < kMmaM; ++mi) {
         for (int h = 0; h < 2; ++h) {
             const int r = warp * kMmaM * 16 + mi * 16 + h * 8 + lane / 4;
@@ -87,7 +203,7 @@ __global__ void apply_kernel(float* out, int m0, int n0, int kv_len, int q_len) 
 
 struct MaskCase {
     const char* name;
-    bool causal;
+    MaskDef mask;
     int q_len, kv_len;
     int m0, n0;  // first query row and first key of the tile
 };
@@ -100,10 +216,17 @@ TEST_P(MaskApply, MatchesThePredicate) {
     const MaskCase c = GetParam();
     unit::DeviceBuffer<float> out;
     CUDA_ASSERT(out.alloc(kRows * kKeys));
-    if (c.causal) {
-        apply_kernel<true><<<1, kWarps * 32>>>(out.get(), c.m0, c.n0, c.kv_len, c.q_len);
-    } else {
-        apply_kernel<false><<<1, kWarps * 32>>>(out.get(), c.m0, c.n0, c.kv_len, c.q_len);
+    const fmha::Params p = params_of(c.mask);
+    switch (fmha::mask::kind_of(c.mask.mask)) {
+        case Kind::kPadding:
+            apply_kernel<Kind::kPadding><<<1, kWarps * 32>>>(out.get(), p, c.m0, c.n0, c.kv_len, c.q_len);
+            break;
+        case Kind::kCausal:
+            apply_kernel<Kind::kCausal><<<1, kWarps * 32>>>(out.get(), p, c.m0, c.n0, c.kv_len, c.q_len);
+            break;
+        case Kind::kLocal:
+            apply_kernel<Kind::kLocal><<<1, kWarps * 32>>>(out.get(), p, c.m0, c.n0, c.kv_len, c.q_len);
+            break;
     }
     CUDA_ASSERT_LAUNCH();
     std::vector<float> got;
@@ -111,7 +234,7 @@ TEST_P(MaskApply, MatchesThePredicate) {
     int masked = 0;
     for (int r = 0; r < kRows; ++r) {
         for (int j = 0; j < kKeys; ++j) {
-            const bool ok = allowed(c.causal, c.m0 + r, c.n0 + j, c.q_len, c.kv_len);
+            const bool ok = allowed(c.mask, c.m0 + r, c.n0 + j, c.q_len, c.kv_len);
             const float v = got[r * kKeys + j];
             masked += !ok;
             if (ok) {
@@ -127,33 +250,29 @@ TEST_P(MaskApply, MatchesThePredicate) {
 
 INSTANTIATE_TEST_SUITE_P(
     Mask, MaskApply,
-    ::testing::Values(MaskCase{"padding_tail_inside_block", false, 100, 77, 0, 64},
-                      MaskCase{"padding_whole_block_visible", false, 100, 128, 0, 64},
-                      MaskCase{"padding_block_past_the_end", false, 100, 50, 0, 64},
-                      MaskCase{"causal_square_on_diagonal", true, 128, 128, 64, 64},
-                      MaskCase{"causal_square_below_diagonal", true, 128, 128, 64, 0},
-                      MaskCase{"causal_q_shorter_on_diagonal", true, 40, 100, 0, 64},
-                      MaskCase{"causal_decode_row", true, 1, 77, 0, 64},
-                      MaskCase{"causal_diagonal_and_tail", true, 77, 77, 64, 64}),
+    ::testing::Values(MaskCase{"padding_tail_inside_block", {MaskType::kPadding}, 100, 77, 0, 64},
+                      MaskCase{"padding_whole_block_visible", {MaskType::kPadding}, 100, 128, 0, 64},
+                      MaskCase{"padding_block_past_the_end", {MaskType::kPadding}, 100, 50, 0, 64},
+                      MaskCase{"causal_square_on_diagonal", {MaskType::kCausal}, 128, 128, 64, 64},
+                      MaskCase{"causal_square_below_diagonal", {MaskType::kCausal}, 128, 128, 64, 0},
+                      MaskCase{"causal_q_shorter_on_diagonal", {MaskType::kCausal}, 40, 100, 0, 64},
+                      MaskCase{"causal_decode_row", {MaskType::kCausal}, 1, 77, 0, 64},
+                      MaskCase{"causal_diagonal_and_tail", {MaskType::kCausal}, 77, 77, 64, 64},
+                      MaskCase{"sliding_window_both_edges", {MaskType::kSlidingWindow, 20}, 128, 128, 64, 48},
+                      MaskCase{"sliding_window_left_edge", {MaskType::kSlidingWindow, 40}, 128, 128, 64, 32},
+                      MaskCase{"sliding_window_of_one", {MaskType::kSlidingWindow, 1}, 128, 128, 64, 64},
+                      MaskCase{"bidirectional_window", {MaskType::kBidirectionalWindow, 9}, 100, 100, 0, 16},
+                      MaskCase{"bidirectional_window_tail", {MaskType::kBidirectionalWindow, 30}, 77, 77, 32, 64},
+                      MaskCase{"chunked_small_chunks", {MaskType::kChunked, 0, 8}, 128, 128, 64, 64},
+                      MaskCase{"chunked_q_shorter", {MaskType::kChunked, 0, 16}, 40, 100, 0, 64}),
     [](const ::testing::TestParamInfo<MaskCase>& info) { return std::string(info.param.name); });
 
 // ---- the key-block schedule (host only) ----------------------------------------------------
 //
-// fwd_kernel walks key blocks [0, n_blocks) of each m-block: [n_unmasked, n_blocks) with
-// mask::apply, [0, n_unmasked) without it, none past n_blocks. This is its arithmetic, copied
-// (keep in sync with flash_sm80.h): skipping must never drop a visible key, running a block
-// mask-free must never let a hidden key through, and no block is masked needlessly.
-
-struct BlockRange {
-    int n_blocks, n_unmasked;
-};
-
-BlockRange kernel_block_range(bool causal, int m0, int q_rows, int kv_len, int q_len, int block_n) {
-    const int key_end = limit(causal, m0 + q_rows - 1, kv_len, q_len);
-    const int n_blocks = key_end > 0 ? fmha::ceil_div(key_end, block_n) : 0;
-    const int n_unmasked = fmha::max_int(0, limit(causal, m0, kv_len, q_len)) / block_n;
-    return {n_blocks, n_unmasked};
-}
+// The kernels walk key blocks [begin, end) of each tile: [full_begin, full_end) without the
+// mask, the rest with it, none outside. Skipping must never drop a visible key, running a
+// block mask-free must never let a hidden key through, and a masked block must have hidden
+// pairs, except that a local mask with no whole block masks all it visits.
 
 enum class BlockClass { kNone, kPartial, kFull };  // visible (row, key) pairs: none, some, all
 
@@ -162,16 +281,16 @@ void PrintTo(BlockClass c, std::ostream* os) {
                                                                                     : "partly visible (masked)");
 }
 
-BlockClass classify(bool causal, int m0, int q_rows, int n0, int block_n, int q_len, int kv_len) {
+BlockClass classify(const MaskDef& m, int m0, int q_rows, int n0, int block_n, int q_len, int kv_len) {
     int visible = 0;
     for (int r = m0; r < m0 + q_rows; ++r)
-        for (int j = n0; j < n0 + block_n; ++j) visible += allowed(causal, r, j, q_len, kv_len);
+        for (int j = n0; j < n0 + block_n; ++j) visible += allowed(m, r, j, q_len, kv_len);
     return visible == 0 ? BlockClass::kNone : (visible == q_rows * block_n ? BlockClass::kFull : BlockClass::kPartial);
 }
 
 struct ScheduleCase {
     const char* name;
-    bool causal;
+    MaskDef mask;
     int q_len, kv_len, block_m, block_n;
 };
 
@@ -183,29 +302,51 @@ TEST_P(BlockSchedule, SkippedMaskedAndFreeBlocksAreTheBruteForceClasses) {
     const ScheduleCase c = GetParam();
     for (int m0 = 0; m0 < c.q_len; m0 += c.block_m) {
         const int q_rows = fmha::min_int(c.q_len - m0, c.block_m);
-        const BlockRange range = kernel_block_range(c.causal, m0, q_rows, c.kv_len, c.q_len, c.block_n);
-        ASSERT_LE(range.n_unmasked, range.n_blocks) << "m0 " << m0;
+        const fmha::mask::Blocks blk = block_range(c.mask, m0, m0 + q_rows - 1, c.q_len, c.kv_len, c.block_n);
+        ASSERT_LE(blk.begin, blk.full_begin) << "m0 " << m0;
+        ASSERT_LE(blk.full_begin, blk.full_end) << "m0 " << m0;
+        ASSERT_LE(blk.full_end, blk.end) << "m0 " << m0;
         const int all_blocks = fmha::ceil_div(c.kv_len, c.block_n) + 1;  // one past the keys, too
-        for (int nb = 0; nb < fmha::max_int(all_blocks, range.n_blocks); ++nb) {
-            const BlockClass want = nb >= range.n_blocks     ? BlockClass::kNone
-                                    : nb < range.n_unmasked ? BlockClass::kFull
-                                                            : BlockClass::kPartial;
-            EXPECT_EQ(classify(c.causal, m0, q_rows, nb * c.block_n, c.block_n, c.q_len, c.kv_len), want)
-                << "m-block at row " << m0 << ", key block " << nb << " (n_blocks " << range.n_blocks
-                << ", n_unmasked " << range.n_unmasked << ")";
+        const bool any_full = blk.full_end > blk.full_begin;
+        for (int nb = 0; nb < fmha::max_int(all_blocks, blk.end); ++nb) {
+            const BlockClass got = classify(c.mask, m0, q_rows, nb * c.block_n, c.block_n, c.q_len, c.kv_len);
+            const bool visited = nb >= blk.begin && nb < blk.end;
+            const std::string where = "m-block at row " + std::to_string(m0) + ", key block " + std::to_string(nb) +
+                                      " (blocks [" + std::to_string(blk.begin) + ", " + std::to_string(blk.end) +
+                                      "), whole [" + std::to_string(blk.full_begin) + ", " +
+                                      std::to_string(blk.full_end) + "))";
+            if (!visited) {
+                // Skipped blocks hold no visible pair; the range has no gaps at its ends.
+                EXPECT_EQ(got, BlockClass::kNone) << where;
+            } else if (!blk.masked(nb)) {
+                EXPECT_EQ(got, BlockClass::kFull) << where;
+            } else if (any_full || c.mask.mask == MaskType::kPadding || c.mask.mask == MaskType::kCausal) {
+                EXPECT_EQ(got, BlockClass::kPartial) << where;
+            } else {
+                // No whole block: visited blocks are masked; only the ends must see something.
+                if (nb == blk.begin || nb == blk.end - 1) EXPECT_NE(got, BlockClass::kNone) << where;
+            }
         }
     }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Mask, BlockSchedule,
-    ::testing::Values(ScheduleCase{"padding_tail", false, 77, 77, 128, 64},
-                      ScheduleCase{"padding_whole_blocks", false, 200, 128, 64, 64},
-                      ScheduleCase{"causal_square", true, 300, 300, 128, 64},
-                      ScheduleCase{"causal_square_exact_blocks", true, 128, 128, 64, 64},
-                      ScheduleCase{"causal_q_shorter", true, 100, 1000, 64, 64},
-                      ScheduleCase{"causal_decode", true, 1, 257, 128, 64},
-                      ScheduleCase{"causal_block_m_below_block_n", true, 200, 200, 64, 128}),
+    ::testing::Values(ScheduleCase{"padding_tail", {MaskType::kPadding}, 77, 77, 128, 64},
+                      ScheduleCase{"padding_whole_blocks", {MaskType::kPadding}, 200, 128, 64, 64},
+                      ScheduleCase{"causal_square", {MaskType::kCausal}, 300, 300, 128, 64},
+                      ScheduleCase{"causal_square_exact_blocks", {MaskType::kCausal}, 128, 128, 64, 64},
+                      ScheduleCase{"causal_q_shorter", {MaskType::kCausal}, 100, 1000, 64, 64},
+                      ScheduleCase{"causal_decode", {MaskType::kCausal}, 1, 257, 128, 64},
+                      ScheduleCase{"causal_block_m_below_block_n", {MaskType::kCausal}, 200, 200, 64, 128},
+                      ScheduleCase{"sliding_window_wide", {MaskType::kSlidingWindow, 300}, 1000, 1000, 128, 64},
+                      ScheduleCase{"sliding_window_narrow", {MaskType::kSlidingWindow, 20}, 500, 500, 128, 64},
+                      ScheduleCase{"sliding_window_q_shorter", {MaskType::kSlidingWindow, 100}, 77, 1000, 64, 128},
+                      ScheduleCase{"bidirectional_wide", {MaskType::kBidirectionalWindow, 200}, 1000, 1000, 128, 64},
+                      ScheduleCase{"bidirectional_narrow", {MaskType::kBidirectionalWindow, 5}, 300, 300, 64, 64},
+                      ScheduleCase{"chunked_big_chunks", {MaskType::kChunked, 0, 256}, 1000, 1000, 128, 64},
+                      ScheduleCase{"chunked_small_chunks", {MaskType::kChunked, 0, 32}, 300, 300, 128, 64},
+                      ScheduleCase{"chunked_decode", {MaskType::kChunked, 0, 64}, 1, 1000, 128, 64}),
     [](const ::testing::TestParamInfo<ScheduleCase>& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -89,10 +89,13 @@ TEST_P(TileScheduler, CausalHeaviestFirstCoversEveryTileOnce) {
     const Shape& s = GetParam();
     constexpr int kBlockM = 128;
     const int q_len = s.m_blocks * kBlockM - 5, kv_len = q_len + 300;
+    fmha::Params causal;
+    causal.mask = fmha::MaskType::kCausal;
+    const auto rows = fmha::mask::Rows<fmha::mask::Kind::kCausal>::make(causal, q_len, kv_len);
     const auto work = [&](int m_block) {  // (row, key) pairs the causal mask leaves
         long keys = 0;
         for (int r = m_block * kBlockM; r < fmha::min_int((m_block + 1) * kBlockM, q_len); ++r)
-            keys += fmha::max_int(0, fmha::mask::key_limit<true>(r, kv_len, q_len));
+            keys += fmha::max_int(0, rows.end(r) - rows.begin(r));
         return keys;
     };
     for (size_t id = 0; id < tiles.size(); ++id) {
