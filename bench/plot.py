@@ -28,7 +28,7 @@ STYLE = {  # implementation -> (label, colour, marker); ours drawn thicker and o
     "cudnn": ("SDPA cuDNN", "tab:green", "^"),
     "efficient": ("SDPA efficient", "tab:orange", "v"),
 }
-SPLIT_FIELDS = ("b", "h", "h_kv", "s_q")  # panel keys when not determined by s
+SPLIT_FIELDS = ("b", "h", "h_kv", "s_q", "window", "softcap")  # panel keys when not determined by s
 PANEL_INCHES = (4.4, 3.3)
 MIN_WIDTH_INCHES = 9.0  # room for the title, legend and footer above and below one panel
 
@@ -68,6 +68,10 @@ def panel_title(shared: dict) -> str:
     if "s_q" in shared and shared["s_q"] == 1:
         parts.append("s_q=1")
     parts.append("causal" if shared["causal"] else "no mask")
+    if shared.get("window"):
+        parts.append(f"window {shared['window']}")
+    if shared.get("softcap"):
+        parts.append(f"softcap {shared['softcap']:g}")
     return ", ".join(parts)
 
 

@@ -19,7 +19,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from bench.suites import DTYPES, PROBLEM_FIELDS, Problem
+from bench.suites import DTYPES, PROBLEM_FIELDS, REQUIRED_FIELDS, Problem
 
 NAN = float("nan")
 IMPLS = ("ours", "flash", "cudnn", "efficient")  # ours first: every ratio is ours / another
@@ -72,7 +72,7 @@ def read_csv(path: Path) -> tuple[dict, list[dict]]:
         key, _, value = lines.pop(0)[len(META_PREFIX):].partition(":")
         meta[key.strip()] = value.strip()
     reader = csv.DictReader(io.StringIO("".join(lines)))
-    missing = {"ours_us", *PROBLEM_FIELDS} - set(reader.fieldnames or ())
+    missing = {"ours_us", *REQUIRED_FIELDS} - set(reader.fieldnames or ())
     if missing:
         raise ValueError(f"{path}: not a bench/run.py CSV (no column {', '.join(sorted(missing))})")
     rows = []
@@ -140,7 +140,7 @@ def markdown(meta: Mapping[str, str], rows: list[dict]) -> str:
     notes = []
     for i, r in enumerate(rows, 1):
         cells = [r["b"], f"{r['h']}/{r['h_kv']}", f"{r['s_q']}/{r['s']}", r["d"],
-                 "yes" if r["causal"] else "no",
+                 Problem.from_row(r).mask_label(),
                  *(fmt(r[f"{who}_{metric}"]) for who in IMPLS),
                  *(fmt(ratio(r, metric, who), 2) for who in others)]
         if meta.get("copy_gbs"):

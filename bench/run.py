@@ -172,6 +172,8 @@ def sdpa_timer(torch, who: str, runs: int, repeats: int, warm_up: int) -> Timer:
                 return NAN, refusal(who, error, caught)
 
     def time_sdpa(p: Problem, dtype: str) -> Timing:
+        if p.variant:
+            return Timing(NAN, f"{who}: SDPA has no sliding window or softcapping")
         tdtype = getattr(torch, DTYPES[dtype].torch)
         n_sets = 1 if p.bytes(DTYPES[dtype].bytes) > ROTATE_BELOW_BYTES else 3
         try:

@@ -6,6 +6,7 @@
 # compute-sanitizer; logs under $OUT.
 #
 #   bash bench/sanitize.sh [kernel glob, default *_ws_*]
+#   SANITIZE_MASKS="causal padding window chunked"   the masks to run (default: causal padding)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/fmha_sanitize}
@@ -21,7 +22,7 @@ for k in $kernels; do
     [[ $k == *_bf16_* ]] && dtype=-bf16
     [[ $k == *_fp16_fp32_* ]] && dtype=-fp16-fp32
     for tool in memcheck racecheck; do
-        for mask in causal padding; do
+        for mask in ${SANITIZE_MASKS:-causal padding}; do
             args=(-kernel "$k" -d "$d" "$dtype" -b 3 -h 4 -gqa 2 -s 333 -min-s 1 -s-q 200 -separate-q-k-v
                   -runs 1 -warm-up-runs 1)
             if [[ $k == *_decode_* ]]; then  # query rows per KV head within the kernel's block_m
@@ -42,6 +43,8 @@ for k in $kernels; do
                       -runs 1 -warm-up-runs 1)
             fi
             [[ $mask == causal ]] && args+=(-causal-mask)
+            [[ $mask == window ]] && args+=(-sliding-window-size 100)   # both window edges, splits
+            [[ $mask == chunked ]] && args+=(-chunked-attention-size 64)
             log="$OUT/${k}_${tool}_${mask}.log"
             compute-sanitizer --tool "$tool" --error-exitcode 9 bin/fmha.exe "${args[@]}" >"$log" 2>&1
             rc=$?

@@ -34,6 +34,10 @@ class Problem:
     s: int       # key/value length
     d: int       # head size of Q, K and V
     causal: bool
+    # Variants (0: off). SDPA has neither, so its rows are empty and the dense problem of the
+    # same suite is the comparison: fmha.exe's own kernel without the variant.
+    window: int = 0      # sliding-window causal mask: W keys up to the row's own (-sliding-window-size)
+    softcap: float = 0.0  # logit softcapping cap (-softcapping-scale-bmm1)
 
     def __post_init__(self):
         if self.h % self.h_kv:
@@ -41,12 +45,22 @@ class Problem:
         if self.causal and self.s_q != self.s:
             # SDPA's is_causal is top-left aligned and ours bottom-right: equal only when s_q == s.
             raise ValueError("a causal problem needs s_q == s to compare with SDPA")
+        if self.window and not (self.causal and 1 <= self.window <= self.s):
+            raise ValueError("a sliding window is causal, with 1 <= window <= s")
+
+    @property
+    def variant(self) -> bool:
+        """Whether the problem asks for something SDPA does not offer."""
+        return bool(self.window or self.softcap)
 
     def pairs(self) -> float:
         """(query, key) pairs the mask leaves per (batch, head). Causal is bottom-right aligned
-        and keeps the diagonal, as fmha.exe counts: s_q·(s - s_q) + s_q·(s_q + 1)/2."""
+        and keeps the diagonal, as fmha.exe counts: s_q·(s - s_q) + s_q·(s_q + 1)/2; a sliding
+        window of W leaves min(p + 1, W) keys to the query at position p."""
         if not self.causal:
             return float(self.s_q * self.s)
+        if self.window:
+            return float(sum(min(p + 1, self.window) for p in range(self.s - self.s_q, self.s)))
         return self.s_q * (self.s - self.s_q) + self.s_q * (self.s_q + 1) / 2
 
     def flop(self) -> float:
@@ -67,23 +81,42 @@ class Problem:
             args += ["-s-q", self.s_q, "-separate-q-k-v"]
         if self.causal:
             args.append("-causal-mask")
+        if self.window:
+            args += ["-sliding-window-size", self.window]
+        if self.softcap:
+            args += ["-softcapping-scale-bmm1", f"{self.softcap:g}"]
         return [str(a) for a in args]
+
+    def mask_label(self) -> str:
+        """The table's mask cell: no, yes (causal), or the window."""
+        return f"window {self.window}" if self.window else ("yes" if self.causal else "no")
 
     def label(self) -> str:
         heads = f"{self.h}" if self.h == self.h_kv else f"{self.h}/{self.h_kv}"
         length = f"{self.s}" if self.s_q == self.s else f"{self.s_q}/{self.s}"
-        return f"b={self.b} h={heads} s={length} d={self.d}{' causal' if self.causal else ''}"
+        return (f"b={self.b} h={heads} s={length} d={self.d}{' causal' if self.causal else ''}"
+                + (f" window={self.window}" if self.window else "") + (f" softcap={self.softcap:g}" if self.softcap else ""))
 
     @classmethod
     def from_row(cls, row: dict) -> Problem:
-        """The problem of a CSV row (values may be strings)."""
+        """The problem of a CSV row (values may be strings; the variant columns may be absent,
+        in CSVs written before they existed)."""
         causal = row["causal"]
         if isinstance(causal, str):
             causal = causal.strip().lower() in ("true", "1", "yes")
-        return cls(**{f.name: int(row[f.name]) for f in fields(cls) if f.name != "causal"}, causal=causal)
+        values = {}
+        for f in fields(cls):
+            if f.name == "causal":
+                continue
+            raw = row.get(f.name)
+            if raw in (None, "") and f.name not in REQUIRED_FIELDS:
+                continue  # the field's default
+            values[f.name] = float(raw) if f.type in (float, "float") else int(float(raw))
+        return cls(**values, causal=causal)
 
 
 PROBLEM_FIELDS = tuple(f.name for f in fields(Problem))
+REQUIRED_FIELDS = ("b", "h", "h_kv", "s_q", "s", "d", "causal")  # every CSV has these
 
 
 def mha(b: int, h: int, s: int, d: int, causal: bool) -> Problem:
@@ -104,6 +137,7 @@ MASKS = (False, True)  # non-causal, causal
 FA3_TOKENS = 16384     # FlashAttention-3's grid: b = 16k / s, hidden 2048 = h·d
 FA3_HEADS = {64: 32, 128: 16, 256: 8}
 FA3_LENGTHS = (512, 1024, 2048, 4096, 8192, 16384)
+VARIANT_LENGTHS = (8192, 32768)
 
 SUITES = {suite.name: suite for suite in (
     Suite("readme", "tflops", (mha(4, 32, 1024, 128, True),),
@@ -123,6 +157,15 @@ SUITES = {suite.name: suite for suite in (
           "(b 1/8/64, h=32 over 8 KV heads, s 4k/16k/64k, d=128), ANCHORS.md's decode cases; a "
           "bandwidth problem, so GB/s (bytes really moved), next to the copy bandwidth measured "
           "in the same run"),
+    Suite("variants", "tflops",
+          tuple(mha(32768 // s, 16, s, 128, True) for s in VARIANT_LENGTHS)
+          + tuple(Problem(32768 // s, 16, 16, s, s, 128, True, window=w)
+                  for s, w in product(VARIANT_LENGTHS, (1024, 4096)))
+          + (mha(4, 16, 8192, 128, False), Problem(4, 16, 16, 8192, 8192, 128, False, softcap=30.0),
+             Problem(4, 16, 16, 8192, 8192, 128, True, softcap=30.0)),
+          "variants SDPA has no equivalent of, next to our dense kernel on the same problem: sliding "
+          "window W = 1024, 4096 at s = 8k, 32k (32k tokens, h=16, d=128; time should follow the "
+          "window, not s) and logit softcapping (cap 30) at s = 8k, causal and not"),
     Suite("grid", "tflops",
           tuple(mha(b, h, s, d, causal)
                 for causal, d, b, h, s in product(MASKS, (64, 128), (8, 16), (8, 16), (256, 512, 1024))),

@@ -20,7 +20,34 @@ NAN = float("nan")
 
 def test_suite_sizes():
     assert {name: len(s.problems) for name, s in SUITES.items()} == {
-        "readme": 1, "fa3": 36, "seed": 6, "decode": 13, "grid": 48}
+        "readme": 1, "fa3": 36, "seed": 6, "decode": 13, "variants": 9, "grid": 48}
+
+
+def test_variants_pair_each_window_and_cap_with_the_dense_problem():
+    problems = SUITES["variants"].problems
+    windows = [p for p in problems if p.window]
+    assert sorted((p.s, p.window) for p in windows) == sorted(product((8192, 32768), (1024, 4096)))
+    for p in windows:  # the dense causal problem of the same size is in the suite
+        assert Problem(p.b, p.h, p.h_kv, p.s_q, p.s, p.d, True) in problems
+        assert p.fmha_args()[-2:] == ["-sliding-window-size", str(p.window)]
+    capped = [p for p in problems if p.softcap]
+    assert capped and all(Problem(p.b, p.h, p.h_kv, p.s_q, p.s, p.d, p.causal) in problems or p.causal
+                          for p in capped)
+    assert all(p.variant for p in windows + capped) and not any(p.variant for p in problems if p not in windows + capped)
+
+
+def test_window_pairs_count_min_of_position_and_window():
+    p = Problem(1, 1, 1, 8, 8, 64, True, window=3)
+    assert p.pairs() == 1 + 2 + 3 * 6  # positions 0, 1, then 3 keys each
+    assert Problem(1, 1, 1, 8, 8, 64, True, window=8).pairs() == Problem(1, 1, 1, 8, 8, 64, True).pairs()
+    with pytest.raises(ValueError, match="sliding window"):
+        Problem(1, 1, 1, 8, 8, 64, False, window=3)
+    # a CSV row with the variant columns round-trips; one without them reads as no variant
+    row = {**{f: str(getattr(p, f)) for f in ("b", "h", "h_kv", "s_q", "s", "d", "causal")},
+           "window": "3", "softcap": "0.0"}
+    assert Problem.from_row(row) == p
+    del row["window"], row["softcap"]
+    assert Problem.from_row(row) == Problem(1, 1, 1, 8, 8, 64, True)
 
 
 def test_fa3_is_16k_tokens_and_hidden_2048():

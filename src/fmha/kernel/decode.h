@@ -7,7 +7,9 @@
 //
 // Warp path (kWarpsN == 1; WarpTraits), for caches under 256 keys: CUDA-core FMAs on
 // 16-byte register loads, no shared memory. Work unit = one warp = (sequence b, KV head g,
-// tile of kRows rows, key split); keys [split * keys_per_split, ...) (flash-decoding, the
+// tile of kRows rows, key split); keys first + [split * keys_per_split, ...), where [first,
+// last) are the keys the sequence's rows see (mask::sequence_keys: all of them unless a
+// local mask's window or chunk leaves some unseen, which are then never read) (flash-decoding, the
 // split count from the problem and the SM count: choose_splits_warp). kLanesPerKey = d / 8
 // lanes hold one key row as 16-byte chunks; the warp covers kKeysPerPass keys per pass and
 // kUnroll passes per step (all loads of a step issued before any use); Q K^T is a dot
@@ -38,7 +40,7 @@
 //   warp path      kBlockM = kRows, query rows per warp unit: 1, 4 or 8; kBlockN keys per warp
 //                  step, a multiple of 256 / d; kWarpsM 1..8 independent warps, kWarpsN 1
 //   mma path       kBlockM 16 (rows per CTA), kBlockN 64 (keys per stage), kWarpsM 1, kWarpsN 4
-//   run time       s_q <= kMaxSq; padding and causal (bottom-right) masks; var-len q and kv
+//   run time       s_q <= kMaxSq; every MaskType (bottom-right aligned); var-len q and kv
 //                  lengths; GQA/MQA; every layout (strides multiples of 8 elements); under
 //                  2^31 units and 2^31 query rows x 16-byte chunks
 #pragma once

@@ -2,9 +2,11 @@
 //
 // One CTA owns kBlockM query rows of one (batch, head); each warp owns kBlockM / kWarpsM
 // of them for the whole main loop, so softmax statistics never leave a warp. The CTA walks
-// the key blocks from the last one down: the blocks that need a mask (the key tail, the
-// causal diagonal) come first, every later block runs mask-free. Q stays in shared memory
-// and is re-read with ldmatrix each block (registers go to the accumulators).
+// the key blocks its rows see (mask::blocks: none above the causal diagonal, none outside
+// a local mask's window or chunk) from the last one down: the blocks that need a mask (the
+// key tail, the diagonal, a window's right edge) come first, then the mask-free ones, then
+// (local masks) those on the window's left edge. Q stays in shared memory and is re-read
+// with ldmatrix each block (registers go to the accumulators).
 //
 // Two pipelines, chosen by kStages (auto: 2 while two CTAs of that size fit on an SM80):
 //   kStages == 2: K and V double-buffered; one barrier per key block j:

@@ -17,7 +17,8 @@
 //       tensor cores do the other block's P.V (FA3's intra-warpgroup overlap).
 // Ping-pong (kPingPong, default on): the consumer warpgroups take turns issuing their
 // wgmmas, round robin through named barriers, so one's softmax overlaps another's GEMMs.
-// Causal: key blocks past the tile's last row are never loaded (block skipping).
+// Causal and local masks: key blocks no row of the tile sees are never loaded (block
+// skipping, mask::blocks); the producer walks the tile's blocks [begin, end) from the top.
 //
 // Tile order: sched::tile_at over m_blocks x heads x batch (causal: heaviest first inside
 // sections of heads whose K and V fit in L2 together).
@@ -34,7 +35,8 @@
 //   kHeadDim     64, 128, 192 or 256 (whole 64-column TMA panels), kHeadDimV == kHeadDim
 //   kBlockM      128 or 192 (two or three consumer warpgroups), kWarpsM = kBlockM / 16, kWarpsN 1
 //   kBlockN      64 or 128 (a wgmma N), shared memory <= 227 KB
-//   run time     padding and causal (bottom-right) masks, var-len packed or padded
+//   run time     every MaskType (padding, causal, sliding/bidirectional window, chunked;
+//                bottom-right aligned), var-len packed or padded
 //                storage via offsets/lens, GQA/MQA, s_q != s_kv, any row/head strides
 //                that are multiples of 8 elements, 16-byte aligned bases
 // Storage extent: the TMA maps need the number of tokens each tensor holds. launch() takes
