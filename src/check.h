@@ -15,6 +15,7 @@ struct CheckResult {
     int64_t checked = 0;           // elements compared with the reference
     int64_t failures = 0;          // of those, elements outside epsilon (or NaN / inf)
     int64_t non_finite = 0;        // of the failures, NaN or inf in the kernel's output
+    int64_t ambiguous = 0;         // elements compared with a point of the reference's ambiguity
     double max_abs_err = 0.0;
     double max_rel_err = 0.0;      // over elements with |a| + |b| > epsilon (where it is used)
     int64_t untouched_checked = 0; // elements outside the sequences (padding and guard rows)
@@ -25,8 +26,10 @@ struct CheckResult {
 
 // o_raw: the whole O allocation (kGuardRows before and after), fp16/bf16 bits.
 // o_ref: the reference, dense [q storage tokens, h, dv].
+// o_amb: the reference's rounding ambiguity, laid out as o_ref (reference.h): the kernel's
+//        value is compared with the point of [o_ref - o_amb, o_ref + o_amb] nearest to it.
 CheckResult check_output(const Problem& p, const SeqLens& lens, const std::vector<uint16_t>& o_raw,
-                         const std::vector<float>& o_ref);
+                         const std::vector<float>& o_ref, const std::vector<float>& o_amb);
 
 // One line with the failure count and the error statistics.
 std::string check_summary(const Problem& p, const CheckResult& r);

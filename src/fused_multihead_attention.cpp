@@ -134,6 +134,8 @@ void print_results(const Problem& p, const Device& dev, const KernelMeta& kernel
             print_field("Epsilon", format("%g", p.epsilon));
             print_field("Max abs err", format("%.6g", check.max_abs_err));
             print_field("Max rel err", format("%.6g", check.max_rel_err));
+            print_field("Ambiguous", format("%lld elements within the reference's rounding ambiguity",
+                                            (long long)check.ambiguous));
             print_field("Failures", format("%lld of %lld elements", (long long)check.failures,
                                            (long long)check.checked));
             print_field("Untouched", format("%lld of %lld elements outside the sequences written",
@@ -187,13 +189,14 @@ int run(int argc, char** argv) {
     // The unfused reference path, timed once (also needed by -save-tensors).
     const bool run_reference_path = !p.skip_checks || !p.save_dir.empty();
     const size_t o_elems = size_t(lens.q_storage_tokens) * p.h * p.dv;
-    DeviceBuffer<float> o_ref;
+    DeviceBuffer<float> o_ref, o_amb;
     float ref_ms = 0.f;
     if (run_reference_path) {
         o_ref = DeviceBuffer<float>(o_elems);
+        o_amb = DeviceBuffer<float>(o_elems);
         CUDA_CHECK(prepare_reference(t.params, p.dtype));
         ref_ms = time_on_stream(stream, [&] {
-            CUDA_CHECK(run_reference(t.params, p.dtype, o_ref.get(), nullptr, stream));
+            CUDA_CHECK(run_reference(t.params, p.dtype, o_ref.get(), o_amb.get(), nullptr, stream));
         });
     }
 
@@ -202,12 +205,14 @@ int run(int argc, char** argv) {
     launch(kernel, t.params, stream);
     CUDA_CHECK(cudaStreamSynchronize(stream));
     std::vector<uint16_t> o_raw;
-    std::vector<float> o_ref_host;
+    std::vector<float> o_ref_host, o_amb_host;
     if (!p.skip_checks) {
         o_raw.resize(t.o.size());
         o_ref_host.resize(o_elems);
+        o_amb_host.resize(o_elems);
         CUDA_CHECK(cudaMemcpy(o_raw.data(), t.o.get(), t.o.bytes(), cudaMemcpyDeviceToHost));
         CUDA_CHECK(cudaMemcpy(o_ref_host.data(), o_ref.get(), o_ref.bytes(), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(o_amb_host.data(), o_amb.get(), o_amb.bytes(), cudaMemcpyDeviceToHost));
     }
     if (!p.save_dir.empty()) save_tensors(p, lens, t, o_ref.get(), kernel, stream);
 
@@ -221,7 +226,7 @@ int run(int argc, char** argv) {
     const double us = 1e3 * double(total_ms) / p.runs;
 
     CheckResult check;
-    if (!p.skip_checks) check = check_output(p, lens, o_raw, o_ref_host);
+    if (!p.skip_checks) check = check_output(p, lens, o_raw, o_ref_host, o_amb_host);
     print_results(p, dev, kernel, lens, check, Timing{run_reference_path, ref_ms, us, static_cast<int>(sets.size())});
 
     CUDA_CHECK(cudaStreamDestroy(stream));

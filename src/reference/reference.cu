@@ -4,13 +4,23 @@
 //   2. online softmax per row: running max m, running sum l, rescale the accumulator,
 //   3. the V tile replaces K in shared memory; each lane accumulates its own output
 //      columns (lane, lane + 32, ...) over the tile's keys.
-// Everything is fp32 except two roundings that every tensor-core kernel (and the unfused
-// path, which stores P) makes too: the inputs are fp16/bf16, and the probabilities that
-// multiply V are rounded to the input type (the row sum uses them unrounded). Without the
-// second one, rows that average a handful of nearly cancelling values would fail bf16's
-// relative check on the rounding of P alone. P is exp2(log2(e) * S - M) with M the running
-// max rounded up to an integer: rounding commutes with powers of two, so the rounded P does
-// not depend on which keys the running max had seen (nor on any kernel's tiling).
+// Two roundings that every tensor-core kernel (and the unfused path, which stores P) makes
+// too: the inputs are fp16/bf16, and the probabilities that multiply V are rounded to the
+// input type (the row sum uses them unrounded). Without the second one, rows that average a
+// handful of nearly cancelling values would fail bf16's relative check on the rounding of P
+// alone. P is exp2(log2(e) * S - M) with M the running max rounded up to an integer:
+// rounding commutes with powers of two, so the rounded P does not depend on which keys the
+// running max had seen (nor on any kernel's tiling).
+// The scores, the softmax and P are float64 (the products of two fp16/bf16 inputs are exact
+// in fp32, their sums are not): a P that lies within fp32 noise of a rounding edge of the
+// input type then rounds as the exact value does. In fp32 such a P rounded to the other side
+// now and then, one input-type ulp off in a weight of P V, which on a row of two visible keys
+// moved an output by 5 % (measured, bench/NOTES.md §10). The P V sums are fp32.
+// A kernel computes P in fp32 and so cannot decide the rounding of a P that close to an
+// edge either: with o_amb the reference also returns, per output element, how far such P
+// could move it, sum over the row's keys of |round(P(1 + a)) - round(P(1 - a))| * |v| / l
+// with a = kAmbiguity, well above fp32's noise in P; the check accepts a kernel's output
+// anywhere in [o_ref - o_amb, o_ref + o_amb] before it applies epsilon (check.cpp).
 #include "reference/reference.h"
 
 #include <cuda_bf16.h>
@@ -21,19 +31,23 @@
 namespace fmha {
 namespace {
 
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
+constexpr double kLog2eD = 1.4426950408889634074;
+constexpr double kLn2D = 0.6931471805599453094;
 constexpr int kWarpSize = 32;
 constexpr int kKeysPerTile = kWarpSize;  // one key per lane in the score step
 constexpr int kRowsPerWarp = 4;          // query rows that share each K/V smem read
 constexpr int kMaxWarps = 8;
 constexpr int kVec = 4;                  // float4 reads of Q and K in shared memory
 constexpr int kMaxColChunks = 16;        // output columns per lane: dv <= 16 * 32 = 512
+// Relative distance from a rounding edge of the input type within which a kernel's fp32 P
+// (dot-product order, exp2 approximations: ~1e-6 relative) may round either way.
+constexpr double kAmbiguity = 1.0 / 65536;
 
-template <class T> __device__ inline float round_to(float x);
-template <> __device__ inline float round_to<__half>(float x) { return __half2float(__float2half_rn(x)); }
-template <> __device__ inline float round_to<__nv_bfloat16>(float x) {
-    return __bfloat162float(__float2bfloat16_rn(x));
+// A float64 P rounded once, to nearest even, to the input type.
+template <class T> __device__ inline float round_to(double x);
+template <> __device__ inline float round_to<__half>(double x) { return __half2float(__double2half(x)); }
+template <> __device__ inline float round_to<__nv_bfloat16>(double x) {
+    return __bfloat162float(__double2bfloat16(x));
 }
 
 template <class T> __device__ inline float load(const T* p);
@@ -42,11 +56,11 @@ template <> __device__ inline float load<__nv_bfloat16>(const __nv_bfloat16* p) 
     return __bfloat162float(*p);
 }
 
-__device__ inline float warp_max(float x) {
-    for (int o = kWarpSize / 2; o > 0; o /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+__device__ inline double warp_max(double x) {
+    for (int o = kWarpSize / 2; o > 0; o /= 2) x = fmax(x, __shfl_xor_sync(0xffffffffu, x, o));
     return x;
 }
-__device__ inline float warp_sum(float x) {
+__device__ inline double warp_sum(double x) {
     for (int o = kWarpSize / 2; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
     return x;
 }
@@ -60,7 +74,7 @@ struct Smem {
     int kv_stride;  // floats per key row of the shared K/V tile
     __host__ __device__ size_t bytes() const {
         return sizeof(float) *
-               (size_t(rows) * d_pad + size_t(kKeysPerTile) * kv_stride + size_t(rows) * kKeysPerTile);
+               (size_t(rows) * d_pad + size_t(kKeysPerTile) * kv_stride + 2 * size_t(rows) * kKeysPerTile);
     }
 };
 
@@ -88,7 +102,7 @@ __device__ inline bool key_visible(const Params& p, int j, int pos) {
 // kColChunks: columns per lane, ceil(dv / 32) rounded up to a power of two.
 template <class T, int kColChunks>
 __global__ void __launch_bounds__(kMaxWarps * kWarpSize)
-reference_kernel(Params p, Smem geo, float* o_ref, float* lse) {
+reference_kernel(Params p, Smem geo, float* o_ref, float* o_amb, float* lse) {
     const int seq = blockIdx.z, head = blockIdx.y;
     const int q_len = p.q_lens[seq], kv_len = p.kv_lens[seq];
     const int row0 = blockIdx.x * geo.rows;
@@ -118,6 +132,7 @@ reference_kernel(Params p, Smem geo, float* o_ref, float* lse) {
     float* q_s = reinterpret_cast<float*>(smem4);     // [rows, d_pad]
     float* kv_s = q_s + geo.rows * geo.d_pad;         // [kKeysPerTile, kv_stride]: K tile, then V tile
     float* p_s = kv_s + kKeysPerTile * geo.kv_stride; // [rows, kKeysPerTile] probabilities
+    float* amb_s = p_s + geo.rows * kKeysPerTile;     // [rows, kKeysPerTile] their rounding ambiguity
 
     for (int r = warp; r < geo.rows; r += warps)
         for (int c = lane; c < geo.d_pad; c += kWarpSize)
@@ -125,13 +140,14 @@ reference_kernel(Params p, Smem geo, float* o_ref, float* lse) {
                 (row0 + r < q_len && c < p.d) ? load(q + int64_t(row0 + r) * p.q_row_stride + c) : 0.f;
 
     const int my_row = warp * kRowsPerWarp;  // first of this warp's rows, CTA-local
-    float m[kRowsPerWarp], l[kRowsPerWarp], acc[kRowsPerWarp][kColChunks];
+    double m[kRowsPerWarp], l[kRowsPerWarp];
+    float acc[kRowsPerWarp][kColChunks], amb[kRowsPerWarp][kColChunks];
 #pragma unroll
     for (int i = 0; i < kRowsPerWarp; ++i) {
         m[i] = -INFINITY;
-        l[i] = 0.f;
+        l[i] = 0.0;
 #pragma unroll
-        for (int c = 0; c < kColChunks; ++c) acc[i][c] = 0.f;
+        for (int c = 0; c < kColChunks; ++c) acc[i][c] = amb[i][c] = 0.f;
     }
 
     for (int tile = 0; tile < key_end; tile += kKeysPerTile) {
@@ -143,14 +159,15 @@ reference_kernel(Params p, Smem geo, float* o_ref, float* lse) {
         __syncthreads();
 
         // Scores of key `tile + lane` against this warp's rows.
-        float s[kRowsPerWarp] = {};
+        // (each product exact in fp32, the sum in float64)
+        double s[kRowsPerWarp] = {};
         const float4* k_row = reinterpret_cast<const float4*>(kv_s + lane * geo.k_stride);
         for (int c = 0; c < geo.d_pad / kVec; ++c) {
             const float4 kk = k_row[c];
 #pragma unroll
             for (int i = 0; i < kRowsPerWarp; ++i) {
                 const float4 qq = reinterpret_cast<const float4*>(q_s + (my_row + i) * geo.d_pad)[c];
-                s[i] += qq.x * kk.x + qq.y * kk.y + qq.z * kk.z + qq.w * kk.w;
+                s[i] += double(qq.x * kk.x) + double(qq.y * kk.y) + double(qq.z * kk.z) + double(qq.w * kk.w);
             }
         }
 
@@ -160,18 +177,23 @@ reference_kernel(Params p, Smem geo, float* o_ref, float* lse) {
             const int r = row0 + my_row + i;
             const bool visible = key < kv_len && key_visible(p, key, r + shift);
             // Scores in log2 units; m is the integer-valued running max in those units.
-            float logit = s[i] * p.scale_bmm1;
-            if (p.softcap > 0.f) logit = p.softcap * tanhf(logit / p.softcap);
-            const float score = visible ? logit * kLog2e : -INFINITY;
-            const float m_new = fmaxf(m[i], ceilf(warp_max(score)));
+            double logit = s[i] * double(p.scale_bmm1);
+            if (p.softcap > 0.f) logit = p.softcap * tanh(logit / p.softcap);
+            const double score = visible ? logit * kLog2eD : -INFINITY;
+            const double m_new = fmax(m[i], ceil(warp_max(score)));
             // m_new == -inf: nothing visible yet, keep everything at zero.
-            const float prob = m_new == -INFINITY ? 0.f : exp2f(score - m_new);
-            const float alpha = m_new == -INFINITY ? 1.f : exp2f(m[i] - m_new);
+            const double prob = m_new == -INFINITY ? 0.0 : exp2(score - m_new);
+            const double alpha = m_new == -INFINITY ? 1.0 : exp2(m[i] - m_new);  // a power of two
             l[i] = l[i] * alpha + warp_sum(prob);
             m[i] = m_new;
 #pragma unroll
-            for (int c = 0; c < kColChunks; ++c) acc[i][c] *= alpha;
+            for (int c = 0; c < kColChunks; ++c) {
+                acc[i][c] *= static_cast<float>(alpha);
+                amb[i][c] *= static_cast<float>(alpha);
+            }
             p_s[(my_row + i) * kKeysPerTile + lane] = round_to<T>(prob);
+            amb_s[(my_row + i) * kKeysPerTile + lane] =
+                round_to<T>(prob * (1.0 + kAmbiguity)) - round_to<T>(prob * (1.0 - kAmbiguity));
         }
         __syncthreads();  // every warp is done with the K tile
 
@@ -182,10 +204,12 @@ reference_kernel(Params p, Smem geo, float* o_ref, float* lse) {
         __syncthreads();
 
         for (int j = 0; j < kKeysPerTile; j += kVec) {
-            float4 pr[kRowsPerWarp];
+            float4 pr[kRowsPerWarp], ar[kRowsPerWarp];
 #pragma unroll
-            for (int i = 0; i < kRowsPerWarp; ++i)
+            for (int i = 0; i < kRowsPerWarp; ++i) {
                 pr[i] = *reinterpret_cast<const float4*>(p_s + (my_row + i) * kKeysPerTile + j);
+                ar[i] = *reinterpret_cast<const float4*>(amb_s + (my_row + i) * kKeysPerTile + j);
+            }
 #pragma unroll
             for (int jj = 0; jj < kVec; ++jj) {
                 const float* v_row = kv_s + (j + jj) * p.dv;
@@ -194,8 +218,10 @@ reference_kernel(Params p, Smem geo, float* o_ref, float* lse) {
                     const int col = lane + c * kWarpSize;
                     const float vv = col < p.dv ? v_row[col] : 0.f;
 #pragma unroll
-                    for (int i = 0; i < kRowsPerWarp; ++i)
+                    for (int i = 0; i < kRowsPerWarp; ++i) {
                         acc[i][c] += reinterpret_cast<const float*>(&pr[i])[jj] * vv;
+                        amb[i][c] += reinterpret_cast<const float*>(&ar[i])[jj] * fabsf(vv);
+                    }
                 }
             }
         }
@@ -206,21 +232,22 @@ reference_kernel(Params p, Smem geo, float* o_ref, float* lse) {
     for (int i = 0; i < kRowsPerWarp; ++i) {
         const int r = row0 + my_row + i;
         if (r >= q_len) continue;
-        const float inv = l[i] > 0.f ? out_scale / l[i] : 0.f;
+        const float inv = l[i] > 0.0 ? static_cast<float>(out_scale / l[i]) : 0.f;
         float* o_row = o_ref + (int64_t(p.q_offsets[seq]) + r) * (int64_t(p.h) * p.dv) +
                        int64_t(head) * p.dv;
 #pragma unroll
         for (int c = 0; c < kColChunks; ++c) {
             const int col = lane + c * kWarpSize;
             if (col < p.dv) o_row[col] = acc[i][c] * inv;
+            if (col < p.dv && o_amb != nullptr) o_amb[o_row - o_ref + col] = amb[i][c] * fabsf(inv);
         }
         if (lse != nullptr && lane == 0)
             lse[(int64_t(seq) * p.h + head) * p.s_q_max + r] =
-                l[i] > 0.f ? (m[i] + log2f(l[i])) * kLn2 : -INFINITY;
+                l[i] > 0.0 ? static_cast<float>((m[i] + log2(l[i])) * kLn2D) : -INFINITY;
     }
 }
 
-using KernelFn = void (*)(Params, Smem, float*, float*);
+using KernelFn = void (*)(Params, Smem, float*, float*, float*);
 
 template <class T>
 KernelFn pick_kernel(int dv) {
@@ -266,12 +293,13 @@ cudaError_t prepare_reference(const Params& p, DataType dtype) {
     return plan(p, dtype, &l);
 }
 
-cudaError_t run_reference(const Params& p, DataType dtype, float* o_ref, float* lse, cudaStream_t stream) {
+cudaError_t run_reference(const Params& p, DataType dtype, float* o_ref, float* o_amb, float* lse,
+                          cudaStream_t stream) {
     Launch l;
     cudaError_t err = plan(p, dtype, &l);
     if (err != cudaSuccess) return err;
     const dim3 grid((p.s_q_max + l.geo.rows - 1) / l.geo.rows, p.h, p.b);
-    l.fn<<<grid, l.warps * kWarpSize, l.geo.bytes(), stream>>>(p, l.geo, o_ref, lse);
+    l.fn<<<grid, l.warps * kWarpSize, l.geo.bytes(), stream>>>(p, l.geo, o_ref, o_amb, lse);
     return cudaGetLastError();
 }
 

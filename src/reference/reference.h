@@ -11,10 +11,12 @@ namespace fmha {
 
 // o_ref: dense fp32 [q storage tokens, h, dv]; row q_offsets[b] + r holds query row r
 //        of sequence b (the same rows as Params::o). Rows past a length are not written.
+// o_amb: optional fp32, laid out as o_ref: per element, how far the P whose rounding to
+//        the input type fp32 cannot decide may move it (reference.cu; nullptr: not written).
 // lse:   optional fp32 [b, h, s_q_max], natural-log sum of exp of the scaled scores
 //        (nullptr: not written).
 // Inputs are fp16 or bf16 (dtype); Params::o is ignored.
-cudaError_t run_reference(const Params& p, DataType dtype, float* o_ref, float* lse,
+cudaError_t run_reference(const Params& p, DataType dtype, float* o_ref, float* o_amb, float* lse,
                           cudaStream_t stream);
 
 // Loads the reference kernel and sets its shared-memory limit, so that a following
