@@ -88,8 +88,9 @@ class Problem:
         return [str(a) for a in args]
 
     def mask_label(self) -> str:
-        """The table's mask cell: no, yes (causal), or the window."""
-        return f"window {self.window}" if self.window else ("yes" if self.causal else "no")
+        """The table's causal cell: no, yes, or the window; a softcap follows."""
+        cell = f"window {self.window}" if self.window else ("yes" if self.causal else "no")
+        return cell + (f", softcap {self.softcap:g}" if self.softcap else "")
 
     def label(self) -> str:
         heads = f"{self.h}" if self.h == self.h_kv else f"{self.h}/{self.h_kv}"

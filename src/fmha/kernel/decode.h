@@ -331,7 +331,7 @@ inline UnitDivs unit_divs(const Params& p, const Shape& s) {
 }
 
 // unit < 2^31 (the launch checks the unit count).
-template <class Tr>
+template <class Tr, mask::Kind kMask>
 FMHA_DEVICE WarpUnit warp_unit(const Params& p, const Shape& shape, const UnitDivs& dv, int unit) {
     WarpUnit u;
     const int item_tile = dv.splits.div(unit);
@@ -345,7 +345,7 @@ FMHA_DEVICE WarpUnit warp_unit(const Params& p, const Shape& shape, const UnitDi
     u.kv_len = p.kv_lens[u.b];
     u.rows = shape.group * u.q_len;
     u.row0 = row_tile * Tr::kRows;
-    const mask::KeyRange keys = mask::sequence_keys(p, u.q_len, u.kv_len);
+    const mask::KeyRange keys = mask::sequence_keys<kMask>(p, u.q_len, u.kv_len);
     u.key_begin = keys.first + u.split * shape.keys_per_split;
     u.key_end = min_int(keys.last, u.key_begin + shape.keys_per_split);
     u.q_off = p.q_offsets[u.b];
@@ -445,7 +445,7 @@ struct WarpState {
         for (int r = 0; r < Tr::kRows; ++r) {
             // Keys visible to row r: [lo, limit), clipped to the split (loads past it are 0).
             const int row = u.row0 + r;
-            const int pos = row < u.rows ? group.div(row) : 0;
+            const int pos = kMask != mask::Kind::kPadding && row < u.rows ? group.div(row) : 0;
             const int limit = row < u.rows ? min_int(u.key_end, mrows.end(pos)) : 0;
             const int lo = mrows.begin(pos);
             float s[kPasses];
@@ -558,7 +558,7 @@ __global__ void __launch_bounds__(Tr::kThreads, kSoftcap ? max_int(1, Tr::kMinBl
     const int lane = threadIdx.x % kWarpSize;
     const int unit = blockIdx.x * Tr::kWarps + threadIdx.x / kWarpSize;
     if (unit >= shape.units) return;
-    const WarpUnit u = warp_unit<Tr>(p, shape, dv, unit);
+    const WarpUnit u = warp_unit<Tr, kMask>(p, shape, dv, unit);
     if (!u.live) return;
     const int sub = lane % Tr::kLanesPerKey;  // this lane's 16-byte chunk of a row
     const int grp = lane / Tr::kLanesPerKey;  // the key of a pass this lane works on
@@ -604,7 +604,7 @@ __global__ void __launch_bounds__(Tr::kThreads, (kShortMinBlocks<Tr, kPasses>))
     // with no rows: no loads, no writes.
     const auto unit_at = [&](int first_unit) {
         const int unit = first_unit + grp;
-        if (unit < shape.units) return warp_unit<Tr>(p, shape, dv, unit);
+        if (unit < shape.units) return warp_unit<Tr, kMask>(p, shape, dv, unit);
         WarpUnit none{};
         none.live = false;
         return none;
@@ -667,7 +667,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
     const int rows = shape.group * q_len;
     const int row0 = row_tile * R;
     if (row0 >= rows) return;  // the tile is past this sequence's rows
-    const mask::KeyRange keys = mask::sequence_keys(p, q_len, kv_len);
+    const mask::KeyRange keys = mask::sequence_keys<kMask>(p, q_len, kv_len);
     const int key_begin = keys.first + split * shape.keys_per_split;
     const int key_end = min_int(keys.last, key_begin + shape.keys_per_split);
     // A split past the sequence's keys does nothing, except split 0 of a sequence without

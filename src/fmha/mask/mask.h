@@ -43,12 +43,15 @@ struct Rows {
         Rows m;
         m.kv_len = kv_len;
         m.shift = kv_len - q_len;
-        m.left = p.mask == MaskType::kChunked ? kv_len : p.window - 1;
-        m.right = p.mask == MaskType::kBidirectionalWindow ? p.window - 1 : 0;
+        m.left = m.right = 0;
         m.chunk_log2 = 31;
-        if (p.mask == MaskType::kChunked) {
-            m.chunk_log2 = 0;
-            while ((1 << m.chunk_log2) < p.chunk && m.chunk_log2 < 30) ++m.chunk_log2;
+        if constexpr (K == Kind::kLocal) {  // the other kinds read nothing more of Params
+            m.left = p.mask == MaskType::kChunked ? kv_len : p.window - 1;
+            m.right = p.mask == MaskType::kBidirectionalWindow ? p.window - 1 : 0;
+            if (p.mask == MaskType::kChunked) {
+                m.chunk_log2 = 0;
+                while ((1 << m.chunk_log2) < p.chunk && m.chunk_log2 < 30) ++m.chunk_log2;
+            }
         }
         return m;
     }
@@ -72,10 +75,15 @@ struct Rows {
 struct KeyRange {
     int first, last;
 };
+template <Kind K>
 FMHA_HOST_DEVICE KeyRange sequence_keys(const Params& p, int q_len, int kv_len) {
-    if (kind_of(p.mask) != Kind::kLocal || q_len < 1) return KeyRange{0, kv_len};
+    if (K != Kind::kLocal || q_len < 1) return KeyRange{0, kv_len};
     const auto rows = Rows<Kind::kLocal>::make(p, q_len, kv_len);
     return KeyRange{rows.begin(0), rows.end(q_len - 1)};
+}
+// The same for a run-time mask.
+FMHA_HOST_DEVICE KeyRange sequence_keys(const Params& p, int q_len, int kv_len) {
+    return kind_of(p.mask) == Kind::kLocal ? sequence_keys<Kind::kLocal>(p, q_len, kv_len) : KeyRange{0, kv_len};
 }
 
 // An upper bound of sequence_keys' length over the sequences of a problem: s_kv_max, or
