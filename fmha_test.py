@@ -223,6 +223,7 @@ NUMERICS = (
 # Unit-normal inputs make logits ~N(0, 1), so a cap of 2 bends most of them.
 VARIANT_NUMERICS = {
     "softcap": ("softcap", ["-randn", "-seed", "11", "-softcapping-scale-bmm1", "2"]),
+    "sinks": ("sinks", ["-randn", "-seed", "13", "-use-attention-sinks"]),
 }
 
 
@@ -686,6 +687,8 @@ SAVE_CONFIGS = {
                                      "-separate-q-k-v"],
     "chunked_varlen": ["-b", "3", "-h", "4", "-s", "400", "-min-s", "100", "-chunked-attention-size", "64",
                        "-contiguous-q-kv"],
+    "sinks_window": ["-b", "3", "-h", "8", "-gqa", "4", "-s", "200", "-min-s", "1", "-sliding-window-size", "50",
+                     "-use-attention-sinks", "-randn"],
 }
 # The same configurations for a family that serves only a few query rows (decode): s_q <= 16, with key
 # splits (s up to 3000), GQA/MQA packing and causal rows on the diagonal.
@@ -706,6 +709,8 @@ SAVE_CONFIGS_FEW_ROWS = {
                                      "-bidirectional-sliding-window-mask", "-separate-q-k-v"],
     "chunked_varlen": ["-b", "3", "-h", "4", "-mqa", "-s", "3000", "-min-s", "100", "-s-q", "7",
                        "-chunked-attention-size", "256", "-contiguous-q-kv"],
+    "sinks_window": ["-b", "3", "-h", "8", "-gqa", "4", "-s", "2500", "-min-s", "1", "-s-q", "3",
+                     "-sliding-window-size", "600", "-use-attention-sinks", "-randn", "-separate-q-k-v"],
 }
 
 
@@ -734,12 +739,14 @@ REF_REL_L2 = 1e-4  # the driver's fp32 reference against float64, relative L2
 
 
 def round_to(x, dtype):
-    """x rounded to fp16 or bf16 (nearest even), returned as float64."""
+    """x (float64) rounded once, to nearest even, to fp16 or bf16, returned as float64. (Through
+    float32 first would round twice: a value just off a bf16 midpoint can land on it and tie
+    the other way; the driver's reference rounds float64 P once.)"""
+    x = np.asarray(x, dtype=np.float64)
     if dtype == "fp16":
-        return x.astype(np.float16).astype(np.float64)
-    bits = x.astype(np.float32).view(np.uint32).astype(np.uint64)
-    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    return bits.astype(np.uint32).view(np.float32).astype(np.float64)
+        return x.astype(np.float16).astype(np.float64)  # numpy rounds float64 -> half directly
+    mant, exp = np.frexp(x)  # x = mant * 2^exp, 0.5 <= |mant| < 1: bf16 keeps 8 significant bits
+    return np.ldexp(np.round(mant * 256.0) / 256.0, exp)  # np.round: ties to even
 
 
 def visible_fp64(meta: dict, lq: int, lk: int) -> np.ndarray:
@@ -765,10 +772,11 @@ def visible_fp64(meta: dict, lq: int, lk: int) -> np.ndarray:
 AMBIGUITY = 2.0 ** -16  # relative distance from a rounding edge where a kernel's fp32 P may round either way
 
 
-def attention_fp64(q, k, v, q_lens, kv_lens, scale_bmm1, scale_out, visible, dtype, softcap=0.0):
+def attention_fp64(q, k, v, q_lens, kv_lens, scale_bmm1, scale_out, visible, dtype, softcap=0.0, sinks=None):
     """Plain softmax attention per sequence in float64. q [b, s_q, h, d], k [b, s, h_kv, d],
     v [b, s, h_kv, dv]; visible(lq, lk) gives the [lq, lk] keys each query row may see (None:
-    all of them). A row that sees no key is 0.
+    all of them). A row that sees no key is 0. sinks [h] (gpt-oss attention sinks): a logit
+    per query head that joins each row's denominator, exp(sink), and nothing else.
     The probabilities that multiply V are rounded to the input dtype, as a tensor-core
     kernel feeds them to P·V (the normaliser uses them unrounded): otherwise a row that
     averages a few nearly cancelling values fails bf16's relative check on that alone.
@@ -796,6 +804,9 @@ def attention_fp64(q, k, v, q_lens, kv_lens, scale_bmm1, scale_out, visible, dty
         m = x.max(axis=-1, keepdims=True)
         p = np.exp2(x - np.ceil(np.where(np.isfinite(m), m, 0)))
         norm = p.sum(axis=-1, keepdims=True)
+        if sinks is not None:  # exp(sink) on the same 2^(-M) scale as p, for rows that see a key
+            m_int = np.ceil(np.where(np.isfinite(m), m, 0))
+            norm = norm + np.where(np.isfinite(m), np.exp2(sinks[:, None, None] * np.log2(np.e) - m_int), 0)
         norm = np.where(norm > 0, norm, 1)
         out[i, :lq] = scale_out * np.einsum("hqk,khd->qhd", round_to(p, dtype) / norm, vi)
         edge = round_to(p * (1 + AMBIGUITY), dtype) - round_to(p * (1 - AMBIGUITY), dtype)
@@ -820,6 +831,8 @@ def test_save_tensors_match_float64(kind, config, exe, gpu_sm, tmp_path):
         kernel = kernel_or_skip(family=family, dtype=dtype, acc=acc)
     if "-softcapping-scale-bmm1" in configs[config] and "softcap" not in FAMILIES[family].variants:
         pytest.skip(f"family {family} has no softcapping (generator/spec.py variants)")
+    if "-use-attention-sinks" in configs[config] and "sinks" not in FAMILIES[family].variants:
+        pytest.skip(f"family {family} has no attention sinks (generator/spec.py variants)")
     require_arch(kernel, gpu_sm)
     args = ["-d", str(kernel["d"]), "-dv", str(kernel["dv"]), dtype_flag(kernel), *configs[config]]
     proc = run_fmha(exe, [*args, "-kernel", kernel["name"], "-save-tensors", str(tmp_path),
@@ -836,7 +849,8 @@ def test_save_tensors_match_float64(kind, config, exe, gpu_sm, tmp_path):
     expected, amb = attention_fp64(t["q"], t["k"], t["v"], t["seqlens_q"], t["seqlens_kv"],
                               meta["scale_bmm1"], meta["scale_softmax"] * meta["scale_bmm2"],
                               lambda lq, lk: visible_fp64(meta, lq, lk), dtype,
-                              meta["softcapping_scale_bmm1"] or 0.0)
+                              meta["softcapping_scale_bmm1"] or 0.0,
+                              np.load(tmp_path / "sinks.npy").astype(np.float64) if meta["attention_sinks"] else None)
     # Rows past each sequence's length are zero in both outputs.
     real = np.arange(s_q)[None, :] < t["seqlens_q"][:, None]  # [b, s_q]
     for name in ("o", "o_ref"):

@@ -59,7 +59,7 @@ FAMILIES = {
         template="kernel.cu.j2",
         workspace=True,
         max_s_q=16,
-        variants=("softcap",),
+        variants=("softcap", "sinks"),
     ),
     "ws": Family(
         name="ws",
@@ -72,6 +72,7 @@ FAMILIES = {
         template="kernel.cu.j2",
         arch_specific=True,
         scheduled=True,
+        variants=("sinks",),
     ),
     "flash": Family(
         name="flash",
@@ -82,7 +83,7 @@ FAMILIES = {
         warp_specialized=False,
         uses_tma=False,
         template="kernel.cu.j2",
-        variants=("softcap",),
+        variants=("softcap", "sinks"),
     ),
 }
 
@@ -103,6 +104,7 @@ DEFAULT_ACC = {"fp16": "fp16", "bf16": "fp32"}
 # implement (Family.variants). Why each is run-time rather than a spec field: bench/NOTES.md.
 VARIANTS = {
     "softcap": "kVariantSoftcap",   # -softcapping-scale-bmm1 (Params::softcap)
+    "sinks": "kVariantSinks",       # -use-attention-sinks (Params::sinks)
 }
 
 # Mask token -> fmha::MaskType enumerator (src/params.h), in the order of that enum. The token

@@ -62,6 +62,8 @@ numerics
   -scale-softmax X  O = scale_softmax * scale_bmm2 * softmax(S) V (default 1)
   -scale-bmm2 X     (default 1)
   -softcapping-scale-bmm1 C   S = C * tanh(S / C) before the softmax (Gemma-2), C > 0
+  -use-attention-sinks        a logit per query head joins every row's softmax denominator
+                    (gpt-oss); drawn from -seed, uniform in [-1, 3]
 inputs and checks
   -range-q/-range-k/-range-v R   uniform in [-R, R] (default 1); std R with -randn
   -scale-q/-scale-k/-scale-v X   multiply the inputs by X (default 1)
@@ -100,7 +102,6 @@ const Unsupported kUnsupported[] = {
     {"-paged-kv", "a paged KV cache"},
     {"-tokens-per-block", "a paged KV cache"},
     {"-alibi", "ALiBi"},
-    {"-use-attention-sinks", "attention sinks"},
     {"-save-softmax", "saving the softmax statistics"},
 };
 
@@ -173,6 +174,7 @@ const Switch kSwitches[] = {
     {"-list-kernels", [](Problem& p) { p.list_kernels = true; }},
     {"-1s", [](Problem& p) { p.ones = true; }},
     {"-randn", [](Problem& p) { p.randn = true; }},
+    {"-use-attention-sinks", [](Problem& p) { p.attention_sinks = true; }},
     {"-skip-checks", [](Problem& p) { p.skip_checks = true; }},
 };
 

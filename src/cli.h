@@ -47,6 +47,7 @@ struct Problem {
     float scale_softmax = 1.f;
     float scale_bmm2 = 1.f;
     float softcapping_scale_bmm1 = 0.f;  // -softcapping-scale-bmm1 c > 0; 0: no softcapping
+    bool attention_sinks = false;        // -use-attention-sinks: a random logit per query head
 
     bool ones = false;
     bool randn = false;

@@ -33,6 +33,7 @@ enum class Layout : int { kPackedQkv = 0, kContiguousQKv = 1, kSeparateQKv = 2 }
 // parameters of the kernels, one bit each.
 enum VariantBit : uint32_t {
     kVariantSoftcap = 1u << 0,  // Params::softcap > 0
+    kVariantSinks = 1u << 1,    // Params::sinks != nullptr
 };
 
 struct Params {
@@ -83,6 +84,10 @@ struct Params {
     // Logit softcapping (Gemma-2): S = softcap * tanh(scale_bmm1 * Q K^T / softcap) when
     // > 0 (0: off). A kernel without kVariantSoftcap refuses a launch with it.
     float softcap = 0.f;
+    // Attention sinks (gpt-oss): h floats, a logit per query head added to every row's softmax
+    // denominator (fmha/softmax/sinks.h); nullptr: off. A kernel without kVariantSinks
+    // refuses a launch with it.
+    const float* sinks = nullptr;
 
     int num_sms = 0;   // filled by the driver from the device
 

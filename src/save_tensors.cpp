@@ -58,6 +58,11 @@ void save_tensors(const Problem& p, const SeqLens& lens, const DeviceTensors& t,
                  q.q_offsets, q.q_lens, p.b, p.s_q, stream);
     save_ints(dir, "seqlens_q.npy", lens.q_lens);
     save_ints(dir, "seqlens_kv.npy", lens.kv_lens);
+    if (!t.sinks_host.empty()) {
+        const std::string path = dir + "/sinks.npy";  // [h] float32
+        if (!write_npy(path, t.sinks_host.data(), {static_cast<int64_t>(t.sinks_host.size())}))
+            fail_args("-save-tensors: cannot write " + path);
+    }
 
     JsonObject meta;
     meta.add("kernel", kernel.name)
@@ -92,7 +97,7 @@ void save_tensors(const Problem& p, const SeqLens& lens, const DeviceTensors& t,
         .add("bidirectional_sliding_window", p.mask == MaskType::kBidirectionalWindow)
         .add("softcapping_scale_bmm1", double(p.softcapping_scale_bmm1))
         .add("alibi", false)
-        .add("attention_sinks", false)
+        .add("attention_sinks", p.attention_sinks)
         .add("save_softmax", false);
     if (p.sliding_window_size > 0) meta.add("sliding_window_size", p.sliding_window_size);
     else meta.null("sliding_window_size");

@@ -18,7 +18,7 @@ constexpr float kTwoPi = 6.28318530717958647692f;
 constexpr float kInv2Pow24 = 1.0f / 16777216.0f;
 
 // Streams of the counter-based RNG; each tensor (and the lengths) draws from its own.
-enum Stream : uint64_t { kStreamQ = 1, kStreamK = 2, kStreamV = 3, kStreamLens = 4 };
+enum Stream : uint64_t { kStreamQ = 1, kStreamK = 2, kStreamV = 3, kStreamLens = 4, kStreamSinks = 5 };
 
 // splitmix64's finaliser: a bijective mix, good enough to turn a counter into bits.
 __host__ __device__ inline uint64_t mix64(uint64_t x) {
@@ -284,6 +284,12 @@ DeviceTensors make_tensors(const Problem& p, const SeqLens& lens) {
     prm.scale_softmax = p.scale_softmax;
     prm.scale_bmm2 = p.scale_bmm2;
     prm.softcap = p.softcapping_scale_bmm1;
+    if (p.attention_sinks) {  // uniform in [-1, 3]: from negligible to most of a short row's weight
+        for (int head = 0; head < p.h; ++head)
+            t.sinks_host.push_back(-1.f + 4.f * float(hash(p.seed, kStreamSinks, head) >> 40) * (1.f / 16777216.f));
+        t.sinks = to_device(t.sinks_host);
+        prm.sinks = t.sinks.get();
+    }
     return t;
 }
 

@@ -87,6 +87,8 @@ struct DeviceTensors {
     DeviceBuffer<uint16_t> o;    // [kGuardRows + tokens_q + kGuardRows, h, dv]
     DeviceBuffer<int> q_offsets, q_lens, kv_offsets, kv_lens;
     DeviceBuffer<int> tile_counter;  // Params::tile_counter: every launch runs on one stream
+    std::vector<float> sinks_host;   // -use-attention-sinks: one logit per query head (else empty)
+    DeviceBuffer<float> sinks;       // Params::sinks
     Params params;
 };
 

@@ -232,6 +232,8 @@ reference_kernel(Params p, Smem geo, float* o_ref, float* o_amb, float* lse) {
     for (int i = 0; i < kRowsPerWarp; ++i) {
         const int r = row0 + my_row + i;
         if (r >= q_len) continue;
+        // Attention sinks: one more term of the denominator (none for a row without keys).
+        if (p.sinks != nullptr && m[i] != -INFINITY) l[i] += exp2(double(p.sinks[head]) * kLog2eD - m[i]);
         const float inv = l[i] > 0.0 ? static_cast<float>(out_scale / l[i]) : 0.f;
         float* o_row = o_ref + (int64_t(p.q_offsets[seq]) + r) * (int64_t(p.h) * p.dv) +
                        int64_t(head) * p.dv;

@@ -58,6 +58,7 @@
 #include "fmha/memory/smem_layout.h"
 #include "fmha/mma/warp_gemm.h"
 #include "fmha/softmax/online_softmax.h"
+#include "fmha/softmax/sinks.h"
 #include "fmha/softmax/softcap.h"
 #include "fmha/utils.h"
 #include "params.h"
@@ -236,13 +237,14 @@ FMHA_DEVICE void combine_chunk(const Params& p, const Shape& shape, int splits, 
             for (int e = 0; e < kElemsPerChunk; ++e) acc[e] = fmaf(x[e], w, acc[e]);
         }
     }
+    const int b = item / p.h_kv;
+    const int g = item - b * p.h_kv;
+    const int head = g * shape.group + row % shape.group;
+    l_all += softmax::sink_term(p, head, m_all);
     const float inv = l_all > 0.f ? p.scale_softmax * p.scale_bmm2 / l_all : 0.f;
     uint32_t packed[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) packed[i] = ElementTraits<Element>::pack(acc[2 * i] * inv, acc[2 * i + 1] * inv);
-    const int b = item / p.h_kv;
-    const int g = item - b * p.h_kv;
-    const int head = g * shape.group + row % shape.group;
     const int pos = row / shape.group;
     Element* dst = static_cast<Element*>(p.o) + int64_t(p.q_offsets[b] + pos) * p.o_row_stride +
                    int64_t(head) * p.o_head_stride + chunk * kElemsPerChunk;
@@ -519,7 +521,8 @@ struct WarpState {
                 if (row >= u.rows) continue;
                 const int pos = group.div(row);
                 const int head = u.g * shape.group + group.mod(row, pos);
-                const float inv = l[r] > 0.f ? __fdividef(out_scale, l[r]) : 0.f;  // as OnlineSoftmax::finalize
+                const float l_row = l[r] + softmax::sink_term(p, head, m[r]);
+                const float inv = l_row > 0.f ? __fdividef(out_scale, l_row) : 0.f;  // as OnlineSoftmax::finalize
                 uint32_t packed[4];
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
@@ -841,11 +844,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
             }
         }
         if (splits == 1) {
+            const int head = g * shape.group + row % shape.group;
+            l_all += softmax::sink_term(p, head, m_all);
             const float inv = l_all > 0.f ? out_scale / l_all : 0.f;
             uint32_t packed[4];
 #pragma unroll
             for (int k = 0; k < 4; ++k) packed[k] = ElementTraits<Element>::pack(acc[2 * k] * inv, acc[2 * k + 1] * inv);
-            const int head = g * shape.group + row % shape.group;
             const int pos = row / shape.group;
             Element* dst = static_cast<Element*>(p.o) + int64_t(q_off + pos) * p.o_row_stride +
                            int64_t(head) * p.o_head_stride + c * kElemsPerChunk;

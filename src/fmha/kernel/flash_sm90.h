@@ -440,7 +440,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         }
 
         float inv[2];
-        softmax.finalize(inv, p.scale_softmax * p.scale_bmm2);
+        softmax.finalize(inv, p.scale_softmax * p.scale_bmm2, p, w.head);
         Element* o = static_cast<Element*>(p.o) + static_cast<int64_t>(w.q_off + wg_row0) * p.o_row_stride +
                      static_cast<int64_t>(w.head) * p.o_head_stride;
         epilogue::store_o_rows<Element>(acc_o, inv, o, p.o_row_stride, row_g, lane, w.q_len - wg_row0);
@@ -483,7 +483,7 @@ cudaError_t launch_with_extents(const Params& p, int64_t q_tokens, int64_t kv_to
     if (q_tokens < 1 || kv_tokens < 1 || q_tokens > INT32_MAX || kv_tokens > INT32_MAX) return cudaErrorInvalidValue;
     if (!kernel::params_fit(p, Tr::kHeadDim, Tr::kHeadDimV)) return cudaErrorInvalidValue;
     if (entry<Tr>(p.mask) == nullptr) return cudaErrorInvalidValue;  // a mask the family does not implement
-    if (p.softcap > 0.f) return cudaErrorInvalidValue;                // no variants yet (Family.variants)
+    if (p.softcap > 0.f) return cudaErrorInvalidValue;                // not a variant of this family (Family.variants)
     if (Tr::kPersistent && p.tile_counter == nullptr) return cudaErrorInvalidValue;
     int num_sms = 0;
     if (Tr::kPersistent) {

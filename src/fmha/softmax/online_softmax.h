@@ -18,6 +18,7 @@
 
 #include <math_constants.h>
 
+#include "fmha/softmax/sinks.h"
 #include "fmha/utils.h"
 
 namespace fmha {
@@ -108,12 +109,13 @@ struct OnlineSoftmax {
 
     // Per row: the factor the epilogue multiplies O by, out_scale / l, or 0 for a row
     // that saw no allowed key (l == 0), whose output is defined as 0.
-    FMHA_DEVICE void finalize(float (&inv)[kMmaM][2], float out_scale) {
+    // sinks: Params::sinks (nullptr: none) and the rows' query head (softmax/sinks.h).
+    FMHA_DEVICE void finalize(float (&inv)[kMmaM][2], float out_scale, const Params& p, int head) {
 #pragma unroll
         for (int mi = 0; mi < kMmaM; ++mi) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const float l = quad_sum(row_sum[mi][h]);
+                const float l = quad_sum(row_sum[mi][h]) + sink_term(p, head, row_max[mi][h]);
                 inv[mi][h] = l > 0.f ? __fdividef(out_scale, l) : 0.f;
             }
         }

@@ -67,10 +67,11 @@ struct OnlineSoftmaxSm90 {
     }
 
     // Per row: out_scale / l, or 0 for a row that saw no allowed key.
-    FMHA_DEVICE void finalize(float (&inv)[2], float out_scale) const {
+    // sinks: Params::sinks (nullptr: none) and the rows' query head (softmax/sinks.h).
+    FMHA_DEVICE void finalize(float (&inv)[2], float out_scale, const Params& p, int head) const {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const float l = quad_sum(row_sum[h]);
+            const float l = quad_sum(row_sum[h]) + sink_term(p, head, row_max[h]);
             inv[h] = l > 0.f ? __fdividef(out_scale, l) : 0.f;
         }
     }

@@ -82,7 +82,7 @@ __global__ void softmax_kernel(const float* scores, const float* v, int blocks, 
         __syncwarp();
     }
     float inv[kMmaM][2];
-    softmax.finalize(inv, out_scale);
+    softmax.finalize(inv, out_scale, fmha::Params{}, 0);  // no attention sinks
     for (int mi = 0; mi < kMmaM; ++mi)
         for (int h = 0; h < 2; ++h) {
             const int r = frag_row(lane, mi, h);
