@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "fmha/kernel/launch_checks.h"
 #include "fmha/mask/mask.h"
 #include "unit_test.h"
 
@@ -41,39 +42,31 @@ fmha::Params params_of(const MaskDef& m) {
     return p;
 }
 
-// [begin(r), end(r)) through the kernels' compile-time kind.
+// [begin(r), end(r)) through the kernels' compile-time kind (kernel::with_mask, the launchers'
+// own MaskType -> mask::Kind switch).
 struct Range {
     int begin, end;
 };
 Range row_range(const MaskDef& m, int r, int q_len, int kv_len) {
     const fmha::Params p = params_of(m);
-    switch (fmha::mask::kind_of(m.mask)) {
-        case Kind::kPadding: {
-            const auto rows = fmha::mask::Rows<Kind::kPadding>::make(p, q_len, kv_len);
-            return {rows.begin(r), rows.end(r)};
-        }
-        case Kind::kCausal: {
-            const auto rows = fmha::mask::Rows<Kind::kCausal>::make(p, q_len, kv_len);
-            return {rows.begin(r), rows.end(r)};
-        }
-        case Kind::kLocal: break;
-    }
-    const auto rows = fmha::mask::Rows<Kind::kLocal>::make(p, q_len, kv_len);
-    return {rows.begin(r), rows.end(r)};
+    return fmha::kernel::with_mask(
+        m.mask,
+        [&](auto kind) {
+            const auto rows = fmha::mask::Rows<decltype(kind)::value>::make(p, q_len, kv_len);
+            return Range{rows.begin(r), rows.end(r)};
+        },
+        Range{0, 0});
 }
 
 fmha::mask::Blocks block_range(const MaskDef& m, int r_first, int r_last, int q_len, int kv_len, int block_n) {
     const fmha::Params p = params_of(m);
-    switch (fmha::mask::kind_of(m.mask)) {
-        case Kind::kPadding:
-            return fmha::mask::blocks(fmha::mask::Rows<Kind::kPadding>::make(p, q_len, kv_len), r_first, r_last,
-                                      block_n);
-        case Kind::kCausal:
-            return fmha::mask::blocks(fmha::mask::Rows<Kind::kCausal>::make(p, q_len, kv_len), r_first, r_last,
-                                      block_n);
-        case Kind::kLocal: break;
-    }
-    return fmha::mask::blocks(fmha::mask::Rows<Kind::kLocal>::make(p, q_len, kv_len), r_first, r_last, block_n);
+    return fmha::kernel::with_mask(
+        m.mask,
+        [&](auto kind) {
+            return fmha::mask::blocks(fmha::mask::Rows<decltype(kind)::value>::make(p, q_len, kv_len), r_first,
+                                      r_last, block_n);
+        },
+        fmha::mask::Blocks{0, 0, 0, 0});
 }
 
 const MaskDef kMasks[] = {
@@ -217,17 +210,13 @@ TEST_P(MaskApply, MatchesThePredicate) {
     unit::DeviceBuffer<float> out;
     CUDA_ASSERT(out.alloc(kRows * kKeys));
     const fmha::Params p = params_of(c.mask);
-    switch (fmha::mask::kind_of(c.mask.mask)) {
-        case Kind::kPadding:
-            apply_kernel<Kind::kPadding><<<1, kWarps * 32>>>(out.get(), p, c.m0, c.n0, c.kv_len, c.q_len);
-            break;
-        case Kind::kCausal:
-            apply_kernel<Kind::kCausal><<<1, kWarps * 32>>>(out.get(), p, c.m0, c.n0, c.kv_len, c.q_len);
-            break;
-        case Kind::kLocal:
-            apply_kernel<Kind::kLocal><<<1, kWarps * 32>>>(out.get(), p, c.m0, c.n0, c.kv_len, c.q_len);
-            break;
-    }
+    fmha::kernel::with_mask(
+        c.mask.mask,
+        [&](auto kind) {
+            apply_kernel<decltype(kind)::value><<<1, kWarps * 32>>>(out.get(), p, c.m0, c.n0, c.kv_len, c.q_len);
+            return 0;
+        },
+        0);
     CUDA_ASSERT_LAUNCH();
     std::vector<float> got;
     CUDA_ASSERT(out.download(&got));
