@@ -16,8 +16,7 @@ constexpr int kClosestShown = 5;
 
 std::string masks_text(uint32_t masks) {
     std::string s;
-    for (MaskType m : {MaskType::kPadding, MaskType::kCausal, MaskType::kSlidingWindow,
-                       MaskType::kBidirectionalWindow, MaskType::kChunked}) {
+    for (MaskType m : kMaskTypes) {
         if (!(masks & mask_bit(m))) continue;
         if (!s.empty()) s += ",";
         s += mask_label(m);

@@ -24,6 +24,8 @@ enum class DataType : int { kFp16 = 0, kBf16 = 1, kFp32 = 2, kE4m3 = 3 };
 // The last three are one compile-time kind in the kernels (mask::Kind::kLocal): a visible
 // range [begin(r), end(r)) per row, from Params::window / Params::chunk at run time.
 enum class MaskType : int { kPadding = 0, kCausal = 1, kSlidingWindow = 2, kBidirectionalWindow = 3, kChunked = 4 };
+constexpr MaskType kMaskTypes[] = {MaskType::kPadding, MaskType::kCausal, MaskType::kSlidingWindow,
+                                   MaskType::kBidirectionalWindow, MaskType::kChunked};
 constexpr uint32_t mask_bit(MaskType m) { return 1u << static_cast<int>(m); }
 
 enum class Layout : int { kPackedQkv = 0, kContiguousQKv = 1, kSeparateQKv = 2 };

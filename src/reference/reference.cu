@@ -235,13 +235,13 @@ reference_kernel(Params p, Smem geo, float* o_ref, float* o_amb, float* lse) {
         // Attention sinks: one more term of the denominator (none for a row without keys).
         if (p.sinks != nullptr && m[i] != -INFINITY) l[i] += exp2(double(p.sinks[head]) * kLog2eD - m[i]);
         const float inv = l[i] > 0.0 ? static_cast<float>(out_scale / l[i]) : 0.f;
-        float* o_row = o_ref + (int64_t(p.q_offsets[seq]) + r) * (int64_t(p.h) * p.dv) +
-                       int64_t(head) * p.dv;
+        const int64_t row_off = (int64_t(p.q_offsets[seq]) + r) * (int64_t(p.h) * p.dv) + int64_t(head) * p.dv;
 #pragma unroll
         for (int c = 0; c < kColChunks; ++c) {
             const int col = lane + c * kWarpSize;
-            if (col < p.dv) o_row[col] = acc[i][c] * inv;
-            if (col < p.dv && o_amb != nullptr) o_amb[o_row - o_ref + col] = amb[i][c] * fabsf(inv);
+            if (col >= p.dv) continue;
+            o_ref[row_off + col] = acc[i][c] * inv;
+            if (o_amb != nullptr) o_amb[row_off + col] = amb[i][c] * fabsf(inv);
         }
         if (lse != nullptr && lane == 0)
             lse[(int64_t(seq) * p.h + head) * p.s_q_max + r] =
