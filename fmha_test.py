@@ -224,6 +224,8 @@ NUMERICS = (
 VARIANT_NUMERICS = {
     "softcap": ("softcap", ["-randn", "-seed", "11", "-softcapping-scale-bmm1", "2"]),
     "sinks": ("sinks", ["-randn", "-seed", "13", "-use-attention-sinks"]),
+    # The driver checks the kernel's LSE against the reference's and fails the run on a mismatch.
+    "softmax_stats": ("lse", ["-randn", "-seed", "17", "-save-softmax"]),
 }
 
 
@@ -673,7 +675,7 @@ DEFAULT_EPSILON = {"fp16": 0.015, "bf16": 0.025}
 
 SAVE_CONFIGS = {
     "padding_fixed": ["-b", "2", "-h", "4", "-s", "77"],
-    "causal_varlen": ["-b", "3", "-h", "4", "-s", "150", "-min-s", "20", "-causal-mask"],
+    "causal_varlen": ["-b", "3", "-h", "4", "-s", "150", "-min-s", "20", "-causal-mask", "-save-softmax"],
     "gqa_pad_s": ["-b", "3", "-h", "8", "-gqa", "2", "-s", "130", "-min-s", "40", "-pad-s", "-contiguous-q-kv"],
     "causal_sq_lt_s": ["-b", "2", "-h", "4", "-s", "200", "-s-q", "33", "-causal-mask", "-separate-q-k-v"],
     "mqa_causal_scales": ["-b", "2", "-h", "4", "-mqa", "-s", "96", "-causal-mask", "-randn",
@@ -688,14 +690,14 @@ SAVE_CONFIGS = {
     "chunked_varlen": ["-b", "3", "-h", "4", "-s", "400", "-min-s", "100", "-chunked-attention-size", "64",
                        "-contiguous-q-kv"],
     "sinks_window": ["-b", "3", "-h", "8", "-gqa", "4", "-s", "200", "-min-s", "1", "-sliding-window-size", "50",
-                     "-use-attention-sinks", "-randn"],
+                     "-use-attention-sinks", "-randn", "-save-softmax"],
 }
 # The same configurations for a family that serves only a few query rows (decode): s_q <= 16, with key
 # splits (s up to 3000), GQA/MQA packing and causal rows on the diagonal.
 SAVE_CONFIGS_FEW_ROWS = {
     "padding_fixed": ["-b", "2", "-h", "4", "-s", "77", "-s-q", "1", "-separate-q-k-v"],
     "causal_varlen": ["-b", "3", "-h", "4", "-s", "3000", "-min-s", "20", "-s-q", "5", "-causal-mask",
-                      "-separate-q-k-v"],
+                      "-separate-q-k-v", "-save-softmax"],
     "gqa_pad_s": ["-b", "3", "-h", "8", "-gqa", "2", "-s", "1300", "-min-s", "40", "-pad-s", "-s-q", "2",
                   "-contiguous-q-kv"],
     "causal_sq_lt_s": ["-b", "2", "-h", "4", "-s", "200", "-s-q", "16", "-causal-mask", "-separate-q-k-v"],
@@ -710,7 +712,8 @@ SAVE_CONFIGS_FEW_ROWS = {
     "chunked_varlen": ["-b", "3", "-h", "4", "-mqa", "-s", "3000", "-min-s", "100", "-s-q", "7",
                        "-chunked-attention-size", "256", "-contiguous-q-kv"],
     "sinks_window": ["-b", "3", "-h", "8", "-gqa", "4", "-s", "2500", "-min-s", "1", "-s-q", "3",
-                     "-sliding-window-size", "600", "-use-attention-sinks", "-randn", "-separate-q-k-v"],
+                     "-sliding-window-size", "600", "-use-attention-sinks", "-randn", "-separate-q-k-v",
+                     "-save-softmax"],
 }
 
 
@@ -736,6 +739,7 @@ def spec_error(found: np.ndarray, expected: np.ndarray, eps: float) -> np.ndarra
 
 
 REF_REL_L2 = 1e-4  # the driver's fp32 reference against float64, relative L2
+LSE_TOLERANCE = 1e-3  # a row's log-sum-exp, absolute (src/check.h kLseTolerance)
 
 
 def round_to(x, dtype):
@@ -782,12 +786,15 @@ def attention_fp64(q, k, v, q_lens, kv_lens, scale_bmm1, scale_out, visible, dty
     averages a few nearly cancelling values fails bf16's relative check on that alone.
     Rounding at a power-of-two scale gives the same bits whatever the scale, so this is the
     same P as the kernel's and the driver's reference, computed independently.
-    Returns (out, amb): amb bounds how far the P within AMBIGUITY of a rounding edge, which a
-    kernel computing P in fp32 may round the other way, move each output element."""
+    Returns (out, amb, lse): amb bounds how far the P within AMBIGUITY of a rounding edge, which
+    a kernel computing P in fp32 may round the other way, move each output element; lse
+    [b, h, s_q] is each row's natural-log log-sum-exp of its logits, the sink's exp(sink) in
+    the sum (-inf for a row that sees nothing; 0 past a sequence's length, as lse.npy)."""
     b, s_q, h, _ = q.shape
     group = h // k.shape[2]  # query head j reads kv head j // group
     out = np.zeros((b, s_q, h, v.shape[3]))
     amb = np.zeros_like(out)
+    lse = np.zeros((b, h, s_q))
     for i in range(b):
         lq, lk = int(q_lens[i]), int(kv_lens[i])
         qi = q[i, :lq].astype(np.float64)
@@ -811,7 +818,14 @@ def attention_fp64(q, k, v, q_lens, kv_lens, scale_bmm1, scale_out, visible, dty
         out[i, :lq] = scale_out * np.einsum("hqk,khd->qhd", round_to(p, dtype) / norm, vi)
         edge = round_to(p * (1 + AMBIGUITY), dtype) - round_to(p * (1 - AMBIGUITY), dtype)
         amb[i, :lq] = abs(scale_out) * np.einsum("hqk,khd->qhd", edge / norm, np.abs(vi))
-    return out, amb
+        # The LSE straight from the logits (no 2^-M scale): a log-sum-exp about the true max.
+        terms = [scores] if sinks is None else [scores, np.broadcast_to(sinks[:, None, None], (h, lq, 1))]
+        logits = np.concatenate(terms, axis=-1)
+        top = logits.max(axis=-1, keepdims=True)
+        with np.errstate(divide="ignore"):  # a row that sees nothing: log(0) = -inf
+            lse[i, :, :lq] = (np.where(np.isfinite(top), top, 0)
+                              + np.log(np.exp(logits - np.where(np.isfinite(top), top, 0)).sum(axis=-1, keepdims=True)))[..., 0]
+    return out, amb, lse
 
 
 @pytest.mark.gpu
@@ -846,7 +860,7 @@ def test_save_tensors_match_float64(kind, config, exe, gpu_sm, tmp_path):
     assert t["o"].shape == t["o_ref"].shape == (b, s_q, h, kernel["dv"])
     assert t["seqlens_q"].dtype == t["seqlens_kv"].dtype == np.int32
 
-    expected, amb = attention_fp64(t["q"], t["k"], t["v"], t["seqlens_q"], t["seqlens_kv"],
+    expected, amb, lse = attention_fp64(t["q"], t["k"], t["v"], t["seqlens_q"], t["seqlens_kv"],
                               meta["scale_bmm1"], meta["scale_softmax"] * meta["scale_bmm2"],
                               lambda lq, lk: visible_fp64(meta, lq, lk), dtype,
                               meta["softcapping_scale_bmm1"] or 0.0,
@@ -871,6 +885,18 @@ def test_save_tensors_match_float64(kind, config, exe, gpu_sm, tmp_path):
     ref, exp = t["o_ref"][real].astype(np.float64), expected[real]
     rel = np.linalg.norm(ref - exp) / np.linalg.norm(exp)
     assert rel < REF_REL_L2, f"o_ref.npy is {rel:.3g} (relative L2) from float64"
+
+    # -save-softmax: the kernel's and the driver's LSE against float64, rows past a length zero.
+    assert meta["save_softmax"] == ("-save-softmax" in configs[config])
+    if meta["save_softmax"]:
+        real_rows = np.broadcast_to(real[:, None, :], (b, h, s_q))
+        for name in ("lse", "lse_ref"):
+            got = np.load(tmp_path / f"{name}.npy")
+            assert got.shape == (b, h, s_q)
+            assert not np.any(got[~real_rows]), f"{name}.npy has non-zero rows past a sequence's length"
+            same_inf = np.isinf(got[real_rows]) & (got[real_rows] == lse[real_rows])
+            diff = np.where(same_inf, 0.0, np.abs(got[real_rows].astype(np.float64) - lse[real_rows]))
+            assert np.all(diff <= LSE_TOLERANCE), f"{name}.npy is {np.nanmax(diff):.3g} from float64 (max abs)"
 
 
 # ---------------------------------------------------------------------------------------------

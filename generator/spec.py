@@ -59,7 +59,7 @@ FAMILIES = {
         template="kernel.cu.j2",
         workspace=True,
         max_s_q=16,
-        variants=("softcap", "sinks"),
+        variants=("softcap", "sinks", "softmax_stats"),
     ),
     "ws": Family(
         name="ws",
@@ -72,7 +72,7 @@ FAMILIES = {
         template="kernel.cu.j2",
         arch_specific=True,
         scheduled=True,
-        variants=("sinks",),
+        variants=("sinks", "softmax_stats"),
     ),
     "flash": Family(
         name="flash",
@@ -83,7 +83,7 @@ FAMILIES = {
         warp_specialized=False,
         uses_tma=False,
         template="kernel.cu.j2",
-        variants=("softcap", "sinks"),
+        variants=("softcap", "sinks", "softmax_stats"),
     ),
 }
 
@@ -105,6 +105,7 @@ DEFAULT_ACC = {"fp16": "fp16", "bf16": "fp32"}
 VARIANTS = {
     "softcap": "kVariantSoftcap",   # -softcapping-scale-bmm1 (Params::softcap)
     "sinks": "kVariantSinks",       # -use-attention-sinks (Params::sinks)
+    "softmax_stats": "kVariantSoftmaxStats",  # -save-softmax (Params::softmax_lse)
 }
 
 # Mask token -> fmha::MaskType enumerator (src/params.h), in the order of that enum. The token

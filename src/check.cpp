@@ -130,6 +130,44 @@ CheckResult check_output(const Problem& p, const SeqLens& lens, const std::vecto
     return r;
 }
 
+void check_lse(const Problem& p, const SeqLens& lens, const std::vector<float>& lse,
+               const std::vector<float>& lse_ref, CheckResult& r) {
+    int reported = 0;
+    for (int seq = 0; seq < p.b; ++seq) {
+        for (int head = 0; head < p.h; ++head) {
+            for (int row = 0; row < lens.s_q_max; ++row) {
+                const size_t i = (size_t(seq) * p.h + head) * lens.s_q_max + row;
+                const float a = lse[i], b = lse_ref[i];
+                if (row >= lens.q_lens[seq]) {
+                    uint32_t bits;
+                    std::memcpy(&bits, &a, sizeof(bits));
+                    ++r.lse_untouched_checked;
+                    if (bits == kPoisonLseBits) continue;
+                    ++r.lse_touched;
+                    if (reported++ < kMaxReported)
+                        r.report.push_back(format("softmax stats written past the sequence: (b=%d, h=%d, s=%d, "
+                                                  "length %d): %.6g", seq, head, row, lens.q_lens[seq], a));
+                    continue;
+                }
+                ++r.lse_checked;
+                bool fail;
+                if (std::isinf(a) || std::isinf(b)) {
+                    fail = a != b;  // -inf (a row without keys) on both sides, nothing else
+                } else {
+                    const double diff = std::fabs(double(a) - double(b));
+                    fail = !(diff <= kLseTolerance);  // NaN fails
+                    if (std::isfinite(diff)) r.lse_max_abs_err = std::fmax(r.lse_max_abs_err, diff);
+                }
+                if (!fail) continue;
+                ++r.lse_failures;
+                if (reported++ < kMaxReported)
+                    r.report.push_back(format("softmax stats mismatch at (b=%d, h=%d, s=%d): LSE %.7g, expected %.7g",
+                                              seq, head, row, a, b));
+            }
+        }
+    }
+}
+
 std::string check_summary(const Problem& p, const CheckResult& r) {
     return format("errors: %lld of %lld elements fail (epsilon %g; %lld NaN/inf), max abs err %.6g, "
                   "max rel err %.6g (%lld within the reference's rounding ambiguity); %lld of %lld elements "
@@ -137,7 +175,13 @@ std::string check_summary(const Problem& p, const CheckResult& r) {
                   static_cast<long long>(r.failures), static_cast<long long>(r.checked), p.epsilon,
                   static_cast<long long>(r.non_finite), r.max_abs_err, r.max_rel_err,
                   static_cast<long long>(r.ambiguous), static_cast<long long>(r.touched),
-                  static_cast<long long>(r.untouched_checked));
+                  static_cast<long long>(r.untouched_checked)) +
+           (p.save_softmax ? format("; softmax stats: %lld of %lld rows fail (tolerance %g), max abs err %.3g, "
+                                    "%lld of %lld rows past the sequences written",
+                                    static_cast<long long>(r.lse_failures), static_cast<long long>(r.lse_checked),
+                                    kLseTolerance, r.lse_max_abs_err, static_cast<long long>(r.lse_touched),
+                                    static_cast<long long>(r.lse_untouched_checked))
+                           : std::string());
 }
 
 }  // namespace fmha

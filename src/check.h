@@ -20,9 +20,20 @@ struct CheckResult {
     double max_rel_err = 0.0;      // over elements with |a| + |b| > epsilon (where it is used)
     int64_t untouched_checked = 0; // elements outside the sequences (padding and guard rows)
     int64_t touched = 0;           // of those, elements that no longer hold kPoisonBits
+    // -save-softmax: the rows' LSE against the reference's (check_lse).
+    int64_t lse_checked = 0;       // rows compared
+    int64_t lse_failures = 0;      // of those, off by more than kLseTolerance (or NaN / wrong inf)
+    double lse_max_abs_err = 0.0;  // over the finite ones
+    int64_t lse_untouched_checked = 0, lse_touched = 0;  // rows past q_len, and those written
     std::vector<std::string> report;  // the first few mismatches and touched elements
-    bool passed() const { return failures == 0 && touched == 0; }
+    bool passed() const { return failures == 0 && touched == 0 && lse_failures == 0 && lse_touched == 0; }
 };
+
+// Absolute tolerance of a row's LSE (natural log): 1e-3 is a 0.1 % error in the row's sum.
+// The kernels' sums differ from the reference's float64 ones by fp32 rounding over the keys
+// (about 1e-6 relative) and the exp2 approximation, far below it; a dropped key block, a
+// missed sink or a wrong scale moves the LSE by much more on the tested shapes.
+constexpr double kLseTolerance = 1e-3;
 
 // o_raw: the whole O allocation (kGuardRows before and after), fp16/bf16 bits.
 // o_ref: the reference, dense [q storage tokens, h, dv].
@@ -30,6 +41,12 @@ struct CheckResult {
 //        value is compared with the point of [o_ref - o_amb, o_ref + o_amb] nearest to it.
 CheckResult check_output(const Problem& p, const SeqLens& lens, const std::vector<uint16_t>& o_raw,
                          const std::vector<float>& o_ref, const std::vector<float>& o_amb);
+
+// -save-softmax: lse and lse_ref are [b, h, s_q_max] (Params::softmax_lse). A row within
+// q_len fails when |lse - lse_ref| > kLseTolerance, either is NaN, or one is -inf and the
+// other not; a row past q_len must still hold kPoisonLseBits. Adds to `r`.
+void check_lse(const Problem& p, const SeqLens& lens, const std::vector<float>& lse,
+               const std::vector<float>& lse_ref, CheckResult& r);
 
 // One line with the failure count and the error statistics.
 std::string check_summary(const Problem& p, const CheckResult& r);

@@ -64,6 +64,8 @@ numerics
   -softcapping-scale-bmm1 C   S = C * tanh(S / C) before the softmax (Gemma-2), C > 0
   -use-attention-sinks        a logit per query head joins every row's softmax denominator
                     (gpt-oss); drawn from -seed, uniform in [-1, 3]
+  -save-softmax     the kernel also writes each row's log-sum-exp of its logits (sinks
+                    included), checked against the reference; lse.npy with -save-tensors
 inputs and checks
   -range-q/-range-k/-range-v R   uniform in [-R, R] (default 1); std R with -randn
   -scale-q/-scale-k/-scale-v X   multiply the inputs by X (default 1)
@@ -75,7 +77,8 @@ inputs and checks
   -skip-checks      Checks is DISABLED; the reference is not run (unless -save-tensors),
                     so the speed-up in the Elapsed line reads (n/a)
   -save-tensors DIR write q, k, v, o, o_ref (float32 .npy, logical padded layout),
-                    seqlens_q, seqlens_kv (int32) and meta.json into DIR
+                    seqlens_q, seqlens_kv (int32), sinks, lse and lse_ref (when used)
+                    and meta.json into DIR
 timing and output
   -runs N           timed launches, averaged (default 10)
   -warm-up-runs N   untimed launches before them (default 10)
@@ -102,7 +105,6 @@ const Unsupported kUnsupported[] = {
     {"-paged-kv", "a paged KV cache"},
     {"-tokens-per-block", "a paged KV cache"},
     {"-alibi", "ALiBi"},
-    {"-save-softmax", "saving the softmax statistics"},
 };
 
 struct IntOption {
@@ -175,6 +177,7 @@ const Switch kSwitches[] = {
     {"-1s", [](Problem& p) { p.ones = true; }},
     {"-randn", [](Problem& p) { p.randn = true; }},
     {"-use-attention-sinks", [](Problem& p) { p.attention_sinks = true; }},
+    {"-save-softmax", [](Problem& p) { p.save_softmax = true; }},
     {"-skip-checks", [](Problem& p) { p.skip_checks = true; }},
 };
 

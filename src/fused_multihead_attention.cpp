@@ -105,7 +105,8 @@ void print_results(const Problem& p, const Device& dev, const KernelMeta& kernel
     const double flops = double(allowed_pairs(p, lens)) * p.h * 2.0 * (p.d + p.dv);
     const double bytes = double(kBytesPerElement) *
                          (double(lens.q_total) * p.h * (p.d + p.dv) +  // Q read, O written
-                          double(visible_kv_tokens(p, lens)) * p.h_kv * (p.d + p.dv));  // K, V once per KV head
+                          double(visible_kv_tokens(p, lens)) * p.h_kv * (p.d + p.dv)) +  // K, V once per KV head
+                         (p.save_softmax ? double(sizeof(float)) * lens.q_total * p.h : 0.0);  // the LSE written
     const std::string speedup =
         t.reference_ran ? format("(%.2fx)", 1e3 * t.reference_ms / t.us) : "(n/a)";
 
@@ -140,6 +141,13 @@ void print_results(const Problem& p, const Device& dev, const KernelMeta& kernel
                                            (long long)check.checked));
             print_field("Untouched", format("%lld of %lld elements outside the sequences written",
                                             (long long)check.touched, (long long)check.untouched_checked));
+            if (p.save_softmax)
+                print_field("Softmax stats", format("LSE of %lld rows, %lld fail (tolerance %g), max abs err %.3g; "
+                                                    "%lld of %lld rows past the sequences written",
+                                                    (long long)check.lse_checked, (long long)check.lse_failures,
+                                                    kLseTolerance, check.lse_max_abs_err,
+                                                    (long long)check.lse_touched,
+                                                    (long long)check.lse_untouched_checked));
         }
     }
 
@@ -189,14 +197,15 @@ int run(int argc, char** argv) {
     // The unfused reference path, timed once (also needed by -save-tensors).
     const bool run_reference_path = !p.skip_checks || !p.save_dir.empty();
     const size_t o_elems = size_t(lens.q_storage_tokens) * p.h * p.dv;
-    DeviceBuffer<float> o_ref, o_amb;
+    DeviceBuffer<float> o_ref, o_amb, lse_ref;
     float ref_ms = 0.f;
     if (run_reference_path) {
         o_ref = DeviceBuffer<float>(o_elems);
         o_amb = DeviceBuffer<float>(o_elems);
+        if (p.save_softmax) lse_ref = DeviceBuffer<float>(t.lse.size());  // [b, h, s_q_max] as the kernel's
         CUDA_CHECK(prepare_reference(t.params, p.dtype));
         ref_ms = time_on_stream(stream, [&] {
-            CUDA_CHECK(run_reference(t.params, p.dtype, o_ref.get(), o_amb.get(), nullptr, stream));
+            CUDA_CHECK(run_reference(t.params, p.dtype, o_ref.get(), o_amb.get(), lse_ref.get(), stream));
         });
     }
 
@@ -214,7 +223,14 @@ int run(int argc, char** argv) {
         CUDA_CHECK(cudaMemcpy(o_ref_host.data(), o_ref.get(), o_ref.bytes(), cudaMemcpyDeviceToHost));
         CUDA_CHECK(cudaMemcpy(o_amb_host.data(), o_amb.get(), o_amb.bytes(), cudaMemcpyDeviceToHost));
     }
-    if (!p.save_dir.empty()) save_tensors(p, lens, t, o_ref.get(), kernel, stream);
+    std::vector<float> lse_host, lse_ref_host;
+    if (!p.skip_checks && p.save_softmax) {
+        lse_host.resize(t.lse.size());
+        lse_ref_host.resize(lse_ref.size());
+        CUDA_CHECK(cudaMemcpy(lse_host.data(), t.lse.get(), t.lse.bytes(), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(lse_ref_host.data(), lse_ref.get(), lse_ref.bytes(), cudaMemcpyDeviceToHost));
+    }
+    if (!p.save_dir.empty()) save_tensors(p, lens, t, o_ref.get(), lse_ref.get(), kernel, stream);
 
     std::vector<DeviceBuffer<uint16_t>> input_copies;
     const std::vector<Params> sets = timing_input_sets(t, dev.l2_bytes, &input_copies);
@@ -227,6 +243,7 @@ int run(int argc, char** argv) {
 
     CheckResult check;
     if (!p.skip_checks) check = check_output(p, lens, o_raw, o_ref_host, o_amb_host);
+    if (!p.skip_checks && p.save_softmax) check_lse(p, lens, lse_host, lse_ref_host, check);
     print_results(p, dev, kernel, lens, check, Timing{run_reference_path, ref_ms, us, static_cast<int>(sets.size())});
 
     CUDA_CHECK(cudaStreamDestroy(stream));

@@ -36,6 +36,7 @@ enum class Layout : int { kPackedQkv = 0, kContiguousQKv = 1, kSeparateQKv = 2 }
 enum VariantBit : uint32_t {
     kVariantSoftcap = 1u << 0,  // Params::softcap > 0
     kVariantSinks = 1u << 1,    // Params::sinks != nullptr
+    kVariantSoftmaxStats = 1u << 2,  // Params::softmax_lse != nullptr
 };
 
 struct Params {
@@ -90,6 +91,13 @@ struct Params {
     // denominator (fmha/softmax/sinks.h); nullptr: off. A kernel without kVariantSinks
     // refuses a launch with it.
     const float* sinks = nullptr;
+    // Softmax statistics (-save-softmax): when not nullptr, the kernel writes each query row's
+    // natural-log log-sum-exp of its logits (scale_bmm1 and softcapping applied, the sink
+    // included in the sum; -inf for a row that sees no key) at
+    //   softmax_lse[(batch * h + head) * s_q_max + row]   (row within its sequence)
+    // (fmha/softmax/stats.h). Rows past a sequence's q_len are not written. A kernel without
+    // kVariantSoftmaxStats refuses a launch with it.
+    float* softmax_lse = nullptr;
 
     int num_sms = 0;   // filled by the driver from the device
 

@@ -31,6 +31,26 @@ void save_ints(const std::string& dir, const char* name, const std::vector<int>&
         fail_args("-save-tensors: cannot write " + path);
 }
 
+void write_floats(const std::string& dir, const char* name, const float* data, std::vector<int64_t> shape) {
+    const std::string path = dir + "/" + name;
+    if (!write_npy(path, data, shape)) fail_args("-save-tensors: cannot write " + path);
+}
+
+// Softmax statistics [b, h, s_q_max] on the device -> lse-style [b, h, s_q] float32 file,
+// rows past a sequence's length zero (as in o.npy).
+void save_lse(const std::string& dir, const char* name, const float* src, const Problem& p, const SeqLens& lens,
+              cudaStream_t stream) {
+    std::vector<float> dense(size_t(p.b) * p.h * lens.s_q_max);
+    CUDA_CHECK(cudaMemcpyAsync(dense.data(), src, dense.size() * sizeof(float), cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::vector<float> out(size_t(p.b) * p.h * p.s_q, 0.f);
+    for (int seq = 0; seq < p.b; ++seq)
+        for (int head = 0; head < p.h; ++head)
+            for (int row = 0; row < lens.q_lens[seq]; ++row)
+                out[(size_t(seq) * p.h + head) * p.s_q + row] = dense[(size_t(seq) * p.h + head) * lens.s_q_max + row];
+    write_floats(dir, name, out.data(), {p.b, p.h, p.s_q});
+}
+
 }  // namespace
 
 void prepare_save_dir(const std::string& dir) {
@@ -41,8 +61,8 @@ void prepare_save_dir(const std::string& dir) {
                   (ec ? ": " + ec.message() : std::string()));
 }
 
-void save_tensors(const Problem& p, const SeqLens& lens, const DeviceTensors& t,
-                  const float* o_ref, const KernelMeta& kernel, cudaStream_t stream) {
+void save_tensors(const Problem& p, const SeqLens& lens, const DeviceTensors& t, const float* o_ref,
+                  const float* lse_ref, const KernelMeta& kernel, cudaStream_t stream) {
     const Params& q = t.params;
     const std::string& dir = p.save_dir;
     save_one(dir, "q.npy", q.q, p.dtype, q.q_row_stride, q.q_head_stride, p.h, p.d, q.q_offsets,
@@ -58,11 +78,10 @@ void save_tensors(const Problem& p, const SeqLens& lens, const DeviceTensors& t,
                  q.q_offsets, q.q_lens, p.b, p.s_q, stream);
     save_ints(dir, "seqlens_q.npy", lens.q_lens);
     save_ints(dir, "seqlens_kv.npy", lens.kv_lens);
-    if (!t.sinks_host.empty()) {
-        const std::string path = dir + "/sinks.npy";  // [h] float32
-        if (!write_npy(path, t.sinks_host.data(), {static_cast<int64_t>(t.sinks_host.size())}))
-            fail_args("-save-tensors: cannot write " + path);
-    }
+    if (!t.sinks_host.empty())  // [h]
+        write_floats(dir, "sinks.npy", t.sinks_host.data(), {static_cast<int64_t>(t.sinks_host.size())});
+    if (t.lse.size() > 0) save_lse(dir, "lse.npy", t.lse.get(), p, lens, stream);
+    if (lse_ref != nullptr) save_lse(dir, "lse_ref.npy", lse_ref, p, lens, stream);
 
     JsonObject meta;
     meta.add("kernel", kernel.name)
@@ -98,7 +117,7 @@ void save_tensors(const Problem& p, const SeqLens& lens, const DeviceTensors& t,
         .add("softcapping_scale_bmm1", double(p.softcapping_scale_bmm1))
         .add("alibi", false)
         .add("attention_sinks", p.attention_sinks)
-        .add("save_softmax", false);
+        .add("save_softmax", p.save_softmax);
     if (p.sliding_window_size > 0) meta.add("sliding_window_size", p.sliding_window_size);
     else meta.null("sliding_window_size");
     if (p.chunked_attention_size > 0) meta.add("chunked_attention_size", p.chunked_attention_size);

@@ -15,8 +15,10 @@ namespace fmha {
 void prepare_save_dir(const std::string& dir);
 
 // Writes q, k, v, o (the kernel's current O) and, when o_ref is not null, o_ref, plus
-// seqlens_q, seqlens_kv and meta.json. Exits 2 when a file cannot be written.
-void save_tensors(const Problem& p, const SeqLens& lens, const DeviceTensors& t,
-                  const float* o_ref, const KernelMeta& kernel, cudaStream_t stream);
+// seqlens_q, seqlens_kv, sinks (-use-attention-sinks), lse (the kernel's, -save-softmax) and
+// lse_ref (when not null; device [b, h, s_q_max] as Params::softmax_lse) and meta.json.
+// Exits 2 when a file cannot be written.
+void save_tensors(const Problem& p, const SeqLens& lens, const DeviceTensors& t, const float* o_ref,
+                  const float* lse_ref, const KernelMeta& kernel, cudaStream_t stream);
 
 }  // namespace fmha

@@ -85,10 +85,11 @@ __global__ void fill_kernel(T* base, int64_t row_stride, int64_t head_stride, in
     }
 }
 
-__global__ void poison_kernel(uint16_t* data, int64_t n) {
+template <class T>
+__global__ void poison_kernel(T* data, int64_t n, T bits) {
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
          i += int64_t(gridDim.x) * blockDim.x)
-        data[i] = kPoisonBits;
+        data[i] = bits;
 }
 
 template <class T>
@@ -290,6 +291,10 @@ DeviceTensors make_tensors(const Problem& p, const SeqLens& lens) {
         t.sinks = to_device(t.sinks_host);
         prm.sinks = t.sinks.get();
     }
+    if (p.save_softmax) {
+        t.lse = DeviceBuffer<float>(size_t(p.b) * p.h * lens.s_q_max);
+        prm.softmax_lse = t.lse.get();
+    }
     return t;
 }
 
@@ -323,8 +328,14 @@ std::vector<Params> timing_input_sets(const DeviceTensors& t, size_t l2_bytes,
 
 void poison_output(DeviceTensors& t, cudaStream_t stream) {
     const int64_t n = static_cast<int64_t>(t.o.size());
-    poison_kernel<<<std::max(1, grid_for(n, kThreads)), kThreads, 0, stream>>>(t.o.get(), n);
+    poison_kernel<<<std::max(1, grid_for(n, kThreads)), kThreads, 0, stream>>>(t.o.get(), n, kPoisonBits);
     CUDA_CHECK(cudaGetLastError());
+    if (t.lse.size() > 0) {
+        const int64_t m = static_cast<int64_t>(t.lse.size());
+        poison_kernel<<<std::max(1, grid_for(m, kThreads)), kThreads, 0, stream>>>(
+            reinterpret_cast<uint32_t*>(t.lse.get()), m, kPoisonLseBits);
+        CUDA_CHECK(cudaGetLastError());
+    }
 }
 
 void gather_logical(const void* src, DataType type, int64_t row_stride, int64_t head_stride,

@@ -20,6 +20,8 @@ namespace fmha {
 constexpr uint16_t kPoisonBits = 0x7fa5;
 // O rows allocated before and after the real storage; a write there is a bug.
 constexpr int kGuardRows = 16;
+// The softmax statistics' poison (-save-softmax): a float NaN no kernel computes.
+constexpr uint32_t kPoisonLseBits = 0x7fa5a5a5u;
 
 template <class T>
 class DeviceBuffer {
@@ -89,6 +91,7 @@ struct DeviceTensors {
     DeviceBuffer<int> tile_counter;  // Params::tile_counter: every launch runs on one stream
     std::vector<float> sinks_host;   // -use-attention-sinks: one logit per query head (else empty)
     DeviceBuffer<float> sinks;       // Params::sinks
+    DeviceBuffer<float> lse;         // -save-softmax: Params::softmax_lse, [b, h, s_q_max]
     Params params;
 };
 
@@ -104,7 +107,8 @@ constexpr int kMaxTimingSets = 8;
 std::vector<Params> timing_input_sets(const DeviceTensors& t, size_t l2_bytes,
                                       std::vector<DeviceBuffer<uint16_t>>* copies);
 
-// Writes kPoisonBits over the whole O allocation, guard rows included.
+// Writes kPoisonBits over the whole O allocation, guard rows included, and kPoisonLseBits
+// over the softmax statistics when the run saves them.
 void poison_output(DeviceTensors& t, cudaStream_t stream);
 
 // Gathers a strided [token, head, col] tensor of fp16/bf16/fp32 into a dense float

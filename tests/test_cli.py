@@ -80,7 +80,6 @@ BAD_ARGS = {
     "tokens per block": (["-tokens-per-block", "64"], "not supported yet"),
     "softcapping zero": (["-softcapping-scale-bmm1", "0"], "-softcapping-scale-bmm1"),
     "softcapping negative": (["-softcapping-scale-bmm1", "-5"], "-softcapping-scale-bmm1"),
-    "save softmax": (["-save-softmax"], "not supported yet"),
 }
 
 

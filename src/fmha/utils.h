@@ -15,6 +15,7 @@
 namespace fmha {
 
 constexpr float kLog2e = 1.4426950408889634f;  // log2(e): exp(x) == exp2(x * kLog2e)
+constexpr float kLn2 = 0.6931471805599453f;    // ln(2): log(x) == log2(x) * kLn2
 constexpr int kWarpSize = 32;
 constexpr int kChunkBytes = 16;                // one cp.async / ldmatrix row / vector store
 constexpr int kElemsPerChunk = 8;              // 16-bit elements in one chunk

@@ -60,6 +60,7 @@
 #include "fmha/softmax/online_softmax.h"
 #include "fmha/softmax/sinks.h"
 #include "fmha/softmax/softcap.h"
+#include "fmha/softmax/stats.h"
 #include "fmha/utils.h"
 #include "params.h"
 
@@ -246,6 +247,7 @@ FMHA_DEVICE void combine_chunk(const Params& p, const Shape& shape, int splits, 
 #pragma unroll
     for (int i = 0; i < 4; ++i) packed[i] = ElementTraits<Element>::pack(acc[2 * i] * inv, acc[2 * i + 1] * inv);
     const int pos = row / shape.group;
+    if (chunk == 0) softmax::store_lse(p, b, head, pos, m_all, l_all);
     Element* dst = static_cast<Element*>(p.o) + int64_t(p.q_offsets[b] + pos) * p.o_row_stride +
                    int64_t(head) * p.o_head_stride + chunk * kElemsPerChunk;
     *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
@@ -523,6 +525,7 @@ struct WarpState {
                 const int head = u.g * shape.group + group.mod(row, pos);
                 const float l_row = l[r] + softmax::sink_term(p, head, m[r]);
                 const float inv = l_row > 0.f ? __fdividef(out_scale, l_row) : 0.f;  // as OnlineSoftmax::finalize
+                if (sub == 0) softmax::store_lse(p, u.b, head, pos, m[r], l_row);
                 uint32_t packed[4];
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
@@ -851,6 +854,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
 #pragma unroll
             for (int k = 0; k < 4; ++k) packed[k] = ElementTraits<Element>::pack(acc[2 * k] * inv, acc[2 * k + 1] * inv);
             const int pos = row / shape.group;
+            if (c == 0) softmax::store_lse(p, b, head, pos, m_all, l_all);
             Element* dst = static_cast<Element*>(p.o) + int64_t(q_off + pos) * p.o_row_stride +
                            int64_t(head) * p.o_head_stride + c * kElemsPerChunk;
             *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);

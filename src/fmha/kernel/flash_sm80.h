@@ -256,6 +256,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
 
     float inv[Tr::kMmaM][2];
     softmax.finalize(inv, p.scale_softmax * p.scale_bmm2, p, tile.head);
+    softmax.store_lse(p, tile.batch, tile.head, m0 + warp * Tr::kWarpRows + lane / 4, q_len, lane);
     epilogue::store_o<typename Tr::LayoutO, Tr::kHeadDimV / kElemsPerChunk, Tr::kThreads>(
         acc_o, inv, smem, warp * Tr::kWarpRows, lane, o, p.o_row_stride, q_rows, tid);
 }

@@ -441,6 +441,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 
         float inv[2];
         softmax.finalize(inv, p.scale_softmax * p.scale_bmm2, p, w.head);
+        softmax.store_lse(p, w.batch, w.head, wg_row0 + row_g, w.q_len, lane);
         Element* o = static_cast<Element*>(p.o) + static_cast<int64_t>(w.q_off + wg_row0) * p.o_row_stride +
                      static_cast<int64_t>(w.head) * p.o_head_stride;
         epilogue::store_o_rows<Element>(acc_o, inv, o, p.o_row_stride, row_g, lane, w.q_len - wg_row0);

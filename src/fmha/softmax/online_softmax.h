@@ -19,6 +19,7 @@
 #include <math_constants.h>
 
 #include "fmha/softmax/sinks.h"
+#include "fmha/softmax/stats.h"
 #include "fmha/utils.h"
 
 namespace fmha {
@@ -110,13 +111,30 @@ struct OnlineSoftmax {
     // Per row: the factor the epilogue multiplies O by, out_scale / l, or 0 for a row
     // that saw no allowed key (l == 0), whose output is defined as 0.
     // sinks: Params::sinks (nullptr: none) and the rows' query head (softmax/sinks.h).
+    // Afterwards row_sum holds each row's whole sum l (every lane of the quad), sink included.
     FMHA_DEVICE void finalize(float (&inv)[kMmaM][2], float out_scale, const Params& p, int head) {
 #pragma unroll
         for (int mi = 0; mi < kMmaM; ++mi) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const float l = quad_sum(row_sum[mi][h]) + sink_term(p, head, row_max[mi][h]);
+                row_sum[mi][h] = l;
                 inv[mi][h] = l > 0.f ? __fdividef(out_scale, l) : 0.f;
+            }
+        }
+    }
+
+    // After finalize: the rows' LSE to Params::softmax_lse (softmax/stats.h), from the first
+    // lane of each quad. row0: this lane's first row within the sequence (rows row0 + 16*mi +
+    // 8*h); rows at or past q_len are not written.
+    FMHA_DEVICE void store_lse(const Params& p, int seq, int head, int row0, int q_len, int lane) const {
+        if (p.softmax_lse == nullptr || lane % 4 != 0) return;
+#pragma unroll
+        for (int mi = 0; mi < kMmaM; ++mi) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int r = row0 + 16 * mi + 8 * h;
+                if (r < q_len) softmax::store_lse(p, seq, head, r, row_max[mi][h], row_sum[mi][h]);
             }
         }
     }

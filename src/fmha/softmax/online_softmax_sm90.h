@@ -68,11 +68,23 @@ struct OnlineSoftmaxSm90 {
 
     // Per row: out_scale / l, or 0 for a row that saw no allowed key.
     // sinks: Params::sinks (nullptr: none) and the rows' query head (softmax/sinks.h).
-    FMHA_DEVICE void finalize(float (&inv)[2], float out_scale, const Params& p, int head) const {
+    // Afterwards row_sum holds each row's whole sum l, sink included.
+    FMHA_DEVICE void finalize(float (&inv)[2], float out_scale, const Params& p, int head) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const float l = quad_sum(row_sum[h]) + sink_term(p, head, row_max[h]);
+            row_sum[h] = l;
             inv[h] = l > 0.f ? __fdividef(out_scale, l) : 0.f;
+        }
+    }
+
+    // After finalize: the rows' LSE (softmax/stats.h) from the first lane of each quad;
+    // row0 is this thread's first row within the sequence (rows row0, row0 + 8).
+    FMHA_DEVICE void store_lse(const Params& p, int seq, int head, int row0, int q_len, int lane) const {
+        if (p.softmax_lse == nullptr || lane % 4 != 0) return;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            if (row0 + 8 * h < q_len) softmax::store_lse(p, seq, head, row0 + 8 * h, row_max[h], row_sum[h]);
         }
     }
 };
