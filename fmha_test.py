@@ -14,6 +14,7 @@ problems per kernel and assert a speed only against a stored baseline of the sam
 """
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -219,10 +220,12 @@ NUMERICS = (
     ("randn", ["-randn", "-seed", "7"]),
     ("scales", ["-scale-bmm1", "0.05", "-scale-softmax", "1.5", "-scale-bmm2", "0.5"]),
 )
-# Run-time variants (generator.spec.VARIANTS): one run each on every kernel whose family has it.
+# Run-time variants (generator.spec.VARIANTS): one run each on every kernel that has it (the
+# manifest's `variants`: its family's, less generator.rules.VARIANT_EXCLUSIONS).
 # Unit-normal inputs make logits ~N(0, 1), so a cap of 2 bends most of them.
 VARIANT_NUMERICS = {
     "softcap": ("softcap", ["-randn", "-seed", "11", "-softcapping-scale-bmm1", "2"]),
+    "alibi": ("alibi", ["-randn", "-seed", "19", "-alibi"]),
     "sinks": ("sinks", ["-randn", "-seed", "13", "-use-attention-sinks"]),
     # The driver checks the kernel's LSE against the reference's and fails the run on a mismatch.
     "softmax_stats": ("lse", ["-randn", "-seed", "17", "-save-softmax"]),
@@ -231,7 +234,7 @@ VARIANT_NUMERICS = {
 
 def numerics_for(kernel: dict) -> tuple:
     """NUMERICS plus a run per variant the kernel's family implements."""
-    return NUMERICS + tuple(VARIANT_NUMERICS[v] for v in FAMILIES[kernel["family"]].variants)
+    return NUMERICS + tuple(VARIANT_NUMERICS[v] for v in kernel["variants"])
 
 
 @dataclass(frozen=True)
@@ -631,6 +634,25 @@ def test_use_tma_runs_a_tma_row_or_says_none_fits(exe, gpu_sm):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["-softcapping-scale-bmm1 30", "-alibi", "-use-attention-sinks", "-save-softmax"])
+def test_variants_run_on_the_ws_family_on_hopper(variant, exe, gpu_sm):
+    """Every variant of the ws family (generator/spec.py) keeps a Hopper problem on it: dispatch
+    takes the first row that has the variant, and the ws row comes first."""
+    name = {"-softcapping-scale-bmm1 30": "softcap", "-alibi": "alibi", "-use-attention-sinks": "sinks",
+            "-save-softmax": "softmax_stats"}[variant]
+    having = [k for k in KERNELS if k["family"] == "ws" and k["dtype"] == "bf16" and name in k["variants"]]
+    ws = min(having, key=lambda k: (k["d"], k["name"]), default=None)
+    if ws is None or not any(loads_on(a, gpu_sm) for a in ws["archs"]):
+        pytest.skip(f"no ws kernel with {name} for this GPU in this build")
+    proc = run_fmha(exe, ["-d", str(ws["d"]), "-bf16", "-b", "2", "-h", "6", "-s", "333", "-causal-mask",
+                          *variant.split(), "-v", "0", "-runs", "1", "-warm-up-runs", "0"])
+    assert proc.returncode == 0, describe(proc)
+    fields = parse_output(proc.stdout)
+    assert fields["checks"] == "SUCCESS" and fields["kernel"] == ws["name"], describe(proc)
+    assert fields["alibi"] == ("true" if variant == "-alibi" else "false"), describe(proc)
+
+
+@pytest.mark.gpu
 def test_few_query_rows_dispatch_to_the_decode_family(exe, gpu_sm):
     """Without -kernel: s_q <= 16 takes a decode row. A cache of at least a row's min_s_kv
     keys takes that row (the mma path); a shorter one the warp-path row with the fewest rows
@@ -691,6 +713,10 @@ SAVE_CONFIGS = {
                        "-contiguous-q-kv"],
     "sinks_window": ["-b", "3", "-h", "8", "-gqa", "4", "-s", "200", "-min-s", "1", "-sliding-window-size", "50",
                      "-use-attention-sinks", "-randn", "-save-softmax"],
+    # 12 heads: the slopes of a head count that is not a power of two; s_q < s shifts the positions
+    "alibi_causal_gqa": ["-b", "3", "-h", "12", "-gqa", "4", "-s", "180", "-min-s", "40", "-s-q", "60",
+                         "-causal-mask", "-alibi", "-randn", "-separate-q-k-v"],
+    "alibi_padding": ["-b", "2", "-h", "6", "-s", "100", "-alibi", "-randn", "-save-softmax"],
 }
 # The same configurations for a family that serves only a few query rows (decode): s_q <= 16, with key
 # splits (s up to 3000), GQA/MQA packing and causal rows on the diagonal.
@@ -714,7 +740,16 @@ SAVE_CONFIGS_FEW_ROWS = {
     "sinks_window": ["-b", "3", "-h", "8", "-gqa", "4", "-s", "2500", "-min-s", "1", "-s-q", "3",
                      "-sliding-window-size", "600", "-use-attention-sinks", "-randn", "-separate-q-k-v",
                      "-save-softmax"],
+    "alibi_causal_gqa": ["-b", "3", "-h", "12", "-gqa", "4", "-s", "1500", "-min-s", "40", "-s-q", "4",
+                         "-causal-mask", "-alibi", "-randn", "-separate-q-k-v"],
+    "alibi_padding": ["-b", "2", "-h", "6", "-s", "900", "-s-q", "2", "-alibi", "-randn", "-separate-q-k-v",
+                      "-save-softmax"],
 }
+
+
+# The flag of each run-time variant in SAVE_CONFIGS.
+SAVE_VARIANT_FLAGS = {"softcap": "-softcapping-scale-bmm1", "alibi": "-alibi", "sinks": "-use-attention-sinks",
+                      "softmax_stats": "-save-softmax"}
 
 
 def save_path(kernel: dict) -> str:
@@ -776,11 +811,33 @@ def visible_fp64(meta: dict, lq: int, lk: int) -> np.ndarray:
 AMBIGUITY = 2.0 ** -16  # relative distance from a rounding edge where a kernel's fp32 P may round either way
 
 
-def attention_fp64(q, k, v, q_lens, kv_lens, scale_bmm1, scale_out, visible, dtype, softcap=0.0, sinks=None):
+def alibi_slopes_fp64(h: int) -> np.ndarray:
+    """The ALiBi paper's slopes for h heads (Press et al., its reference code): a geometric
+    sequence starting at 2^(-8/n) for n a power of two; otherwise those of the largest power
+    of two below h, then every other slope of twice that many heads."""
+    def power_of_2(n):
+        start = 2.0 ** (-(2.0 ** -(math.log2(n) - 3)))
+        return [start * start ** i for i in range(n)]
+    if math.log2(h).is_integer():
+        return np.array(power_of_2(h))
+    closest = 2 ** math.floor(math.log2(h))
+    return np.array(power_of_2(closest) + list(alibi_slopes_fp64(2 * closest)[0::2][:h - closest]))
+
+
+def test_alibi_slopes_fp64_are_the_papers():
+    """The paper's examples: 8 heads 1/2 .. 1/256; 12 heads add the odd slopes of 16 heads."""
+    assert np.allclose(alibi_slopes_fp64(8), 2.0 ** -np.arange(1, 9))
+    assert np.allclose(alibi_slopes_fp64(12), np.r_[2.0 ** -np.arange(1, 9), 2.0 ** -np.array([0.5, 1.5, 2.5, 3.5])])
+    assert np.allclose(alibi_slopes_fp64(1), [2.0 ** -8])
+
+
+def attention_fp64(q, k, v, q_lens, kv_lens, scale_bmm1, scale_out, visible, dtype, softcap=0.0, sinks=None,
+                   alibi=None):
     """Plain softmax attention per sequence in float64. q [b, s_q, h, d], k [b, s, h_kv, d],
     v [b, s, h_kv, dv]; visible(lq, lk) gives the [lq, lk] keys each query row may see (None:
     all of them). A row that sees no key is 0. sinks [h] (gpt-oss attention sinks): a logit
-    per query head that joins each row's denominator, exp(sink), and nothing else.
+    per query head that joins each row's denominator, exp(sink), and nothing else. alibi [h]:
+    ALiBi slopes, the logit of query row r and key j less slope * |r + lk - lq - j|.
     The probabilities that multiply V are rounded to the input dtype, as a tensor-core
     kernel feeds them to P·V (the normaliser uses them unrounded): otherwise a row that
     averages a few nearly cancelling values fails bf16's relative check on that alone.
@@ -803,6 +860,9 @@ def attention_fp64(q, k, v, q_lens, kv_lens, scale_bmm1, scale_out, visible, dty
         scores = scale_bmm1 * np.einsum("qhd,khd->hqk", qi, ki)
         if softcap:  # Gemma-2 logit softcapping: cap * tanh(logit / cap)
             scores = softcap * np.tanh(scores / softcap)
+        if alibi is not None:  # distance between the row's key position and the key
+            dist = np.abs(np.arange(lq)[:, None] + (lk - lq) - np.arange(lk)[None, :])
+            scores = scores - alibi[:, None, None] * dist[None]
         if visible is not None:
             scores = np.where(visible(lq, lk)[None], scores, -np.inf)
         # P = 2^(log2(e)·S - M), M the row max rounded up to an integer: the power-of-two
@@ -843,10 +903,16 @@ def test_save_tensors_match_float64(kind, config, exe, gpu_sm, tmp_path):
             pytest.skip(f"no {family} kernel in the build fits {kind}")
     else:
         kernel = kernel_or_skip(family=family, dtype=dtype, acc=acc)
-    if "-softcapping-scale-bmm1" in configs[config] and "softcap" not in FAMILIES[family].variants:
-        pytest.skip(f"family {family} has no softcapping (generator/spec.py variants)")
-    if "-use-attention-sinks" in configs[config] and "sinks" not in FAMILIES[family].variants:
-        pytest.skip(f"family {family} has no attention sinks (generator/spec.py variants)")
+    # A variant some kernels of the family lack (generator.rules.VARIANT_EXCLUSIONS): the
+    # smallest kernel of the family that has it.
+    needs = {v for v, flag in SAVE_VARIANT_FLAGS.items() if flag in configs[config]}
+    if not needs <= set(kernel["variants"]):
+        having = [k for k in KERNELS if k["family"] == family and k["dtype"] == dtype and k["acc"] == acc
+                  and save_path(k) == path and needs <= set(k["variants"]) and (not FAMILIES[family].max_s_q
+                                                                                 or k["max_rows"] == 0)]
+        if not having:
+            pytest.skip(f"no {family} kernel of {kind} has {sorted(needs)} (generator/spec.py variants)")
+        kernel = min(having, key=lambda k: (k["d"], k["name"]))
     require_arch(kernel, gpu_sm)
     args = ["-d", str(kernel["d"]), "-dv", str(kernel["dv"]), dtype_flag(kernel), *configs[config]]
     proc = run_fmha(exe, [*args, "-kernel", kernel["name"], "-save-tensors", str(tmp_path),
@@ -864,7 +930,8 @@ def test_save_tensors_match_float64(kind, config, exe, gpu_sm, tmp_path):
                               meta["scale_bmm1"], meta["scale_softmax"] * meta["scale_bmm2"],
                               lambda lq, lk: visible_fp64(meta, lq, lk), dtype,
                               meta["softcapping_scale_bmm1"] or 0.0,
-                              np.load(tmp_path / "sinks.npy").astype(np.float64) if meta["attention_sinks"] else None)
+                              np.load(tmp_path / "sinks.npy").astype(np.float64) if meta["attention_sinks"] else None,
+                              alibi_slopes_fp64(h) if meta["alibi"] else None)
     # Rows past each sequence's length are zero in both outputs.
     real = np.arange(s_q)[None, :] < t["seqlens_q"][:, None]  # [b, s_q]
     for name in ("o", "o_ref"):

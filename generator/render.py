@@ -15,7 +15,7 @@ import jinja2
 
 from .env import Config
 from .enumerate import decode_max_rows, decode_min_s_kv
-from .rules import family_archs
+from .rules import family_archs, kernel_variants
 from .spec import ACCS, DTYPES, FAMILIES, MASKS, VARIANTS, KernelSpec
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -57,7 +57,8 @@ def _kernel_vars(spec: KernelSpec, scheduling_mode: int) -> dict:
         "acc_enum": ACCS[spec.acc],
         "acc_fp16": "true" if spec.acc == "fp16" else "false",
         "mask_bits": " | ".join(f"mask_bit({MASKS[m]})" for m in spec.masks) or "0u",
-        "variant_bits": " | ".join(VARIANTS[v] for v in family.variants) or "0u",
+        "variants": kernel_variants(spec),
+        "variant_bits": " | ".join(VARIANTS[v] for v in kernel_variants(spec)) or "0u",
         "warp_specialized": "true" if family.warp_specialized else "false",
         "uses_tma": "true" if family.uses_tma else "false",
         "persistent": "true" if family.scheduled and scheduling_mode == 1 else "false",
@@ -98,6 +99,7 @@ def render_manifest(specs: list[KernelSpec], config: Config) -> str:
         entry["archs"] = [str(a) for a in family_archs(spec.family, config)]
         row = _kernel_vars(spec, config.scheduling_mode)  # KernelMeta fields the tests select by
         entry["max_rows"], entry["min_s_kv"] = row["max_rows"], row["min_s_kv"]
+        entry["variants"] = list(row["variants"])
         kernels.append(entry)
     # Sorted keys and a fixed indent: the same config always gives the same bytes.
     return json.dumps({"config": config.to_dict(), "kernels": kernels}, indent=2, sort_keys=True) + "\n"

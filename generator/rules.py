@@ -157,6 +157,23 @@ RULES = (
 )
 
 
+# Variants of a family that some of its kernels cannot carry, with the reason (measured with
+# ptxas -v): kernel_variants() drops them, the registry row then lacks the bit, dispatch takes
+# the next row for such a problem, and the kernel's launch refuses it.
+#   ws, 192-row tile (three consumer warpgroups at 160 registers, d=64): the tanh of
+#   softcapping on a 64 x 128 score block spilled 44 bytes; the 128-row tiles (240) do not.
+VARIANT_EXCLUSIONS = {
+    "softcap": lambda spec: spec.family == "ws" and spec.block_m == 192,
+}
+
+
+def kernel_variants(spec: KernelSpec) -> tuple:
+    """The run-time variants a kernel implements (KernelMeta::variants): its family's, less
+    those VARIANT_EXCLUSIONS takes from it."""
+    return tuple(v for v in FAMILIES[spec.family].variants
+                 if not VARIANT_EXCLUSIONS.get(v, lambda s: False)(spec))
+
+
 def family_archs(family: str, config: Config) -> tuple:
     """The archs a family's kernels are compiled for. A portable family: every configured arch
     at or above its base. An arch-specific one (Family.arch_specific): its base arch's 'a'

@@ -59,7 +59,7 @@ FAMILIES = {
         template="kernel.cu.j2",
         workspace=True,
         max_s_q=16,
-        variants=("softcap", "sinks", "softmax_stats"),
+        variants=("softcap", "alibi", "sinks", "softmax_stats"),
     ),
     "ws": Family(
         name="ws",
@@ -72,7 +72,7 @@ FAMILIES = {
         template="kernel.cu.j2",
         arch_specific=True,
         scheduled=True,
-        variants=("sinks", "softmax_stats"),
+        variants=("softcap", "alibi", "sinks", "softmax_stats"),
     ),
     "flash": Family(
         name="flash",
@@ -83,7 +83,7 @@ FAMILIES = {
         warp_specialized=False,
         uses_tma=False,
         template="kernel.cu.j2",
-        variants=("softcap", "sinks", "softmax_stats"),
+        variants=("softcap", "alibi", "sinks", "softmax_stats"),
     ),
 }
 
@@ -104,6 +104,7 @@ DEFAULT_ACC = {"fp16": "fp16", "bf16": "fp32"}
 # implement (Family.variants). Why each is run-time rather than a spec field: bench/NOTES.md.
 VARIANTS = {
     "softcap": "kVariantSoftcap",   # -softcapping-scale-bmm1 (Params::softcap)
+    "alibi": "kVariantAlibi",       # -alibi (Params::alibi_slopes)
     "sinks": "kVariantSinks",       # -use-attention-sinks (Params::sinks)
     "softmax_stats": "kVariantSoftmaxStats",  # -save-softmax (Params::softmax_lse)
 }

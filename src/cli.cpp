@@ -62,6 +62,8 @@ numerics
   -scale-softmax X  O = scale_softmax * scale_bmm2 * softmax(S) V (default 1)
   -scale-bmm2 X     (default 1)
   -softcapping-scale-bmm1 C   S = C * tanh(S / C) before the softmax (Gemma-2), C > 0
+  -alibi            ALiBi: S -= m_h * |p - j|, slopes m_h per query head as in the ALiBi paper
+                    (geometric, any head count); not with -softcapping-scale-bmm1
   -use-attention-sinks        a logit per query head joins every row's softmax denominator
                     (gpt-oss); drawn from -seed, uniform in [-1, 3]
   -save-softmax     the kernel also writes each row's log-sum-exp of its logits (sinks
@@ -104,7 +106,6 @@ const Unsupported kUnsupported[] = {
     {"-custom-mask", "custom masks"},
     {"-paged-kv", "a paged KV cache"},
     {"-tokens-per-block", "a paged KV cache"},
-    {"-alibi", "ALiBi"},
 };
 
 struct IntOption {
@@ -178,6 +179,7 @@ const Switch kSwitches[] = {
     {"-randn", [](Problem& p) { p.randn = true; }},
     {"-use-attention-sinks", [](Problem& p) { p.attention_sinks = true; }},
     {"-save-softmax", [](Problem& p) { p.save_softmax = true; }},
+    {"-alibi", [](Problem& p) { p.alibi = true; }},
     {"-skip-checks", [](Problem& p) { p.skip_checks = true; }},
 };
 
@@ -190,6 +192,7 @@ const char* const kExclusive[][3] = {
     {"-sliding-window-size", "-chunked-attention-size", nullptr},
     {"-bidirectional-sliding-window-mask", "-causal-mask", nullptr},
     {"-bidirectional-sliding-window-mask", "-chunked-attention-size", nullptr},
+    {"-alibi", "-softcapping-scale-bmm1", nullptr},  // one score modifier per kernel (softmax/score_mod.h)
 };
 
 template <class T, size_t N>

@@ -48,6 +48,7 @@ struct Problem {
     float scale_bmm2 = 1.f;
     float softcapping_scale_bmm1 = 0.f;  // -softcapping-scale-bmm1 c > 0; 0: no softcapping
     bool attention_sinks = false;        // -use-attention-sinks: a random logit per query head
+    bool alibi = false;                  // -alibi: ALiBi slopes per query head (the paper's)
     bool save_softmax = false;           // -save-softmax: the kernel writes each row's LSE (checked)
 
     bool ones = false;

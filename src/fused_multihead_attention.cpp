@@ -84,10 +84,10 @@ std::string checks_word(const char* word, const char* colour) {
 
 std::string header_line(const Problem& p, const KernelMeta& k) {
     return format("v1=0 il=0 s_q=%d, s=%d b=%d h=%d/%d d=%d/%d dtype=%s, output_dtype=%s, "
-                  "flash_attn=true, warp_spec=%s, mask=%s, alibi=false, attn=%s, qkv_layout=%s, "
+                  "flash_attn=true, warp_spec=%s, mask=%s, alibi=%s, attn=%s, qkv_layout=%s, "
                   "wm=%d wn=%d",
                   p.s_q, p.s, p.b, p.h, p.h_kv, p.d, p.dv, dtype_label(p), output_dtype_label(p),
-                  k.warp_specialized ? "true" : "false", mask_label(p.mask), attn_label(p),
+                  k.warp_specialized ? "true" : "false", mask_label(p.mask), p.alibi ? "true" : "false", attn_label(p),
                   layout_label(p.layout), k.warps_m, k.warps_n);
 }
 
@@ -120,10 +120,11 @@ void print_results(const Problem& p, const Device& dev, const KernelMeta& kernel
                                                            : std::string(mask_label(p.mask)));
         print_field("Tokens", format("q %lld (max %d), kv %lld (max %d)", (long long)lens.q_total,
                                      lens.s_q_max, (long long)lens.kv_total, lens.s_kv_max));
-        print_field("Scales", format("bmm1 %g, softmax %g, bmm2 %g%s", p.scale_bmm1, p.scale_softmax, p.scale_bmm2,
+        print_field("Scales", format("bmm1 %g, softmax %g, bmm2 %g%s%s", p.scale_bmm1, p.scale_softmax, p.scale_bmm2,
                                      p.softcapping_scale_bmm1 > 0.f
                                          ? format(", softcap %g", p.softcapping_scale_bmm1).c_str()
-                                         : ""));
+                                         : "",
+                                     p.alibi ? ", ALiBi slopes" : ""));
         print_field("Inputs", format("%s, range q/k/v %g/%g/%g, scale q/k/v %g/%g/%g",
                                      p.ones ? "ones" : p.randn ? "normal" : "uniform", p.range_q,
                                      p.range_k, p.range_v, p.scale_q, p.scale_k, p.scale_v));

@@ -37,6 +37,7 @@ enum VariantBit : uint32_t {
     kVariantSoftcap = 1u << 0,  // Params::softcap > 0
     kVariantSinks = 1u << 1,    // Params::sinks != nullptr
     kVariantSoftmaxStats = 1u << 2,  // Params::softmax_lse != nullptr
+    kVariantAlibi = 1u << 3,         // Params::alibi_slopes != nullptr
 };
 
 struct Params {
@@ -91,6 +92,10 @@ struct Params {
     // denominator (fmha/softmax/sinks.h); nullptr: off. A kernel without kVariantSinks
     // refuses a launch with it.
     const float* sinks = nullptr;
+    // ALiBi: h floats, query head i's slope m_i; the logit of query row r (key position p)
+    // and key j becomes scale_bmm1 * q.k - m_i * |p - j| (fmha/softmax/score_mod.h). nullptr:
+    // off. Not with softcap. A kernel without kVariantAlibi refuses a launch with it.
+    const float* alibi_slopes = nullptr;
     // Softmax statistics (-save-softmax): when not nullptr, the kernel writes each query row's
     // natural-log log-sum-exp of its logits (scale_bmm1 and softcapping applied, the sink
     // included in the sum; -inf for a row that sees no key) at

@@ -115,7 +115,7 @@ void save_tensors(const Problem& p, const SeqLens& lens, const DeviceTensors& t,
         .add("o_ref_saved", o_ref != nullptr)
         .add("bidirectional_sliding_window", p.mask == MaskType::kBidirectionalWindow)
         .add("softcapping_scale_bmm1", double(p.softcapping_scale_bmm1))
-        .add("alibi", false)
+        .add("alibi", p.alibi)
         .add("attention_sinks", p.attention_sinks)
         .add("save_softmax", p.save_softmax);
     if (p.sliding_window_size > 0) meta.add("sliding_window_size", p.sliding_window_size);

@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "fmha/mask/mask.h"
 
@@ -206,6 +207,17 @@ int64_t visible_kv_tokens(const Problem& p, const SeqLens& lens) {
     return tokens;
 }
 
+std::vector<float> alibi_slopes(int h) {
+    int n = 1;
+    while (2 * n <= h) n *= 2;
+    std::vector<float> slopes;
+    for (int i = 0; i < h; ++i) {
+        const double exponent = i < n ? -8.0 * (i + 1) / n : -4.0 * (2 * (i - n) + 1) / n;
+        slopes.push_back(static_cast<float>(std::exp2(exponent)));
+    }
+    return slopes;
+}
+
 DeviceTensors make_tensors(const Problem& p, const SeqLens& lens) {
     DeviceTensors t;
     t.q_offsets = to_device(lens.q_offsets);
@@ -290,6 +302,10 @@ DeviceTensors make_tensors(const Problem& p, const SeqLens& lens) {
             t.sinks_host.push_back(-1.f + 4.f * float(hash(p.seed, kStreamSinks, head) >> 40) * (1.f / 16777216.f));
         t.sinks = to_device(t.sinks_host);
         prm.sinks = t.sinks.get();
+    }
+    if (p.alibi) {
+        t.alibi = to_device(alibi_slopes(p.h));
+        prm.alibi_slopes = t.alibi.get();
     }
     if (p.save_softmax) {
         t.lse = DeviceBuffer<float>(size_t(p.b) * p.h * lens.s_q_max);

@@ -92,8 +92,14 @@ struct DeviceTensors {
     std::vector<float> sinks_host;   // -use-attention-sinks: one logit per query head (else empty)
     DeviceBuffer<float> sinks;       // Params::sinks
     DeviceBuffer<float> lse;         // -save-softmax: Params::softmax_lse, [b, h, s_q_max]
+    DeviceBuffer<float> alibi;       // -alibi: Params::alibi_slopes, alibi_slopes(h)
     Params params;
 };
+
+// ALiBi slopes of h query heads as the ALiBi paper defines them (Press et al. 2022, and its
+// code for head counts that are not a power of two): with n = 2^floor(log2 h), heads 0..n-1
+// get 2^(-8 (i + 1) / n), the others the odd-numbered slopes of 2n heads, 2^(-4 (2 k + 1) / n).
+std::vector<float> alibi_slopes(int h);
 
 // Allocates the layout's buffers, sets Params (everything but num_sms) and fills Q, K, V
 // from the counter-based RNG. O is not filled: call poison_output before each checked run.

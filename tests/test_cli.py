@@ -29,7 +29,7 @@ def test_help_prints_usage_and_exits_0(flag, fmha):
     assert r.stdout.startswith("usage: fmha.exe")
     for documented in ("-causal-mask", "-gqa", "-separate-q-k-v", "-save-tensors", "-skip-checks", "(n/a)",
                        "-sliding-window-size", "-bidirectional-sliding-window-mask", "-chunked-attention-size",
-                       "-softcapping-scale-bmm1"):
+                       "-softcapping-scale-bmm1", "-alibi", "-use-attention-sinks", "-save-softmax"):
         assert documented in r.stdout
 
 
@@ -62,7 +62,8 @@ BAD_ARGS = {
     "32-bit overflow": (["-b", "65535", "-s", "1048576"], "overflow 32-bit indexing"),
     "fix-s against min-s": (["-fix-s", "-min-s", "4"], "-fix-s"),
     "unknown kernel": (["-kernel", "no_such_kernel"], "no such kernel"),
-    "alibi": (["-alibi"], "-alibi is not supported yet: no kernel family implements ALiBi"),
+    "alibi with softcapping": (["-alibi", "-softcapping-scale-bmm1", "30"],
+                               "-alibi and -softcapping-scale-bmm1 cannot be combined"),
     "e4m3": (["-e4m3"], "not supported yet"),
     "e4m3-fp32": (["-e4m3-fp32"], "not supported yet"),
     "fp16 output": (["-fp16-output"], "not supported yet"),
@@ -131,19 +132,6 @@ def test_no_kernel_fits_exits_2_before_touching_the_gpu(args, fmha):
     assert lines[0].startswith("error: no kernel fits dtype=fp16"), r.stderr
     assert "sm_" not in lines[0]  # decided without a device
     assert lines[1] == "closest kernels:" and lines[2].startswith("  fmha_v2_flash_")
-
-
-def test_softcapping_skips_families_without_it(fmha):
-    # The ws family (the only one loading through TMA) has no softcapping yet: no kernel fits,
-    # and its rows say why.
-    r = fmha("-use-tma", "-d", "128", "-bf16", "-softcapping-scale-bmm1", "30")
-    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    lines = r.stderr.splitlines()
-    assert lines[0].startswith("error: no kernel fits") and lines[0].split("(")[0].rstrip().endswith("softcap")
-    ws_rows = [line for line in lines[2:] if "_ws_" in line]
-    assert all("no softcapping (-softcapping-scale-bmm1)" in line for line in ws_rows), r.stderr
-    if any("_ws_bf16_d128_" in line for line in fmha("-list-kernels").stdout.splitlines()):
-        assert ws_rows, r.stderr  # the build has the ws row of this problem: it is among the closest
 
 
 def test_use_tma_keeps_only_tma_kernels(fmha):

@@ -207,7 +207,7 @@ def fake_tools(root: Path, kernels: list[dict]) -> dict:
 def kernel(d: int) -> dict:
     return dict(name=f"fmha_v2_flash_fp16_d{d}_128x64_w4x1_sm80", family="flash", dtype="fp16", acc="fp16",
                 d=d, dv=d, masks=["padding", "causal"], archs=["9.0"], sm=80, warps_m=4, warps_n=1,
-                block_m=128, block_n=64)
+                block_m=128, block_n=64, max_rows=0, min_s_kv=0, variants=["softcap", "alibi", "sinks", "softmax_stats"])
 
 
 def test_perf_flow_end_to_end(tmp_path):

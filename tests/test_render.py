@@ -13,6 +13,7 @@ from generator.env import parse
 from generator.main import kernels, main
 from generator.render import (environment, kernel_path, render_all, render_kernel,
                               render_makefile, render_registry, write_if_changed)
+from generator.rules import kernel_variants
 from generator.spec import KernelSpec
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -60,7 +61,7 @@ def test_registry_row_fields():
     text = render_registry(environment(), [KernelSpec.parse("fmha_v2_flash_bf16_d64_128x64_w4x1_sm80",
                                                             masks=("causal",))])
     assert "DataType::kBf16, DataType::kFp32" in text
-    assert "mask_bit(MaskType::kCausal), /*variants=*/kVariantSoftcap | kVariantSinks | kVariantSoftmaxStats, /*warp_specialized=*/false" in text
+    assert "mask_bit(MaskType::kCausal), /*variants=*/kVariantSoftcap | kVariantAlibi | kVariantSinks | kVariantSoftmaxStats, /*warp_specialized=*/false" in text
     assert "const int kNumKernels = 1;" in text
 
 
@@ -69,7 +70,7 @@ def test_registry_ws_row():
     assert '{"fmha_v2_ws_fp16_fp32_d64_192x128_w12x1_sm90", "ws", 90, DataType::kFp16, DataType::kFp32,' in text
     assert "/*block_m=*/192, /*block_n=*/128, /*warps_m=*/12, /*warps_n=*/1" in text
     assert ("mask_bit(MaskType::kPadding) | mask_bit(MaskType::kCausal) | mask_bit(MaskType::kSlidingWindow) | "
-            "mask_bit(MaskType::kBidirectionalWindow) | mask_bit(MaskType::kChunked), /*variants=*/kVariantSinks | kVariantSoftmaxStats, "
+            "mask_bit(MaskType::kBidirectionalWindow) | mask_bit(MaskType::kChunked), /*variants=*/kVariantAlibi | kVariantSinks | kVariantSoftmaxStats, "
             "/*warp_specialized=*/true") in text
     assert "/*uses_tma=*/true, /*persistent=*/true," in text    # SCHEDULING_MODE's default, 1
     assert "/*persistent=*/false," in render_registry(
@@ -146,8 +147,10 @@ def test_manifest(tmp_path):
     assert [k["family"] for k in manifest["kernels"]] == ["decode"] * 8 + ["ws", "ws", "flash", "flash"]
     for entry in manifest["kernels"]:
         spec = KernelSpec.parse(entry["name"], masks=entry["masks"])
-        assert spec.to_dict() == {k: v for k, v in entry.items() if k not in ("archs", "max_rows", "min_s_kv")}
+        assert spec.to_dict() == {k: v for k, v in entry.items()
+                                  if k not in ("archs", "max_rows", "min_s_kv", "variants")}
         assert (entry["max_rows"], entry["min_s_kv"]) == (decode_max_rows(spec), decode_min_s_kv(spec))
+        assert entry["variants"] == list(kernel_variants(spec))
         # What fmha_test.py's require_arch reads: sm_90a code runs on sm_90 alone.
         assert entry["archs"] == (["9.0a"] if entry["family"] == "ws" else ["8.0", "9.0"])   # decode: portable
 

@@ -114,3 +114,14 @@ def test_default_candidates_are_rejected_only_for_the_flag():
     for spec in specs:
         flash_fp16_fp32 = spec.family == "flash" and spec.acc == "fp32" and spec.dtype == "fp16"
         assert [r.name for r in broken(spec, DEFAULT)] == (["hmma_fp32"] if flash_fp16_fp32 else [])
+
+
+def test_kernel_variants_drop_the_excluded_ones():
+    from generator.rules import kernel_variants
+    from generator.spec import FAMILIES
+    ws192 = KernelSpec(d=64, dv=64, warps_n=1, **{**WS, "block_m": 192, "warps_m": 12})
+    ws128 = KernelSpec(d=128, dv=128, warps_n=1, **WS)
+    assert "softcap" not in kernel_variants(ws192)  # the 160-register tile spills with the tanh
+    assert set(kernel_variants(ws192)) == set(FAMILIES["ws"].variants) - {"softcap"}
+    assert kernel_variants(ws128) == FAMILIES["ws"].variants
+    assert kernel_variants(GOOD) == FAMILIES["flash"].variants

@@ -179,6 +179,7 @@ reference_kernel(Params p, Smem geo, float* o_ref, float* o_amb, float* lse) {
             // Scores in log2 units; m is the integer-valued running max in those units.
             double logit = s[i] * double(p.scale_bmm1);
             if (p.softcap > 0.f) logit = p.softcap * tanh(logit / p.softcap);
+            if (p.alibi_slopes != nullptr) logit -= double(p.alibi_slopes[head]) * fabs(double(r + shift - key));
             const double score = visible ? logit * kLog2eD : -INFINITY;
             const double m_new = fmax(m[i], ceil(warp_max(score)));
             // m_new == -inf: nothing visible yet, keep everything at zero.

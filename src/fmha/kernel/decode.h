@@ -59,6 +59,7 @@
 #include "fmha/mma/warp_gemm.h"
 #include "fmha/softmax/online_softmax.h"
 #include "fmha/softmax/sinks.h"
+#include "fmha/softmax/score_mod.h"
 #include "fmha/softmax/softcap.h"
 #include "fmha/softmax/stats.h"
 #include "fmha/utils.h"
@@ -432,10 +433,10 @@ struct WarpState {
 
     // One step: the kPasses passes of keys at k0 (k_raw, v_raw as load_kv loaded them).
     // kOnly: the unit's only step, on a fresh state (nothing to rescale). kPerGroup: as load_kv.
-    // softcap: Params::softcap (0: off); the scores here are in log2 units.
-    template <mask::Kind kMask, int kPasses, bool kOnly = false, bool kPerGroup = false>
+    // kMod: the score modifier (softmax/score_mod.h, from Params); the scores here are in log2 units.
+    template <mask::Kind kMask, softmax::ScoreMod kMod, int kPasses, bool kOnly = false, bool kPerGroup = false>
     FMHA_DEVICE void step(const uint4 (&k_raw)[kPasses], const uint4 (&v_raw)[kPasses], int k0,
-                          const WarpUnit& u, const FastDiv& group, int grp, float softcap,
+                          const WarpUnit& u, const FastDiv& group, int grp, const Params& p,
                           const mask::Rows<kMask>& mrows) {
         using Element = typename Tr::Element;
         constexpr int LK = Tr::kLanesPerKey;
@@ -449,9 +450,15 @@ struct WarpState {
         for (int r = 0; r < Tr::kRows; ++r) {
             // Keys visible to row r: [lo, limit), clipped to the split (loads past it are 0).
             const int row = u.row0 + r;
-            const int pos = kMask != mask::Kind::kPadding && row < u.rows ? group.div(row) : 0;
+            constexpr bool kAlibi = kMod == softmax::ScoreMod::kAlibi;
+            const int pos = (kMask != mask::Kind::kPadding || kAlibi) && row < u.rows ? group.div(row) : 0;
             const int limit = row < u.rows ? min_int(u.key_end, mrows.end(pos)) : 0;
             const int lo = mrows.begin(pos);
+            // ALiBi: the row's head's slope in log2 units, and its key position.
+            const float alibi = kAlibi && row < u.rows
+                                    ? p.alibi_slopes[u.g * static_cast<int>(group.d) + group.mod(row, pos)] * kLog2e
+                                    : 0.f;
+            const float key_pos = static_cast<float>(pos + mrows.shift);
             float s[kPasses];
             float step_max = -INFINITY;
 #pragma unroll
@@ -461,8 +468,9 @@ struct WarpState {
                 for (int e = 0; e < kElemsPerChunk; ++e) dot = fmaf(q[r][e], kx[i][e], dot);
 #pragma unroll
                 for (int off = LK / 2; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-                if (softcap > 0.f) dot = softmax::Softcap::for_log2_scores(softcap)(dot);
+                if constexpr (kMod == softmax::ScoreMod::kSoftcap) dot = softmax::Softcap::for_log2_scores(p.softcap)(dot);
                 const int key = pass_key<Tr, kPerGroup>(k0, i, grp);
+                if constexpr (kAlibi) dot = fmaf(-alibi, fabsf(key_pos - static_cast<float>(key)), dot);
                 s[i] = key < limit && (kMask != mask::Kind::kLocal || key >= lo) ? dot : -INFINITY;
                 step_max = fmaxf(step_max, s[i]);
             }
@@ -557,8 +565,9 @@ struct WarpState {
 };
 
 // Any number of steps per unit: one unit per warp, every load of a step issued before use.
-template <class Tr, mask::Kind kMask, bool kSoftcap = false>
-__global__ void __launch_bounds__(Tr::kThreads, kSoftcap ? max_int(1, Tr::kMinBlocks * 3 / 4) : Tr::kMinBlocks)
+template <class Tr, mask::Kind kMask, softmax::ScoreMod kMod = softmax::ScoreMod::kNone>
+__global__ void __launch_bounds__(Tr::kThreads,
+                                  kMod != softmax::ScoreMod::kNone ? max_int(1, Tr::kMinBlocks * 3 / 4) : Tr::kMinBlocks)
     decode_kernel(const __grid_constant__ Params p, int splits, const UnitDivs dv) {
     const Shape shape = make_shape<Tr>(p, splits);
     const int lane = threadIdx.x % kWarpSize;
@@ -579,8 +588,7 @@ __global__ void __launch_bounds__(Tr::kThreads, kSoftcap ? max_int(1, Tr::kMinBl
     for (int k0 = u.key_begin; k0 < u.key_end; k0 += Tr::kBlockN) {
         uint4 k_raw[Tr::kUnroll], v_raw[Tr::kUnroll];
         load_kv<Tr, Tr::kUnroll>(k_raw, v_raw, p, u, k0, sub, grp);
-        st.template step<kMask, Tr::kUnroll>(k_raw, v_raw, k0, u, dv.group, grp, kSoftcap ? p.softcap : 0.f,
-                                             mrows);
+        st.template step<kMask, kMod, Tr::kUnroll>(k_raw, v_raw, k0, u, dv.group, grp, p, mrows);
     }
     st.finish(p, shape, dv.group, u, sub, grp);
 }
@@ -595,7 +603,7 @@ __global__ void __launch_bounds__(Tr::kThreads, kSoftcap ? max_int(1, Tr::kMinBl
 template <class Tr, int kPasses>
 constexpr int kShortMinBlocks = Tr::kRows == 1 && kPasses == 2 ? 7 : Tr::kMinBlocks;
 
-template <class Tr, mask::Kind kMask, int kPasses, bool kSoftcap = false>
+template <class Tr, mask::Kind kMask, int kPasses, softmax::ScoreMod kMod = softmax::ScoreMod::kNone>
 __global__ void __launch_bounds__(Tr::kThreads, (kShortMinBlocks<Tr, kPasses>))
     decode_short_kernel(const __grid_constant__ Params p, const UnitDivs dv) {
     constexpr int kGroups = Tr::kKeysPerPass;  // lane groups per warp, one unit each
@@ -635,9 +643,8 @@ __global__ void __launch_bounds__(Tr::kThreads, (kShortMinBlocks<Tr, kPasses>))
         WarpState<Tr> st;
         st.init(cur.q, scale_log2);
         if (__any_sync(0xffffffffu, u.key_begin < u.key_end)) {
-            st.template step<kMask, kPasses, true, true>(cur.k, cur.v, u.key_begin, u, dv.group, grp,
-                                                         kSoftcap ? p.softcap : 0.f,
-                                                         mask::Rows<kMask>::make(p, u.q_len, u.kv_len));
+            st.template step<kMask, kMod, kPasses, true, true>(cur.k, cur.v, u.key_begin, u, dv.group, grp, p,
+                                                               mask::Rows<kMask>::make(p, u.q_len, u.kv_len));
         }
         if (u.live) st.template finish<true>(p, shape, dv.group, u, sub, grp);
         if (!more) break;
@@ -648,7 +655,7 @@ __global__ void __launch_bounds__(Tr::kThreads, (kShortMinBlocks<Tr, kPasses>))
 
 // ---- Tensor-core path ----
 
-template <class Tr, mask::Kind kMask, bool kSoftcap = false>
+template <class Tr, mask::Kind kMask, softmax::ScoreMod kMod = softmax::ScoreMod::kNone>
 __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __grid_constant__ Params p, int splits) {
     using Element = typename Tr::Element;
     constexpr int R = Tr::kRows;
@@ -731,7 +738,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
     v_addr.init(smem_v, warp * Tr::kWarpKeys + mma::lane_row_a(lane), mma::lane_chunk_a(lane));
 
     // Keys [lo[h], limit[h]) are visible to this lane's rows lane/4 + 8h, clipped to the split.
-    int lo[2], limit[2];
+    // ALiBi: each row's slope (raw-score units) and key position (rows pack several heads).
+    int lo[2], limit[2], key_pos[1][2];
+    float alibi[1][2];
     {
         const auto mrows = mask::Rows<kMask>::make(p, q_len, kv_len);
 #pragma unroll
@@ -739,6 +748,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
             const int row = row0 + lane / 4 + 8 * h;
             limit[h] = row < rows ? min_int(key_end, mrows.end(row / shape.group)) : 0;
             lo[h] = row < rows ? mrows.begin(row / shape.group) : 0;
+            key_pos[0][h] = row / shape.group + mrows.shift;
+            alibi[0][h] = kMod == softmax::ScoreMod::kAlibi && row < rows
+                              ? __fdividef(p.alibi_slopes[g * shape.group + row % shape.group], p.scale_bmm1)
+                              : 0.f;
         }
     }
     const int col0 = key_begin + warp * Tr::kWarpKeys + 2 * (lane % 4);  // this lane's first key, block 0
@@ -769,10 +782,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
         memory::LdsmAddr<typename Tr::LayoutK> ka = k_addr;
         ka.base += stage * Tr::kSmemK;
         mma::gemm_qk<Element, 1, Tr::kNTilesS, Tr::kKSlices>(acc_s, q_addr, ka);
-        if constexpr (kSoftcap) {
+        const int key0 = col0 + j * Tr::kBlockN;
+        if constexpr (kMod == softmax::ScoreMod::kSoftcap) {
             softmax::apply_softcap(acc_s, softmax::Softcap::for_raw_scores(p.softcap, p.scale_bmm1));
         }
-        const int key0 = col0 + j * Tr::kBlockN;
+        if constexpr (kMod == softmax::ScoreMod::kAlibi) {
+            const int rel[1][2] = {{key_pos[0][0] - key0, key_pos[0][1] - key0}};
+            softmax::apply_alibi(acc_s, alibi, rel);
+        }
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
 #pragma unroll
@@ -893,8 +910,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
     }
 }
 
+template <class Tr, mask::Kind kMask, softmax::ScoreMod kMod>
+const void* mma_fn() {
+    return reinterpret_cast<const void*>(&decode_mma_kernel<Tr, kMask, kMod>);
+}
+
 // The mma path's per-process setup, once per instantiation: shared memory beyond 48 KB
-// for the mask x softcap variants and the resident CTAs per SM that choose_splits_mma fills.
+// for the mask x score modifier variants and the resident CTAs per SM that choose_splits_mma fills.
 struct MmaSetup {
     cudaError_t err;
     int ctas_per_sm;
@@ -905,12 +927,12 @@ MmaSetup mma_setup() {
     static const MmaSetup setup = [] {
         MmaSetup s{cudaSuccess, 1};
         using mask::Kind;
-        const void* fns[6] = {reinterpret_cast<const void*>(&decode_mma_kernel<Tr, Kind::kPadding, false>),
-                              reinterpret_cast<const void*>(&decode_mma_kernel<Tr, Kind::kCausal, false>),
-                              reinterpret_cast<const void*>(&decode_mma_kernel<Tr, Kind::kLocal, false>),
-                              reinterpret_cast<const void*>(&decode_mma_kernel<Tr, Kind::kPadding, true>),
-                              reinterpret_cast<const void*>(&decode_mma_kernel<Tr, Kind::kCausal, true>),
-                              reinterpret_cast<const void*>(&decode_mma_kernel<Tr, Kind::kLocal, true>)};
+        using softmax::ScoreMod;
+        const void* fns[9] = {mma_fn<Tr, Kind::kPadding, ScoreMod::kNone>(), mma_fn<Tr, Kind::kCausal, ScoreMod::kNone>(),
+                              mma_fn<Tr, Kind::kLocal, ScoreMod::kNone>(), mma_fn<Tr, Kind::kPadding, ScoreMod::kSoftcap>(),
+                              mma_fn<Tr, Kind::kCausal, ScoreMod::kSoftcap>(), mma_fn<Tr, Kind::kLocal, ScoreMod::kSoftcap>(),
+                              mma_fn<Tr, Kind::kPadding, ScoreMod::kAlibi>(), mma_fn<Tr, Kind::kCausal, ScoreMod::kAlibi>(),
+                              mma_fn<Tr, Kind::kLocal, ScoreMod::kAlibi>()};
         for (const void* fn : fns) {
             if (s.err == cudaSuccess && Tr::kSmemBytes > 48 * 1024)
                 s.err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
@@ -952,8 +974,8 @@ cudaError_t launch_short(const Params& p, const Shape& shape, cudaStream_t strea
     kernel::with_mask(
         p.mask,
         [&](auto kind) {
-            return kernel::with_softcap(p, [&](auto softcap) {
-                decode_short_kernel<Tr, decltype(kind)::value, kPasses, decltype(softcap)::value>
+            return kernel::with_score_mod(p, [&](auto mod) {
+                decode_short_kernel<Tr, decltype(kind)::value, kPasses, decltype(mod)::value>
                     <<<static_cast<unsigned>(blocks), Tr::kThreads, 0, stream>>>(p, dv);
                 return 0;
             });
@@ -1045,8 +1067,8 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
         kernel::with_mask(
             p.mask,
             [&](auto kind) {
-                return kernel::with_softcap(p, [&](auto softcap) {
-                    decode_mma_kernel<Tr, decltype(kind)::value, decltype(softcap)::value>
+                return kernel::with_score_mod(p, [&](auto mod) {
+                    decode_mma_kernel<Tr, decltype(kind)::value, decltype(mod)::value>
                         <<<blocks, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, splits);
                     return 0;
                 });
@@ -1064,8 +1086,8 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
         kernel::with_mask(
             p.mask,
             [&](auto kind) {
-                return kernel::with_softcap(p, [&](auto softcap) {
-                    decode_kernel<Tr, decltype(kind)::value, decltype(softcap)::value>
+                return kernel::with_score_mod(p, [&](auto mod) {
+                    decode_kernel<Tr, decltype(kind)::value, decltype(mod)::value>
                         <<<static_cast<unsigned>(blocks), Tr::kThreads, 0, stream>>>(p, splits, dv);
                     return 0;
                 });

@@ -41,6 +41,7 @@
 #include "fmha/mma/warp_gemm.h"
 #include "fmha/sched/tile_scheduler.h"
 #include "fmha/softmax/online_softmax.h"
+#include "fmha/softmax/score_mod.h"
 #include "fmha/softmax/softcap.h"
 #include "fmha/utils.h"
 #include "params.h"
@@ -106,7 +107,7 @@ struct Traits {
     static_assert(kAccRegs <= kMaxAccRegs, "O + S accumulators would spill: smaller tiles or more warps");
 };
 
-template <class Tr, mask::Kind kMask, bool kSoftcap = false>
+template <class Tr, mask::Kind kMask, softmax::ScoreMod kMod = softmax::ScoreMod::kNone>
 __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_constant__ Params p) {
     using Element = typename Tr::Element;
     extern __shared__ __align__(128) char smem[];
@@ -164,6 +165,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
         const float scale_log2 = p.scale_bmm1 * kLog2e;
         const int row0 = m0 + warp * Tr::kWarpRows + lane / 4;  // this lane's first query row
         const int col0 = 2 * (lane % 4);                        // this lane's first key in an n-tile
+        // ALiBi: the head's slope in raw-score units (the softmax scales by scale_bmm1 later).
+        const float alibi_slope =
+            kMod == softmax::ScoreMod::kAlibi ? __fdividef(p.alibi_slopes[tile.head], p.scale_bmm1) : 0.f;
         // Key block nb's rows; only the top block can hold the key tail (zero-filled), and
         // the blocks below it are whole (a local mask's first block starts at key >= 0).
         const auto load_k = [&](uint32_t dst, int nb, auto check_rows) {
@@ -197,8 +201,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
             memory::LdsmAddr<typename Tr::LayoutK> ka = k_addr;
             ka.base += k_off;
             mma::gemm_qk<Element, Tr::kMmaM, Tr::kNTilesS, Tr::kKSlices>(acc_s, q_addr, ka);
-            if constexpr (kSoftcap) {
+            if constexpr (kMod == softmax::ScoreMod::kSoftcap) {
                 softmax::apply_softcap(acc_s, softmax::Softcap::for_raw_scores(p.softcap, p.scale_bmm1));
+            }
+            if constexpr (kMod == softmax::ScoreMod::kAlibi) {
+                softmax::apply_alibi(acc_s, alibi_slope, row0 + rows.shift - (nb * Tr::kBlockN + col0));
             }
             if constexpr (decltype(masked)::value) {
                 mask::apply(acc_s, rows, row0, nb * Tr::kBlockN + col0);
@@ -280,10 +287,10 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
     return kernel::with_mask(
         p.mask,
         [&](auto kind) {
-            return kernel::with_softcap(p, [&](auto softcap) {
+            return kernel::with_score_mod(p, [&](auto mod) {
                 constexpr mask::Kind kMask = decltype(kind)::value;
-                constexpr bool kSoftcap = decltype(softcap)::value;
-                const void* fn = reinterpret_cast<const void*>(&fwd_kernel<Tr, kMask, kSoftcap>);
+                constexpr softmax::ScoreMod kMod = decltype(mod)::value;
+                const void* fn = reinterpret_cast<const void*>(&fwd_kernel<Tr, kMask, kMod>);
                 if (Tr::kSmemBytes > 48 * 1024) {
                     cudaError_t err =
                         cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
@@ -294,7 +301,7 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
                     }
                     if (err != cudaSuccess) return err;
                 }
-                fwd_kernel<Tr, kMask, kSoftcap><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p);
+                fwd_kernel<Tr, kMask, kMod><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p);
                 return cudaGetLastError();
             });
         },

@@ -63,6 +63,8 @@
 #include "fmha/mma/wgmma_sm90.h"
 #include "fmha/sched/tile_scheduler.h"
 #include "fmha/softmax/online_softmax_sm90.h"
+#include "fmha/softmax/score_mod.h"
+#include "fmha/softmax/softcap.h"
 #include "fmha/utils.h"
 #include "params.h"
 
@@ -120,6 +122,9 @@ struct Traits {
     static constexpr int kLaunchRegs = (65536 / kThreads) / 8 * 8 > 255 ? 255 : (65536 / kThreads) / 8 * 8;
     static constexpr int kProducerRegs = 32;
     static constexpr int kConsumerRegs = kConsumerWarpgroups == 2 ? 232 : 160;
+    // Logit softcapping only at 232 consumer registers: at 160 its tanh spilled (generator
+    // rules.VARIANT_EXCLUSIONS keeps kVariantSoftcap off these rows; the launch refuses it).
+    static constexpr bool kSoftcap = kConsumerWarpgroups == 2;
 
     static_assert(kIsSupportedElement<Element>, "Element must be __half or __nv_bfloat16");
     static_assert(!kAccFp16, "flash_sm90: f32 accumulation only");
@@ -194,7 +199,7 @@ FMHA_DEVICE TileWork tile_work(const Params& p, int t, int m_blocks, int section
     return w;
 }
 
-template <class Tr, mask::Kind kMask>
+template <class Tr, mask::Kind kMask, softmax::ScoreMod kMod = softmax::ScoreMod::kNone>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
     fwd_kernel(const __grid_constant__ Params p, const __grid_constant__ TmaMaps maps) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -352,6 +357,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         // The blocks every row of this warpgroup sees whole run without the mask.
         const auto rows = mask::Rows<kMask>::make(p, w.q_len, w.kv_len);
         const mask::Blocks wg_blk = mask::blocks(rows, wg_row0, wg_row0 + kWarpgroupRows - 1, Tr::kBlockN);
+        // ALiBi: the tile's head's slope in raw-score units (the softmax scales by scale_bmm1).
+        const float alibi_slope =
+            kMod == softmax::ScoreMod::kAlibi ? __fdividef(p.alibi_slopes[w.head], p.scale_bmm1) : 0.f;
 
         float acc_o[1][Tr::kNTilesO][4];  // [64 rows, dv] f32 of this warpgroup
 #pragma unroll
@@ -372,8 +380,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
             }
             mma::wgmma_commit();
         };
-        // Mask (boundary blocks only) and softmax of block nb; alpha: the O rescale it needs.
+        // Score modifier, mask (boundary blocks only) and softmax of block nb; alpha: the O
+        // rescale it needs.
         const auto softmax_block = [&](float (&acc_s)[1][Tr::kNTilesS][4], int nb, float (&alpha)[2]) {
+            if constexpr (kMod == softmax::ScoreMod::kSoftcap) {
+                softmax::apply_softcap(acc_s, softmax::Softcap::for_raw_scores(p.softcap, p.scale_bmm1));
+            }
+            if constexpr (kMod == softmax::ScoreMod::kAlibi) {
+                softmax::apply_alibi(acc_s, alibi_slope,
+                                     wg_row0 + row_g + rows.shift - (nb * Tr::kBlockN + 2 * (lane % 4)));
+            }
             if (wg_blk.masked(nb)) {
                 mask::apply(acc_s, rows, wg_row0 + row_g, nb * Tr::kBlockN + 2 * (lane % 4));
                 softmax.template scale<true>(acc_s, alpha, scale_log2);
@@ -467,9 +483,9 @@ int grid_size(const Params& p, int num_sms) {
 }
 
 // cudaFuncSetAttribute once per kernel and process (the first launch pays it).
-template <class Tr, mask::Kind kMask>
+template <class Tr, mask::Kind kMask, softmax::ScoreMod kMod>
 cudaError_t allow_smem() {
-    static const cudaError_t err = cudaFuncSetAttribute(reinterpret_cast<const void*>(&fwd_kernel<Tr, kMask>),
+    static const cudaError_t err = cudaFuncSetAttribute(reinterpret_cast<const void*>(&fwd_kernel<Tr, kMask, kMod>),
                                                         cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
     return err;
 }
@@ -484,7 +500,6 @@ cudaError_t launch_with_extents(const Params& p, int64_t q_tokens, int64_t kv_to
     if (q_tokens < 1 || kv_tokens < 1 || q_tokens > INT32_MAX || kv_tokens > INT32_MAX) return cudaErrorInvalidValue;
     if (!kernel::params_fit(p, Tr::kHeadDim, Tr::kHeadDimV)) return cudaErrorInvalidValue;
     if (entry<Tr>(p.mask) == nullptr) return cudaErrorInvalidValue;  // a mask the family does not implement
-    if (p.softcap > 0.f) return cudaErrorInvalidValue;                // not a variant of this family (Family.variants)
     if (Tr::kPersistent && p.tile_counter == nullptr) return cudaErrorInvalidValue;
     int num_sms = 0;
     if (Tr::kPersistent) {
@@ -509,10 +524,19 @@ cudaError_t launch_with_extents(const Params& p, int64_t q_tokens, int64_t kv_to
     err = kernel::with_mask(
         p.mask,
         [&](auto kind) {
-            constexpr mask::Kind kMask = decltype(kind)::value;
-            const cudaError_t e = allow_smem<Tr, kMask>();
-            if (e == cudaSuccess) fwd_kernel<Tr, kMask><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, maps);
-            return e;
+            return kernel::with_score_mod(p, [&](auto mod) {
+                constexpr mask::Kind kMask = decltype(kind)::value;
+                constexpr softmax::ScoreMod kMod = decltype(mod)::value;
+                if constexpr (kMod == softmax::ScoreMod::kSoftcap && !Tr::kSoftcap) {
+                    return cudaErrorInvalidValue;  // not a variant of this kernel (Traits::kSoftcap)
+                } else {
+                    const cudaError_t e = allow_smem<Tr, kMask, kMod>();
+                    if (e == cudaSuccess) {
+                        fwd_kernel<Tr, kMask, kMod><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, maps);
+                    }
+                    return e;
+                }
+            });
         },
         cudaErrorInvalidValue);
     if (err != cudaSuccess) return err;

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "fmha/mask/mask.h"
+#include "fmha/softmax/score_mod.h"
 #include "fmha/utils.h"
 #include "params.h"
 
@@ -31,6 +32,7 @@ inline bool mask_fits(const Params& p) {
 //   b, h <= 65535 (grid y and z limits)
 //   scale_bmm1 finite and > 0 (the softmax tracks the max of the unscaled scores)
 //   a local mask's window or chunk as mask_fits says
+//   not both softcapping and ALiBi (softmax/score_mod.h)
 //   q/k/v/o 16-byte aligned, every stride a multiple of 8 elements (16-byte chunks)
 inline bool params_fit(const Params& p, int head_dim, int head_dim_v) {
     if (p.d != head_dim || p.dv != head_dim_v) return false;
@@ -38,6 +40,7 @@ inline bool params_fit(const Params& p, int head_dim, int head_dim_v) {
     if (p.h > 65535 || p.b > 65535) return false;
     if (!(p.scale_bmm1 > 0.f) || !std::isfinite(p.scale_bmm1)) return false;
     if (!mask_fits(p)) return false;
+    if (p.softcap > 0.f && p.alibi_slopes != nullptr) return false;  // one score modifier at a time
     const auto misaligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % kChunkBytes != 0; };
     if (misaligned(p.q) || misaligned(p.k) || misaligned(p.v) || misaligned(p.o)) return false;
     const int64_t strides[] = {p.q_row_stride, p.q_head_stride, p.k_row_stride, p.k_head_stride,
@@ -67,12 +70,18 @@ R with_mask(MaskType m, F&& f, R otherwise) {
     return otherwise;
 }
 
-// Logit softcapping is a run-time parameter (Params::softcap) compiled both ways: a kernel
-// template's kSoftcap, chosen here, so that the kernels without it carry no tanh code and
-// no registers for it. Returns f(std::bool_constant<softcap on>).
+// The score modifier a problem asks for (softmax/score_mod.h), as the kernels' compile-time
+// kMod: returns f(std::integral_constant<softmax::ScoreMod, mod>). Softcapping and ALiBi are
+// run-time parameters (Params::softcap, Params::alibi_slopes) for which the kernels are
+// compiled each way, so that the kernels without them carry no code and no registers for them.
+template <softmax::ScoreMod M>
+using ScoreModConstant = std::integral_constant<softmax::ScoreMod, M>;
+
 template <class F>
-auto with_softcap(const Params& p, F&& f) {
-    return p.softcap > 0.f ? f(std::true_type{}) : f(std::false_type{});
+auto with_score_mod(const Params& p, F&& f) {
+    if (p.softcap > 0.f) return f(ScoreModConstant<softmax::ScoreMod::kSoftcap>{});
+    if (p.alibi_slopes != nullptr) return f(ScoreModConstant<softmax::ScoreMod::kAlibi>{});
+    return f(ScoreModConstant<softmax::ScoreMod::kNone>{});
 }
 
 // SMs of the device the launch goes to: Params::num_sms when the driver filled it, else
