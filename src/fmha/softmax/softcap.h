@@ -7,7 +7,7 @@
 // (the approximate tanh instruction's 2^-11 would move it by 0.015 at a cap of 30), and
 // fewer registers than tanhf's polynomial.
 // A run-time parameter (Params::softcap, 0: off) for which the kernels are compiled both ways
-// (kernel::with_softcap): the common kernels carry no tanh and no registers for it.
+// (kernel::with_score_mod, softmax/score_mod.h): the common kernels carry no tanh and no registers for it.
 #pragma once
 
 #include "fmha/utils.h"
