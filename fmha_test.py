@@ -637,12 +637,11 @@ def test_use_tma_runs_a_tma_row_or_says_none_fits(exe, gpu_sm):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["-softcapping-scale-bmm1 30", "-alibi", "-use-attention-sinks", "-save-softmax"])
-def test_variants_run_on_the_ws_family_on_hopper(variant, exe, gpu_sm):
+@pytest.mark.parametrize("name", ["softcap", "alibi", "sinks", "softmax_stats"])
+def test_variants_run_on_the_ws_family_on_hopper(name, exe, gpu_sm):
     """Every variant of the ws family (generator/spec.py) keeps a Hopper problem on it: dispatch
     takes the first row that has the variant, and the ws row comes first."""
-    name = {"-softcapping-scale-bmm1 30": "softcap", "-alibi": "alibi", "-use-attention-sinks": "sinks",
-            "-save-softmax": "softmax_stats"}[variant]
+    variant = SAVE_VARIANT_FLAGS[name] + (" 30" if name == "softcap" else "")
     having = [k for k in KERNELS if k["family"] == "ws" and k["dtype"] == "bf16" and name in k["variants"]]
     ws = min(having, key=lambda k: (k["d"], k["name"]), default=None)
     if ws is None or not any(loads_on(a, gpu_sm) for a in ws["archs"]):
