@@ -153,6 +153,8 @@ def mask_flags(mask: str, s: int) -> list[str]:
         return ["-sliding-window-size", str(max(1, s // 4)), "-bidirectional-sliding-window-mask"]
     if mask == "chunked":
         return ["-chunked-attention-size", str(1 << (max(1, s // 3).bit_length() - 1))]
+    if mask == "custom":  # random bits from the seed
+        return ["-custom-mask"]
     raise ValueError(f"no flags for mask {mask!r}")
 
 
@@ -229,6 +231,7 @@ VARIANT_NUMERICS = {
     # accumulating d=256 kernel 1.66 % off (eps 1.5 %) on 0.0079 (bench/NOTES.md §12); the fp64
     # re-checks (SAVE_CONFIGS) run ALiBi on unit-normal inputs.
     "alibi": ("alibi", ["-seed", "19", "-alibi"]),
+    "bias": ("bias", ["-randn", "-seed", "23", "-attention-bias", "-attention-bias-shape", "1h"]),
     "sinks": ("sinks", ["-randn", "-seed", "13", "-use-attention-sinks"]),
     # The driver checks the kernel's LSE against the reference's and fails the run on a mismatch.
     "softmax_stats": ("lse", ["-randn", "-seed", "17", "-save-softmax"]),
@@ -238,6 +241,20 @@ VARIANT_NUMERICS = {
 def numerics_for(kernel: dict) -> tuple:
     """NUMERICS plus a run per variant the kernel's family implements."""
     return NUMERICS + tuple(VARIANT_NUMERICS[v] for v in kernel["variants"])
+
+
+# The flags of the score modifiers, of which a problem takes one (softmax/score_mod.h); the
+# custom mask is one of them.
+SCORE_MOD_FLAGS = ("-softcapping-scale-bmm1", "-alibi", "-attention-bias", "-attention-bias-shape")
+
+
+def numerics_mask(masks: list, ni: int, flags) -> str:
+    """The mask of the ni-th numerics run: the kernel's masks in turn, the next one where the
+    custom mask would meet another score modifier."""
+    mask = masks[ni % len(masks)]
+    if mask == "custom" and any(f in SCORE_MOD_FLAGS for f in flags):
+        mask = masks[(ni + 1) % len(masks)]
+    return mask
 
 
 @dataclass(frozen=True)
@@ -342,7 +359,7 @@ def decode_cases(kernel: dict, index: int) -> list[Case]:
     # numerics: unit-normal inputs and unusual scales, on the kernel's first (s_q, KV heads) pair
     sq, hkv = combos[0]
     for ni, (tag, flags) in enumerate(numerics_for(kernel)):
-        cases.append(heads_case(kernel, kernel["masks"][ni % len(kernel["masks"])], "separate_q_k_v",
+        cases.append(heads_case(kernel, numerics_mask(kernel["masks"], ni, flags), "separate_q_k_v",
                                 Shape(2, 160, s_q=sq), hkv, tuple(flags), tag))
     # the variants on a 2-key cache too (the one-step kernel of the warp path)
     for tag, flags in numerics_for(kernel)[len(NUMERICS):]:
@@ -388,7 +405,7 @@ def cases_for(kernel: dict, index: int) -> list[Case]:
             cases.append(Case(kernel, mask, *next_pair(shape), shape))
     small = Shape(2, 160)
     for ni, (tag, flags) in enumerate(numerics_for(kernel)):
-        cases.append(Case(kernel, masks[ni % len(masks)], *next_pair(small), small, tuple(flags), tag))
+        cases.append(Case(kernel, numerics_mask(masks, ni, flags), *next_pair(small), small, tuple(flags), tag))
     return cases
 
 
@@ -637,7 +654,7 @@ def test_use_tma_runs_a_tma_row_or_says_none_fits(exe, gpu_sm):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["softcap", "alibi", "sinks", "softmax_stats"])
+@pytest.mark.parametrize("name", ["softcap", "alibi", "bias", "sinks", "softmax_stats"])
 def test_variants_run_on_the_ws_family_on_hopper(name, exe, gpu_sm):
     """Every variant of the ws family (generator/spec.py) keeps a Hopper problem on it: dispatch
     takes the first row that has the variant, and the ws row comes first."""
@@ -719,6 +736,16 @@ SAVE_CONFIGS = {
     "alibi_causal_gqa": ["-b", "3", "-h", "12", "-gqa", "4", "-s", "180", "-min-s", "40", "-s-q", "60",
                          "-causal-mask", "-alibi", "-randn", "-separate-q-k-v"],
     "alibi_padding": ["-b", "2", "-h", "6", "-s", "100", "-alibi", "-randn", "-save-softmax"],
+    # a bias per (sequence, head), and one broadcast over the batch with GQA and s_q < s
+    "bias_causal_varlen": ["-b", "3", "-h", "4", "-s", "150", "-min-s", "20", "-causal-mask", "-attention-bias",
+                           "-randn", "-save-softmax"],
+    "bias_broadcast_gqa": ["-b", "2", "-h", "8", "-gqa", "2", "-s", "170", "-s-q", "90", "-attention-bias",
+                           "-attention-bias-shape", "1h", "-separate-q-k-v"],
+    # random bits: rows that see few keys or none (var-len down to 1 key), with sinks and the LSE
+    "custom_mask_varlen": ["-b", "3", "-h", "4", "-s", "200", "-min-s", "1", "-custom-mask", "-randn",
+                           "-use-attention-sinks", "-save-softmax"],
+    "custom_mask_sq_lt_s": ["-b", "2", "-h", "8", "-gqa", "4", "-s", "300", "-s-q", "100", "-custom-mask",
+                            "-contiguous-q-kv"],
 }
 # The same configurations for a family that serves only a few query rows (decode): s_q <= 16, with key
 # splits (s up to 3000), GQA/MQA packing and causal rows on the diagonal.
@@ -746,12 +773,20 @@ SAVE_CONFIGS_FEW_ROWS = {
                          "-causal-mask", "-alibi", "-randn", "-separate-q-k-v"],
     "alibi_padding": ["-b", "2", "-h", "6", "-s", "900", "-s-q", "2", "-alibi", "-randn", "-separate-q-k-v",
                       "-save-softmax"],
+    "bias_causal_varlen": ["-b", "3", "-h", "8", "-gqa", "2", "-s", "2000", "-min-s", "20", "-s-q", "4",
+                           "-causal-mask", "-attention-bias", "-randn", "-separate-q-k-v", "-save-softmax"],
+    "bias_broadcast_gqa": ["-b", "2", "-h", "8", "-gqa", "2", "-s", "1200", "-s-q", "3", "-attention-bias",
+                           "-attention-bias-shape", "b1", "-separate-q-k-v"],
+    "custom_mask_varlen": ["-b", "3", "-h", "8", "-gqa", "2", "-s", "2500", "-min-s", "1", "-s-q", "5",
+                           "-custom-mask", "-randn", "-use-attention-sinks", "-separate-q-k-v", "-save-softmax"],
+    "custom_mask_sq_lt_s": ["-b", "2", "-h", "8", "-gqa", "4", "-s", "300", "-s-q", "16", "-custom-mask",
+                            "-contiguous-q-kv"],
 }
 
 
 # The flag of each run-time variant in SAVE_CONFIGS.
-SAVE_VARIANT_FLAGS = {"softcap": "-softcapping-scale-bmm1", "alibi": "-alibi", "sinks": "-use-attention-sinks",
-                      "softmax_stats": "-save-softmax"}
+SAVE_VARIANT_FLAGS = {"softcap": "-softcapping-scale-bmm1", "alibi": "-alibi", "bias": "-attention-bias",
+                      "sinks": "-use-attention-sinks", "softmax_stats": "-save-softmax"}
 
 
 def save_path(kernel: dict) -> str:
@@ -790,14 +825,17 @@ def round_to(x, dtype):
     return np.ldexp(np.round(mant * 256.0) / 256.0, exp)  # np.round: ties to even
 
 
-def visible_fp64(meta: dict, lq: int, lk: int) -> np.ndarray:
+def visible_fp64(meta: dict, lq: int, lk: int, custom=None) -> np.ndarray:
     """[lq, lk] booleans: which keys each query row sees under meta.json's mask. Query row r
-    sits at key position p = r + lk - lq (Q holds the last lq tokens)."""
+    sits at key position p = r + lk - lq (Q holds the last lq tokens). custom: the sequence's
+    [s_q, s] slice of custom_mask.npy (mask "custom")."""
     pos = np.arange(lq)[:, None] + (lk - lq)
     key = np.arange(lk)[None, :]
     mask = meta["mask"]
     if mask == "padding":
         return np.ones((lq, lk), dtype=bool)
+    if mask == "custom":                # the saved bits, as they are
+        return custom[:lq, :lk] != 0
     if mask == "causal":
         return key <= pos
     if mask == "sliding_window":        # the window's W keys end at the row's own position
@@ -834,12 +872,13 @@ def test_alibi_slopes_fp64_are_the_papers():
 
 
 def attention_fp64(q, k, v, q_lens, kv_lens, scale_bmm1, scale_out, visible, dtype, softcap=0.0, sinks=None,
-                   alibi=None):
+                   alibi=None, bias=None):
     """Plain softmax attention per sequence in float64. q [b, s_q, h, d], k [b, s, h_kv, d],
-    v [b, s, h_kv, dv]; visible(lq, lk) gives the [lq, lk] keys each query row may see (None:
-    all of them). A row that sees no key is 0. sinks [h] (gpt-oss attention sinks): a logit
-    per query head that joins each row's denominator, exp(sink), and nothing else. alibi [h]:
-    ALiBi slopes, the logit of query row r and key j less slope * |r + lk - lq - j|.
+    v [b, s, h_kv, dv]; visible(i, lq, lk) gives the [lq, lk] keys each query row of sequence
+    i may see (None: all of them). A row that sees no key is 0. sinks [h] (gpt-oss attention
+    sinks): a logit per query head that joins each row's denominator, exp(sink), and nothing
+    else. alibi [h]: ALiBi slopes, the logit of query row r and key j less slope *
+    |r + lk - lq - j|. bias [b or 1, h or 1, s_q, s]: added to the logits.
     The probabilities that multiply V are rounded to the input dtype, as a tensor-core
     kernel feeds them to P·V (the normaliser uses them unrounded): otherwise a row that
     averages a few nearly cancelling values fails bf16's relative check on that alone.
@@ -865,8 +904,10 @@ def attention_fp64(q, k, v, q_lens, kv_lens, scale_bmm1, scale_out, visible, dty
         if alibi is not None:  # distance between the row's key position and the key
             dist = np.abs(np.arange(lq)[:, None] + (lk - lq) - np.arange(lk)[None, :])
             scores = scores - alibi[:, None, None] * dist[None]
+        if bias is not None:  # broadcast over a batch or the heads where the tensor has 1
+            scores = scores + bias[i if bias.shape[0] > 1 else 0, :, :lq, :lk].astype(np.float64)
         if visible is not None:
-            scores = np.where(visible(lq, lk)[None], scores, -np.inf)
+            scores = np.where(visible(i, lq, lk)[None], scores, -np.inf)
         # P = 2^(log2(e)·S - M), M the row max rounded up to an integer: the power-of-two
         # scale makes P's rounding independent of where the kernel saw the max.
         x = scores * np.log2(np.e)
@@ -927,13 +968,22 @@ def test_save_tensors_match_float64(kind, config, exe, gpu_sm, tmp_path):
     b, s_q, h, _ = t["q"].shape
     assert t["o"].shape == t["o_ref"].shape == (b, s_q, h, kernel["dv"])
     assert t["seqlens_q"].dtype == t["seqlens_kv"].dtype == np.int32
+    s = t["k"].shape[1]
+    custom = bias = None
+    if meta["mask"] == "custom":
+        custom = np.load(tmp_path / "custom_mask.npy")
+        assert custom.shape == (b, s_q, s) and custom.dtype == np.int32
+    if meta["attention_bias"]:
+        bias = np.load(tmp_path / "bias.npy")
+        shape = meta["attention_bias_shape"]
+        assert bias.shape == (b if shape[0] == "b" else 1, h if shape[1] == "h" else 1, s_q, s)
 
     expected, amb, lse = attention_fp64(t["q"], t["k"], t["v"], t["seqlens_q"], t["seqlens_kv"],
                               meta["scale_bmm1"], meta["scale_softmax"] * meta["scale_bmm2"],
-                              lambda lq, lk: visible_fp64(meta, lq, lk), dtype,
-                              meta["softcapping_scale_bmm1"] or 0.0,
+                              lambda i, lq, lk: visible_fp64(meta, lq, lk, custom[i] if custom is not None else None),
+                              dtype, meta["softcapping_scale_bmm1"] or 0.0,
                               np.load(tmp_path / "sinks.npy").astype(np.float64) if meta["attention_sinks"] else None,
-                              alibi_slopes_fp64(h) if meta["alibi"] else None)
+                              alibi_slopes_fp64(h) if meta["alibi"] else None, bias)
     # Rows past each sequence's length are zero in both outputs.
     real = np.arange(s_q)[None, :] < t["seqlens_q"][:, None]  # [b, s_q]
     for name in ("o", "o_ref"):

@@ -59,7 +59,7 @@ FAMILIES = {
         template="kernel.cu.j2",
         workspace=True,
         max_s_q=16,
-        variants=("softcap", "alibi", "sinks", "softmax_stats"),
+        variants=("softcap", "alibi", "bias", "sinks", "softmax_stats"),
     ),
     "ws": Family(
         name="ws",
@@ -72,7 +72,7 @@ FAMILIES = {
         template="kernel.cu.j2",
         arch_specific=True,
         scheduled=True,
-        variants=("softcap", "alibi", "sinks", "softmax_stats"),
+        variants=("softcap", "alibi", "bias", "sinks", "softmax_stats"),
     ),
     "flash": Family(
         name="flash",
@@ -83,7 +83,7 @@ FAMILIES = {
         warp_specialized=False,
         uses_tma=False,
         template="kernel.cu.j2",
-        variants=("softcap", "alibi", "sinks", "softmax_stats"),
+        variants=("softcap", "alibi", "bias", "sinks", "softmax_stats"),
     ),
 }
 
@@ -105,20 +105,24 @@ DEFAULT_ACC = {"fp16": "fp16", "bf16": "fp32"}
 VARIANTS = {
     "softcap": "kVariantSoftcap",   # -softcapping-scale-bmm1 (Params::softcap)
     "alibi": "kVariantAlibi",       # -alibi (Params::alibi_slopes)
+    "bias": "kVariantBias",         # -attention-bias (Params::attention_bias)
     "sinks": "kVariantSinks",       # -use-attention-sinks (Params::sinks)
     "softmax_stats": "kVariantSoftmaxStats",  # -save-softmax (Params::softmax_lse)
 }
 
 # Mask token -> fmha::MaskType enumerator (src/params.h), in the order of that enum. The token
-# is also fmha.exe's `mask=` label. The last three are the local masks: one compile-time kind
-# in the kernels (mask::Kind::kLocal) with the window or chunk size at run time, since a key
-# range per row costs the inner loop nothing beyond the causal compare (bench/NOTES.md §10).
+# is also fmha.exe's `mask=` label. sliding_window .. chunked are the local masks: one
+# compile-time kind in the kernels (mask::Kind::kLocal) with the window or chunk size at run
+# time, since a key range per row costs the inner loop nothing beyond the causal compare
+# (bench/NOTES.md §10). custom: a bit per (row, key) read from memory, a score modifier over
+# the padding kind's blocks (softmax/score_tensor.h, bench/NOTES.md §13).
 MASKS = {
     "padding": "MaskType::kPadding",
     "causal": "MaskType::kCausal",
     "sliding_window": "MaskType::kSlidingWindow",
     "bidirectional_sliding_window": "MaskType::kBidirectionalWindow",
     "chunked": "MaskType::kChunked",
+    "custom": "MaskType::kCustom",
 }
 ALL_MASKS = tuple(MASKS)
 

@@ -46,6 +46,8 @@ mask              (p = r + kv_len - q_len: query row r's position among the keys
   -bidirectional-sliding-window-mask   with -sliding-window-size W: p - W < j < p + W
   -chunked-attention-size C   causal inside chunks of C keys: j <= p and j/C == p/C
                     (Llama-4); C a power of two
+  -custom-mask      a random bit per (sequence, query row, key) from -seed decides: j < kv_len
+                    and the bit is set (half of them); not with another mask flag
 heads and layout
   -mqa              one KV head
   -gqa N            N KV heads; h must be a multiple of N
@@ -64,6 +66,10 @@ numerics
   -softcapping-scale-bmm1 C   S = C * tanh(S / C) before the softmax (Gemma-2), C > 0
   -alibi            ALiBi: S -= m_h * |p - j|, slopes m_h per query head as in the ALiBi paper
                     (geometric, any head count); not with -softcapping-scale-bmm1
+  -attention-bias   S += bias[b, h, r, j]: an additive bias, uniform in [-2, 2] from -seed
+  -attention-bias-shape bh|b1|1h|11   which of batch and heads the bias has ('1': broadcast;
+                    default bh); implies -attention-bias
+  (one score modifier at a time: -softcapping-scale-bmm1, -alibi, -attention-bias, -custom-mask)
   -use-attention-sinks        a logit per query head joins every row's softmax denominator
                     (gpt-oss); drawn from -seed, uniform in [-1, 3]
   -save-softmax     the kernel also writes each row's log-sum-exp of its logits (sinks
@@ -79,7 +85,8 @@ inputs and checks
   -skip-checks      Checks is DISABLED; the reference is not run (unless -save-tensors),
                     so the speed-up in the Elapsed line reads (n/a)
   -save-tensors DIR write q, k, v, o, o_ref (float32 .npy, logical padded layout),
-                    seqlens_q, seqlens_kv (int32), sinks, lse and lse_ref (when used)
+                    seqlens_q, seqlens_kv (int32), sinks, lse and lse_ref, bias,
+                    custom_mask (int32 0/1) (when used)
                     and meta.json into DIR
 timing and output
   -runs N           timed launches, averaged (default 10)
@@ -103,7 +110,6 @@ const Unsupported kUnsupported[] = {
     {"-e4m3-fp32", "FP8 (e4m3) inputs"},
     {"-fp16-output", "an output dtype different from the input dtype"},
     {"-bf16-output", "an output dtype different from the input dtype"},
-    {"-custom-mask", "custom masks"},
     {"-paged-kv", "a paged KV cache"},
     {"-tokens-per-block", "a paged KV cache"},
 };
@@ -155,6 +161,7 @@ struct StringOption {
 const StringOption kStringOptions[] = {
     {"-kernel", &Problem::kernel_name},
     {"-save-tensors", &Problem::save_dir},
+    {"-attention-bias-shape", &Problem::bias_shape},
 };
 
 struct Switch {
@@ -180,19 +187,24 @@ const Switch kSwitches[] = {
     {"-use-attention-sinks", [](Problem& p) { p.attention_sinks = true; }},
     {"-save-softmax", [](Problem& p) { p.save_softmax = true; }},
     {"-alibi", [](Problem& p) { p.alibi = true; }},
+    {"-attention-bias", [](Problem& p) { p.attention_bias = true; }},
+    {"-custom-mask", [](Problem& p) { p.mask = MaskType::kCustom; }},
     {"-skip-checks", [](Problem& p) { p.skip_checks = true; }},
 };
 
 // Groups of flags of which at most one may be given.
-const char* const kExclusive[][3] = {
-    {"-fp16", "-fp16-fp32", "-bf16"},
-    {"-contiguous-q-kv", "-separate-q-k-v", nullptr},
-    {"-mqa", "-gqa", nullptr},
-    {"-1s", "-randn", nullptr},
-    {"-sliding-window-size", "-chunked-attention-size", nullptr},
-    {"-bidirectional-sliding-window-mask", "-causal-mask", nullptr},
-    {"-bidirectional-sliding-window-mask", "-chunked-attention-size", nullptr},
-    {"-alibi", "-softcapping-scale-bmm1", nullptr},  // one score modifier per kernel (softmax/score_mod.h)
+const char* const kExclusive[][5] = {
+    {"-fp16", "-fp16-fp32", "-bf16", nullptr, nullptr},
+    {"-contiguous-q-kv", "-separate-q-k-v", nullptr, nullptr, nullptr},
+    {"-mqa", "-gqa", nullptr, nullptr, nullptr},
+    {"-1s", "-randn", nullptr, nullptr, nullptr},
+    {"-sliding-window-size", "-chunked-attention-size", "-custom-mask", nullptr, nullptr},
+    {"-bidirectional-sliding-window-mask", "-causal-mask", "-custom-mask", nullptr, nullptr},
+    {"-bidirectional-sliding-window-mask", "-chunked-attention-size", nullptr, nullptr, nullptr},
+    {"-causal-mask", "-custom-mask", nullptr, nullptr, nullptr},
+    // One score modifier per kernel (softmax/score_mod.h); the custom mask is one.
+    {"-alibi", "-softcapping-scale-bmm1", "-attention-bias", "-custom-mask", nullptr},
+    {"-alibi", "-softcapping-scale-bmm1", "-attention-bias-shape", "-custom-mask", nullptr},
 };
 
 template <class T, size_t N>
@@ -279,6 +291,15 @@ void resolve_and_validate(Problem& p, const std::set<std::string>& seen) {
         if ((c & (c - 1)) != 0)
             fail_args("-chunked-attention-size must be a power of two, got " + std::to_string(c));
         p.mask = MaskType::kChunked;
+    }
+
+    if (given("-attention-bias-shape")) {
+        const std::string& b = p.bias_shape;
+        if (b != "bh" && b != "b1" && b != "1h" && b != "11")
+            fail_args("-attention-bias-shape must be bh, b1, 1h or 11 (batch, heads; 1: broadcast), got '" + b + "'");
+        p.attention_bias = true;
+        p.bias_per_batch = b[0] == 'b';
+        p.bias_per_head = b[1] == 'h';
     }
 
     if (p.h % p.h_kv != 0)
@@ -374,6 +395,7 @@ const char* mask_label(MaskType m) {
         case MaskType::kSlidingWindow: return "sliding_window";
         case MaskType::kBidirectionalWindow: return "bidirectional_sliding_window";
         case MaskType::kChunked: return "chunked";
+        case MaskType::kCustom: return "custom";
     }
     return "?";
 }

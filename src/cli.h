@@ -33,7 +33,7 @@ struct Problem {
 
     DataType dtype = DataType::kFp16;
     DataType acc = DataType::kFp16;  // P·V accumulation; -fp16-fp32 makes it kFp32
-    MaskType mask = MaskType::kPadding;
+    MaskType mask = MaskType::kPadding;  // -custom-mask: kCustom, random bits from -seed
     int sliding_window_size = 0;     // -sliding-window-size W (kSlidingWindow, kBidirectionalWindow)
     int chunked_attention_size = 0;  // -chunked-attention-size C (kChunked)
     Layout layout = Layout::kPackedQkv;
@@ -50,6 +50,10 @@ struct Problem {
     bool attention_sinks = false;        // -use-attention-sinks: a random logit per query head
     bool alibi = false;                  // -alibi: ALiBi slopes per query head (the paper's)
     bool save_softmax = false;           // -save-softmax: the kernel writes each row's LSE (checked)
+    // -attention-bias: an additive [b or 1, h or 1, s_q, s] bias, random from -seed;
+    // -attention-bias-shape picks which of b and h it has (both by default).
+    bool attention_bias = false;
+    bool bias_per_batch = true, bias_per_head = true;
 
     bool ones = false;
     bool randn = false;
@@ -60,6 +64,7 @@ struct Problem {
     float epsilon = 0.f;  // resolved: per-dtype default unless -epsilon
     bool skip_checks = false;
     std::string save_dir;
+    std::string bias_shape;  // -attention-bias-shape as given (resolved into the two flags above)
 
     int runs = 10;
     int warm_up_runs = 10;

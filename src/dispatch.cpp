@@ -41,6 +41,7 @@ std::string static_mismatch(const KernelMeta& k, const Problem& p) {
     if (p.softcapping_scale_bmm1 > 0.f && !(k.variants & kVariantSoftcap))
         why.push_back("no softcapping (-softcapping-scale-bmm1)");
     if (p.alibi && !(k.variants & kVariantAlibi)) why.push_back("no ALiBi (-alibi)");
+    if (p.attention_bias && !(k.variants & kVariantBias)) why.push_back("no attention bias (-attention-bias)");
     if (p.attention_sinks && !(k.variants & kVariantSinks)) why.push_back("no attention sinks (-use-attention-sinks)");
     if (p.save_softmax && !(k.variants & kVariantSoftmaxStats)) why.push_back("no softmax statistics (-save-softmax)");
     // Decode: at most max_s_q query rows per sequence, and max_rows rows per KV head.
@@ -77,7 +78,8 @@ std::string problem_text(const Problem& p) {
            " d=" + std::to_string(p.d) + " dv=" + std::to_string(p.dv) +
            " mask=" + mask_label(p.mask) +
            (p.force_non_warp_specialized ? " non-warp-specialised" : "") + (p.use_tma ? " tma" : "") +
-           (p.softcapping_scale_bmm1 > 0.f ? " softcap" : "") + (p.alibi ? " alibi" : "") + (p.attention_sinks ? " sinks" : "") +
+           (p.softcapping_scale_bmm1 > 0.f ? " softcap" : "") + (p.alibi ? " alibi" : "") +
+           (p.attention_bias ? " bias" : "") + (p.attention_sinks ? " sinks" : "") +
            (p.save_softmax ? " softmax-stats" : "");
 }
 

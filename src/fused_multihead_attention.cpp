@@ -100,9 +100,9 @@ struct Timing {
 
 // Verbose details (-v 1), then the four summary lines of SPEC.md, then on failure the
 // first mismatches and the error statistics.
-void print_results(const Problem& p, const Device& dev, const KernelMeta& kernel,
-                   const SeqLens& lens, const CheckResult& check, const Timing& t) {
-    const double flops = double(allowed_pairs(p, lens)) * p.h * 2.0 * (p.d + p.dv);
+void print_results(const Problem& p, const Device& dev, const KernelMeta& kernel, const SeqLens& lens,
+                   const CustomMask& custom, const CheckResult& check, const Timing& t) {
+    const double flops = double(allowed_pairs(p, lens, &custom)) * p.h * 2.0 * (p.d + p.dv);
     const double bytes = double(kBytesPerElement) *
                          (double(lens.q_total) * p.h * (p.d + p.dv) +  // Q read, O written
                           double(visible_kv_tokens(p, lens)) * p.h_kv * (p.d + p.dv)) +  // K, V once per KV head
@@ -124,7 +124,10 @@ void print_results(const Problem& p, const Device& dev, const KernelMeta& kernel
                                      p.softcapping_scale_bmm1 > 0.f
                                          ? format(", softcap %g", p.softcapping_scale_bmm1).c_str()
                                          : "",
-                                     p.alibi ? ", ALiBi slopes" : ""));
+                                     p.alibi            ? ", ALiBi slopes"
+                                     : p.attention_bias ? format(", bias [%s, %s, s_q, s]", p.bias_per_batch ? "b" : "1",
+                                                                 p.bias_per_head ? "h" : "1").c_str()
+                                                        : ""));
         print_field("Inputs", format("%s, range q/k/v %g/%g/%g, scale q/k/v %g/%g/%g",
                                      p.ones ? "ones" : p.randn ? "normal" : "uniform", p.range_q,
                                      p.range_k, p.range_v, p.scale_q, p.scale_k, p.scale_v));
@@ -245,7 +248,7 @@ int run(int argc, char** argv) {
     CheckResult check;
     if (!p.skip_checks) check = check_output(p, lens, o_raw, o_ref_host, o_amb_host);
     if (!p.skip_checks && p.save_softmax) check_lse(p, lens, lse_host, lse_ref_host, check);
-    print_results(p, dev, kernel, lens, check, Timing{run_reference_path, ref_ms, us, static_cast<int>(sets.size())});
+    print_results(p, dev, kernel, lens, t.custom_mask_host, check, Timing{run_reference_path, ref_ms, us, static_cast<int>(sets.size())});
 
     CUDA_CHECK(cudaStreamDestroy(stream));
     return p.skip_checks || check.passed() ? kExitOk : kExitCheckFailed;

@@ -21,11 +21,21 @@ enum class DataType : int { kFp16 = 0, kBf16 = 1, kFp32 = 2, kE4m3 = 3 };
 //   kSlidingWindow       p - window < j <= p                       (Mistral/Gemma)
 //   kBidirectionalWindow p - window < j < p + window               (encoder local layers)
 //   kChunked             j <= p and j / chunk == p / chunk         (Llama-4 chunked)
-// The last three are one compile-time kind in the kernels (mask::Kind::kLocal): a visible
-// range [begin(r), end(r)) per row, from Params::window / Params::chunk at run time.
-enum class MaskType : int { kPadding = 0, kCausal = 1, kSlidingWindow = 2, kBidirectionalWindow = 3, kChunked = 4 };
-constexpr MaskType kMaskTypes[] = {MaskType::kPadding, MaskType::kCausal, MaskType::kSlidingWindow,
-                                   MaskType::kBidirectionalWindow, MaskType::kChunked};
+//   kCustom              bit j of row r of the sequence's Params::custom_mask
+// The three local masks are one compile-time kind in the kernels (mask::Kind::kLocal): a
+// visible range [begin(r), end(r)) per row, from Params::window / Params::chunk at run time.
+// kCustom runs the padding kind's blocks with the bits as a score modifier
+// (softmax::ScoreMod::kCustomMask, softmax/score_tensor.h).
+enum class MaskType : int {
+    kPadding = 0,
+    kCausal = 1,
+    kSlidingWindow = 2,
+    kBidirectionalWindow = 3,
+    kChunked = 4,
+    kCustom = 5
+};
+constexpr MaskType kMaskTypes[] = {MaskType::kPadding,           MaskType::kCausal,  MaskType::kSlidingWindow,
+                                   MaskType::kBidirectionalWindow, MaskType::kChunked, MaskType::kCustom};
 constexpr uint32_t mask_bit(MaskType m) { return 1u << static_cast<int>(m); }
 
 enum class Layout : int { kPackedQkv = 0, kContiguousQKv = 1, kSeparateQKv = 2 };
@@ -38,6 +48,7 @@ enum VariantBit : uint32_t {
     kVariantSinks = 1u << 1,    // Params::sinks != nullptr
     kVariantSoftmaxStats = 1u << 2,  // Params::softmax_lse != nullptr
     kVariantAlibi = 1u << 3,         // Params::alibi_slopes != nullptr
+    kVariantBias = 1u << 4,          // Params::attention_bias != nullptr
 };
 
 struct Params {
@@ -103,6 +114,21 @@ struct Params {
     // (fmha/softmax/stats.h). Rows past a sequence's q_len are not written. A kernel without
     // kVariantSoftmaxStats refuses a launch with it.
     float* softmax_lse = nullptr;
+    // Attention bias: an additive [b or 1, h or 1, s_q, s_kv] tensor of the kernel's element
+    // type; the logit of query row r (within its sequence) and key j of sequence `batch`,
+    // query head `head`, becomes scale_bmm1 * q.k + bias at
+    //   attention_bias + batch * bias_batch_stride + head * bias_head_stride + r * bias_row_stride + j
+    // (a stride of 0 broadcasts that dimension; bias_row_stride >= s_kv_max). nullptr: off.
+    // One score modifier at a time (softmax/score_mod.h). A kernel without kVariantBias
+    // refuses a launch with it.
+    const void* attention_bias = nullptr;
+    int64_t bias_batch_stride = 0, bias_head_stride = 0, bias_row_stride = 0;
+    // Custom mask (mask == kCustom): one bit per (sequence, query row, key), key j of row r of
+    // sequence `batch` visible iff bit j % 32 of
+    //   custom_mask[(batch * s_q_max + r) * custom_mask_row_words + j / 32]
+    // is set; custom_mask_row_words >= ceil(s_kv_max / 32). Shared by the heads.
+    const uint32_t* custom_mask = nullptr;
+    int custom_mask_row_words = 0;
 
     int num_sms = 0;   // filled by the driver from the device
 

@@ -4,6 +4,7 @@
 #include <system_error>
 #include <vector>
 
+#include "check.h"
 #include "npy.h"
 
 namespace fmha {
@@ -51,6 +52,39 @@ void save_lse(const std::string& dir, const char* name, const float* src, const 
     write_floats(dir, name, out.data(), {p.b, p.h, p.s_q});
 }
 
+// The bias [b|1, h|1, s_q_max, s_kv_max] on the device -> [b|1, h|1, s_q, s] float32, entries
+// past a sequence's lengths zero (a broadcast batch: the largest lengths of the batch).
+void save_bias(const std::string& dir, const Problem& p, const SeqLens& lens, const DeviceTensors& t,
+               cudaStream_t stream) {
+    const int nb = p.bias_per_batch ? p.b : 1, nh = p.bias_per_head ? p.h : 1;
+    const size_t plane = size_t(lens.s_q_max) * lens.s_kv_max;
+    std::vector<uint16_t> raw(t.bias.size());
+    CUDA_CHECK(cudaMemcpyAsync(raw.data(), t.bias.get(), t.bias.bytes(), cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    const auto to_float = p.dtype == DataType::kBf16 ? bf16_bits_to_float : half_bits_to_float;
+    std::vector<float> out(size_t(nb) * nh * p.s_q * p.s, 0.f);
+    for (int bi = 0; bi < nb; ++bi) {
+        const int q_len = p.bias_per_batch ? lens.q_lens[bi] : lens.s_q_max;
+        const int kv_len = p.bias_per_batch ? lens.kv_lens[bi] : lens.s_kv_max;
+        for (int hi = 0; hi < nh; ++hi)
+            for (int r = 0; r < q_len; ++r)
+                for (int j = 0; j < kv_len; ++j)
+                    out[((size_t(bi) * nh + hi) * p.s_q + r) * p.s + j] =
+                        to_float(raw[(size_t(bi) * nh + hi) * plane + size_t(r) * lens.s_kv_max + j]);
+    }
+    write_floats(dir, "bias.npy", out.data(), {nb, nh, p.s_q, p.s});
+}
+
+// The custom mask -> int32 [b, s_q, s], 1 where the key is visible (past the lengths: 0).
+void save_custom_mask(const std::string& dir, const Problem& p, const SeqLens& lens, const CustomMask& m) {
+    std::vector<int32_t> out(size_t(p.b) * p.s_q * p.s, 0);
+    for (int bi = 0; bi < p.b; ++bi)
+        for (int r = 0; r < lens.q_lens[bi]; ++r)
+            for (int j = 0; j < lens.kv_lens[bi]; ++j) out[(size_t(bi) * p.s_q + r) * p.s + j] = m.visible(bi, r, j);
+    const std::string path = dir + "/custom_mask.npy";
+    if (!write_npy(path, out.data(), {p.b, p.s_q, p.s})) fail_args("-save-tensors: cannot write " + path);
+}
+
 }  // namespace
 
 void prepare_save_dir(const std::string& dir) {
@@ -82,6 +116,8 @@ void save_tensors(const Problem& p, const SeqLens& lens, const DeviceTensors& t,
         write_floats(dir, "sinks.npy", t.sinks_host.data(), {static_cast<int64_t>(t.sinks_host.size())});
     if (t.lse.size() > 0) save_lse(dir, "lse.npy", t.lse.get(), p, lens, stream);
     if (lse_ref != nullptr) save_lse(dir, "lse_ref.npy", lse_ref, p, lens, stream);
+    if (p.attention_bias) save_bias(dir, p, lens, t, stream);
+    if (p.mask == MaskType::kCustom) save_custom_mask(dir, p, lens, t.custom_mask_host);
 
     JsonObject meta;
     meta.add("kernel", kernel.name)
@@ -116,6 +152,8 @@ void save_tensors(const Problem& p, const SeqLens& lens, const DeviceTensors& t,
         .add("bidirectional_sliding_window", p.mask == MaskType::kBidirectionalWindow)
         .add("softcapping_scale_bmm1", double(p.softcapping_scale_bmm1))
         .add("alibi", p.alibi)
+        .add("attention_bias", p.attention_bias)
+        .add("attention_bias_shape", !p.attention_bias ? "" : std::string(p.bias_per_batch ? "b" : "1") + (p.bias_per_head ? "h" : "1"))
         .add("attention_sinks", p.attention_sinks)
         .add("save_softmax", p.save_softmax);
     if (p.sliding_window_size > 0) meta.add("sliding_window_size", p.sliding_window_size);

@@ -19,7 +19,15 @@ constexpr float kTwoPi = 6.28318530717958647692f;
 constexpr float kInv2Pow24 = 1.0f / 16777216.0f;
 
 // Streams of the counter-based RNG; each tensor (and the lengths) draws from its own.
-enum Stream : uint64_t { kStreamQ = 1, kStreamK = 2, kStreamV = 3, kStreamLens = 4, kStreamSinks = 5 };
+enum Stream : uint64_t {
+    kStreamQ = 1,
+    kStreamK = 2,
+    kStreamV = 3,
+    kStreamLens = 4,
+    kStreamSinks = 5,
+    kStreamBias = 6,
+    kStreamMask = 7
+};
 
 // splitmix64's finaliser: a bijective mix, good enough to turn a counter into bits.
 __host__ __device__ inline uint64_t mix64(uint64_t x) {
@@ -84,6 +92,13 @@ __global__ void fill_kernel(T* base, int64_t row_stride, int64_t head_stride, in
         T* row = base + (int64_t(offsets[seq]) + pos) * row_stride + head * head_stride;
         for (int c = lane; c < cols; c += kWarpSize) row[c] = from_float<T>(random_value(f, r * cols + c));
     }
+}
+
+// Every element of a flat tensor, value by index (the attention bias).
+template <class T>
+__global__ void fill_flat_kernel(T* data, int64_t n, FillSpec f) {
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+        data[i] = from_float<T>(random_value(f, i));
 }
 
 template <class T>
@@ -179,12 +194,24 @@ Params mask_params(const Problem& p) {
 }
 }  // namespace
 
-int64_t allowed_pairs(const Problem& p, const SeqLens& lens) {
+CustomMask make_custom_mask(const Problem& p, const SeqLens& lens) {
+    CustomMask m;
+    m.row_words = (lens.s_kv_max + 31) / 32;
+    m.s_q_max = lens.s_q_max;
+    m.bits.resize(size_t(p.b) * m.s_q_max * m.row_words);
+    for (size_t i = 0; i < m.bits.size(); ++i) m.bits[i] = static_cast<uint32_t>(hash(p.seed, kStreamMask, i) >> 32);
+    return m;
+}
+
+int64_t allowed_pairs(const Problem& p, const SeqLens& lens, const CustomMask* custom) {
     const Params prm = mask_params(p);
     int64_t pairs = 0;
     for (int i = 0; i < p.b; ++i) {
         const int64_t lq = lens.q_lens[i], lk = lens.kv_lens[i];
-        if (p.mask == MaskType::kPadding) {
+        if (p.mask == MaskType::kCustom && custom != nullptr) {
+            for (int r = 0; r < lens.q_lens[i]; ++r)
+                for (int j = 0; j < lens.kv_lens[i]; ++j) pairs += custom->visible(i, r, j);
+        } else if (p.mask == MaskType::kPadding || p.mask == MaskType::kCustom) {
             pairs += lq * lk;
         } else if (p.mask == MaskType::kCausal) {
             // Bottom-right aligned: row r sees r + lk - lq + 1 keys (lq <= lk).
@@ -310,6 +337,30 @@ DeviceTensors make_tensors(const Problem& p, const SeqLens& lens) {
     if (p.save_softmax) {
         t.lse = DeviceBuffer<float>(size_t(p.b) * p.h * lens.s_q_max);
         prm.softmax_lse = t.lse.get();
+    }
+    if (p.attention_bias) {  // [b|1, h|1, s_q_max, s_kv_max], uniform in [-2, 2] (normal, std 2, with -randn)
+        const int64_t row = lens.s_kv_max;
+        const int64_t plane = int64_t(lens.s_q_max) * row;
+        const int64_t heads = p.bias_per_head ? p.h : 1;
+        const int64_t n = (p.bias_per_batch ? p.b : 1) * heads * plane;
+        t.bias = DeviceBuffer<uint16_t>(static_cast<size_t>(n));
+        const FillSpec f{p.seed, kStreamBias, 2.f, 1.f, false, p.randn};
+        const int grid = std::max(1, grid_for(n, kThreads));
+        if (p.dtype == DataType::kBf16)
+            fill_flat_kernel<<<grid, kThreads>>>(reinterpret_cast<__nv_bfloat16*>(t.bias.get()), n, f);
+        else
+            fill_flat_kernel<<<grid, kThreads>>>(reinterpret_cast<__half*>(t.bias.get()), n, f);
+        CUDA_CHECK(cudaGetLastError());
+        prm.attention_bias = t.bias.get();
+        prm.bias_row_stride = row;
+        prm.bias_head_stride = p.bias_per_head ? plane : 0;
+        prm.bias_batch_stride = p.bias_per_batch ? heads * plane : 0;
+    }
+    if (p.mask == MaskType::kCustom) {
+        t.custom_mask_host = make_custom_mask(p, lens);
+        t.custom_mask = to_device(t.custom_mask_host.bits);
+        prm.custom_mask = t.custom_mask.get();
+        prm.custom_mask_row_words = t.custom_mask_host.row_words;
     }
     return t;
 }

@@ -72,8 +72,21 @@ struct SeqLens {
 };
 SeqLens make_seqlens(const Problem& p);
 
-// (query, key) pairs the mask leaves, summed over sequences (for Tflop/s).
-int64_t allowed_pairs(const Problem& p, const SeqLens& lens);
+// -custom-mask on the host: bit j % 32 of bits[(seq * s_q_max + r) * row_words + j / 32]
+// (Params::custom_mask's layout), random from the seed, half of them set.
+struct CustomMask {
+    std::vector<uint32_t> bits;
+    int row_words = 0;
+    int s_q_max = 0;
+    bool visible(int seq, int r, int j) const {
+        return (bits[(size_t(seq) * s_q_max + r) * row_words + j / 32] >> (j % 32)) & 1u;
+    }
+};
+CustomMask make_custom_mask(const Problem& p, const SeqLens& lens);
+
+// (query, key) pairs the mask leaves, summed over sequences (for Tflop/s); `custom` is the
+// mask's bits when p.mask is kCustom.
+int64_t allowed_pairs(const Problem& p, const SeqLens& lens, const CustomMask* custom = nullptr);
 
 // Keys some query row of its sequence sees, summed over sequences: the K/V rows a kernel
 // reads once per KV head (GB/s). kv_total unless a local mask leaves keys unseen.
@@ -93,6 +106,9 @@ struct DeviceTensors {
     DeviceBuffer<float> sinks;       // Params::sinks
     DeviceBuffer<float> lse;         // -save-softmax: Params::softmax_lse, [b, h, s_q_max]
     DeviceBuffer<float> alibi;       // -alibi: Params::alibi_slopes, alibi_slopes(h)
+    DeviceBuffer<uint16_t> bias;     // -attention-bias: Params::attention_bias, [b|1, h|1, s_q_max, s_kv_max]
+    CustomMask custom_mask_host;     // -custom-mask (else empty)
+    DeviceBuffer<uint32_t> custom_mask;  // Params::custom_mask
     Params params;
 };
 

@@ -223,7 +223,7 @@ def test_ws_exe_lists_its_kernel(built_ws):
     row = next(l for l in result.stdout.splitlines() if l.startswith(WS_KERNEL))
     # family sm dtype acc d dv tile warps masks warp_spec tma sched max_s_q min_s_kv
     assert row.split()[1:] == ["ws", "90", "bf16", "fp32", "64", "64", "192x128", "12x1",
-                                   "padding,causal,sliding_window,bidirectional_sliding_window,chunked", "true",
+                                   "padding,causal,sliding_window,bidirectional_sliding_window,chunked,custom", "true",
                                "true", "persistent", "-", "-"]
 
 
@@ -243,14 +243,14 @@ def test_ws_force_non_warp_specialization_needs_no_gpu(built_ws):
 @pytest.mark.build
 def test_ws_kernel_does_not_spill(built_ws):
     """ptxas -v on the generated TU: the three mask kinds (padding, causal, local) x the score modifiers
-    the kernel has (none, ALiBi; this 192-row tile has no softcapping: rules.VARIANT_EXCLUSIONS), sm_90a,
-    no stack and no spills."""
+    the kernel has (none, ALiBi, bias; this 192-row tile has no softcapping: rules.VARIANT_EXCLUSIONS),
+    and the custom mask (padding kind only), sm_90a, no stack and no spills."""
     tree, _ = built_ws
     result = run(["nvcc", "-std=c++17", "-Isrc", "--expt-relaxed-constexpr", "-O3", SM90A.split()[0],
                   SM90A.split()[1], "-Xptxas", "-v", "-c", f"generated/kernels/{WS_KERNEL}.cu",
                   "-o", "ptxas_check.o"], tree)
     assert result.returncode == 0, result.stderr
     entries = re.findall(r"Compiling entry function '(\S*flash_sm90\S*)' for '(sm_\w+)'", result.stderr)
-    assert len(entries) == 6 and {arch for _, arch in entries} == {"sm_90a"}, result.stderr
+    assert len(entries) == 10 and {arch for _, arch in entries} == {"sm_90a"}, result.stderr
     usage = re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", result.stderr)
-    assert len(usage) == 6 and all(u == ("0", "0", "0") for u in usage), result.stderr
+    assert len(usage) == 10 and all(u == ("0", "0", "0") for u in usage), result.stderr

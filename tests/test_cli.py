@@ -29,7 +29,8 @@ def test_help_prints_usage_and_exits_0(flag, fmha):
     assert r.stdout.startswith("usage: fmha.exe")
     for documented in ("-causal-mask", "-gqa", "-separate-q-k-v", "-save-tensors", "-skip-checks", "(n/a)",
                        "-sliding-window-size", "-bidirectional-sliding-window-mask", "-chunked-attention-size",
-                       "-softcapping-scale-bmm1", "-alibi", "-use-attention-sinks", "-save-softmax"):
+                       "-softcapping-scale-bmm1", "-alibi", "-use-attention-sinks", "-save-softmax",
+                       "-custom-mask", "-attention-bias", "-attention-bias-shape"):
         assert documented in r.stdout
 
 
@@ -76,7 +77,13 @@ BAD_ARGS = {
     "chunk not a power of two": (["-chunked-attention-size", "96"], "must be a power of two, got 96"),
     "chunk zero": (["-chunked-attention-size", "0"], "-chunked-attention-size must be between 1"),
     "window and chunk": (["-sliding-window-size", "8", "-chunked-attention-size", "64"], "cannot be combined"),
-    "custom mask": (["-custom-mask"], "not supported yet"),
+    "custom mask and causal": (["-custom-mask", "-causal-mask"], "-causal-mask and -custom-mask cannot be combined"),
+    "custom mask and window": (["-custom-mask", "-sliding-window-size", "8"], "cannot be combined"),
+    "custom mask and alibi": (["-custom-mask", "-alibi"], "-alibi and -custom-mask cannot be combined"),
+    "bias and softcapping": (["-attention-bias", "-softcapping-scale-bmm1", "30"], "cannot be combined"),
+    "bias shape and alibi": (["-alibi", "-attention-bias-shape", "1h"], "cannot be combined"),
+    "bias shape unknown": (["-attention-bias-shape", "hb"], "-attention-bias-shape must be bh, b1, 1h or 11"),
+    "bias shape missing": (["-attention-bias-shape"], "needs a value"),
     "paged kv": (["-paged-kv"], "not supported yet"),
     "tokens per block": (["-tokens-per-block", "64"], "not supported yet"),
     "softcapping zero": (["-softcapping-scale-bmm1", "0"], "-softcapping-scale-bmm1"),

@@ -87,10 +87,13 @@ Smem make_smem(int warps, int d, int dv) {
     return s;
 }
 
-// Whether key j is visible to the query at key position pos, for every mask (params.h).
-__device__ inline bool key_visible(const Params& p, int j, int pos) {
+// Whether key j is visible to query row r (key position pos) of sequence seq, for every
+// mask (params.h).
+__device__ inline bool key_visible(const Params& p, int seq, int r, int j, int pos) {
     switch (p.mask) {
         case MaskType::kPadding: return true;
+        case MaskType::kCustom:
+            return (p.custom_mask[(int64_t(seq) * p.s_q_max + r) * p.custom_mask_row_words + j / 32] >> (j % 32)) & 1u;
         case MaskType::kCausal: return j <= pos;
         case MaskType::kSlidingWindow: return j <= pos && pos - j < p.window;
         case MaskType::kBidirectionalWindow: return pos - j < p.window && j - pos < p.window;
@@ -116,7 +119,7 @@ reference_kernel(Params p, Smem geo, float* o_ref, float* o_amb, float* lse) {
     // Keys any row of this CTA may see: [0, key_end) (the masks below never reach further
     // right than the last row's position + window).
     const int last_row = min(row0 + geo.rows, q_len) - 1;
-    const int64_t reach = p.mask == MaskType::kPadding               ? kv_len
+    const int64_t reach = p.mask == MaskType::kPadding || p.mask == MaskType::kCustom ? kv_len
                           : p.mask == MaskType::kBidirectionalWindow ? int64_t(last_row) + shift + p.window
                                                                      : int64_t(last_row) + shift + 1;
     const int key_end = int(reach < kv_len ? reach : kv_len);
@@ -175,11 +178,14 @@ reference_kernel(Params p, Smem geo, float* o_ref, float* o_amb, float* lse) {
 #pragma unroll
         for (int i = 0; i < kRowsPerWarp; ++i) {
             const int r = row0 + my_row + i;
-            const bool visible = key < kv_len && key_visible(p, key, r + shift);
+            const bool visible = r < q_len && key < kv_len && key_visible(p, seq, r, key, r + shift);
             // Scores in log2 units; m is the integer-valued running max in those units.
             double logit = s[i] * double(p.scale_bmm1);
             if (p.softcap > 0.f) logit = p.softcap * tanh(logit / p.softcap);
             if (p.alibi_slopes != nullptr) logit -= double(p.alibi_slopes[head]) * fabs(double(r + shift - key));
+            if (p.attention_bias != nullptr && visible)
+                logit += load(static_cast<const T*>(p.attention_bias) + seq * p.bias_batch_stride +
+                              head * p.bias_head_stride + int64_t(r) * p.bias_row_stride + key);
             const double score = visible ? logit * kLog2eD : -INFINITY;
             const double m_new = fmax(m[i], ceil(warp_max(score)));
             // m_new == -inf: nothing visible yet, keep everything at zero.

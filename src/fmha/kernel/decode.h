@@ -60,6 +60,7 @@
 #include "fmha/softmax/online_softmax.h"
 #include "fmha/softmax/sinks.h"
 #include "fmha/softmax/score_mod.h"
+#include "fmha/softmax/score_tensor.h"
 #include "fmha/softmax/softcap.h"
 #include "fmha/softmax/stats.h"
 #include "fmha/utils.h"
@@ -451,14 +452,19 @@ struct WarpState {
             // Keys visible to row r: [lo, limit), clipped to the split (loads past it are 0).
             const int row = u.row0 + r;
             constexpr bool kAlibi = kMod == softmax::ScoreMod::kAlibi;
-            const int pos = (kMask != mask::Kind::kPadding || kAlibi) && row < u.rows ? group.div(row) : 0;
+            constexpr bool kBias = kMod == softmax::ScoreMod::kBias;
+            constexpr bool kCustom = kMod == softmax::ScoreMod::kCustomMask;
+            constexpr bool kNeedsPos = kMask != mask::Kind::kPadding || kAlibi || kBias || kCustom;
+            const int pos = kNeedsPos && row < u.rows ? group.div(row) : 0;
+            const int head = u.g * static_cast<int>(group.d) + group.mod(row, pos);
             const int limit = row < u.rows ? min_int(u.key_end, mrows.end(pos)) : 0;
             const int lo = mrows.begin(pos);
             // ALiBi: the row's head's slope in log2 units, and its key position.
-            const float alibi = kAlibi && row < u.rows
-                                    ? p.alibi_slopes[u.g * static_cast<int>(group.d) + group.mod(row, pos)] * kLog2e
-                                    : 0.f;
+            const float alibi = kAlibi && row < u.rows ? p.alibi_slopes[head] * kLog2e : 0.f;
             const float key_pos = static_cast<float>(pos + mrows.shift);
+            // Bias and custom mask: the row's entries (read only for keys below limit).
+            const Element* bias = kBias ? softmax::bias_row<Element>(p, u.b, head, pos) : nullptr;
+            const uint32_t* bits = kCustom ? softmax::custom_mask_row(p, u.b, pos) : nullptr;
             float s[kPasses];
             float step_max = -INFINITY;
 #pragma unroll
@@ -471,7 +477,12 @@ struct WarpState {
                 if constexpr (kMod == softmax::ScoreMod::kSoftcap) dot = softmax::Softcap::for_log2_scores(p.softcap)(dot);
                 const int key = pass_key<Tr, kPerGroup>(k0, i, grp);
                 if constexpr (kAlibi) dot = fmaf(-alibi, fabsf(key_pos - static_cast<float>(key)), dot);
-                s[i] = key < limit && (kMask != mask::Kind::kLocal || key >= lo) ? dot : -INFINITY;
+                bool visible = key < limit && (kMask != mask::Kind::kLocal || key >= lo);
+                if constexpr (kBias) {
+                    if (visible) dot = fmaf(kLog2e, softmax::bias_at(bias, key), dot);
+                }
+                if constexpr (kCustom) visible = visible && softmax::mask_visible(bits, key);
+                s[i] = visible ? dot : -INFINITY;
                 step_max = fmaxf(step_max, s[i]);
             }
             const float m_new = fmaxf(m[r], ceilf(step_max));
@@ -739,8 +750,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
 
     // Keys [lo[h], limit[h]) are visible to this lane's rows lane/4 + 8h, clipped to the split.
     // ALiBi: each row's slope (raw-score units) and key position (rows pack several heads).
+    // Bias and custom mask: each row's entries (nullptr past `rows`).
     int lo[2], limit[2], key_pos[1][2];
     float alibi[1][2];
+    const Element* bias_rows[2] = {nullptr, nullptr};
+    const uint32_t* mask_rows[2] = {nullptr, nullptr};
     {
         const auto mrows = mask::Rows<kMask>::make(p, q_len, kv_len);
 #pragma unroll
@@ -752,6 +766,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
             alibi[0][h] = kMod == softmax::ScoreMod::kAlibi && row < rows
                               ? __fdividef(p.alibi_slopes[g * shape.group + row % shape.group], p.scale_bmm1)
                               : 0.f;
+            if (kMod == softmax::ScoreMod::kBias && row < rows)
+                bias_rows[h] = softmax::bias_row<Element>(p, b, g * shape.group + row % shape.group, row / shape.group);
+            if (kMod == softmax::ScoreMod::kCustomMask && row < rows)
+                mask_rows[h] = softmax::custom_mask_row(p, b, row / shape.group);
         }
     }
     const int col0 = key_begin + warp * Tr::kWarpKeys + 2 * (lane % 4);  // this lane's first key, block 0
@@ -789,6 +807,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
         if constexpr (kMod == softmax::ScoreMod::kAlibi) {
             const int rel[1][2] = {{key_pos[0][0] - key0, key_pos[0][1] - key0}};
             softmax::apply_alibi(acc_s, alibi, rel);
+        }
+        if constexpr (kMod == softmax::ScoreMod::kBias) {
+            softmax::apply_bias<Element>(acc_s, [&](int, int h) { return bias_rows[h]; }, key0, kv_len,
+                                         __frcp_rn(p.scale_bmm1));
+        }
+        if constexpr (kMod == softmax::ScoreMod::kCustomMask) {
+            softmax::apply_custom_mask(acc_s, [&](int, int h) { return mask_rows[h]; }, key0, kv_len);
         }
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -926,20 +951,14 @@ template <class Tr>
 MmaSetup mma_setup() {
     static const MmaSetup setup = [] {
         MmaSetup s{cudaSuccess, 1};
-        using mask::Kind;
-        using softmax::ScoreMod;
-        const void* fns[9] = {mma_fn<Tr, Kind::kPadding, ScoreMod::kNone>(), mma_fn<Tr, Kind::kCausal, ScoreMod::kNone>(),
-                              mma_fn<Tr, Kind::kLocal, ScoreMod::kNone>(), mma_fn<Tr, Kind::kPadding, ScoreMod::kSoftcap>(),
-                              mma_fn<Tr, Kind::kCausal, ScoreMod::kSoftcap>(), mma_fn<Tr, Kind::kLocal, ScoreMod::kSoftcap>(),
-                              mma_fn<Tr, Kind::kPadding, ScoreMod::kAlibi>(), mma_fn<Tr, Kind::kCausal, ScoreMod::kAlibi>(),
-                              mma_fn<Tr, Kind::kLocal, ScoreMod::kAlibi>()};
-        for (const void* fn : fns) {
+        kernel::for_each_variant([&](auto kind, auto mod) {
+            const void* fn = mma_fn<Tr, decltype(kind)::value, decltype(mod)::value>();
             if (s.err == cudaSuccess && Tr::kSmemBytes > 48 * 1024)
                 s.err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
             if (s.err == cudaSuccess)
                 s.err = cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
                                              cudaSharedmemCarveoutMaxShared);
-        }
+        });
         if (s.err == cudaSuccess) {
             s.err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&s.ctas_per_sm,
                                                                   &decode_mma_kernel<Tr, mask::Kind::kPadding>,
@@ -971,14 +990,12 @@ cudaError_t launch_short(const Params& p, const Shape& shape, cudaStream_t strea
     const int64_t units_per_cta = int64_t(Tr::kWarps) * Tr::kKeysPerPass;  // a unit per lane group
     const int64_t blocks = std::min<int64_t>((shape.units + units_per_cta - 1) / units_per_cta, int64_t(sms) * ctas_per_sm);
     const UnitDivs dv = unit_divs(p, shape);
-    kernel::with_mask(
-        p.mask,
-        [&](auto kind) {
-            return kernel::with_score_mod(p, [&](auto mod) {
-                decode_short_kernel<Tr, decltype(kind)::value, kPasses, decltype(mod)::value>
-                    <<<static_cast<unsigned>(blocks), Tr::kThreads, 0, stream>>>(p, dv);
-                return 0;
-            });
+    kernel::with_variant(
+        p,
+        [&](auto kind, auto mod) {
+            decode_short_kernel<Tr, decltype(kind)::value, kPasses, decltype(mod)::value>
+                <<<static_cast<unsigned>(blocks), Tr::kThreads, 0, stream>>>(p, dv);
+            return 0;
         },
         0);
     return cudaSuccess;
@@ -1064,14 +1081,12 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
     if (combine_threads > INT32_MAX || shape.units > INT32_MAX) return cudaErrorInvalidValue;
     if constexpr (Tr::kMma) {
         const auto blocks = static_cast<unsigned>(shape.units);
-        kernel::with_mask(
-            p.mask,
-            [&](auto kind) {
-                return kernel::with_score_mod(p, [&](auto mod) {
-                    decode_mma_kernel<Tr, decltype(kind)::value, decltype(mod)::value>
-                        <<<blocks, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, splits);
-                    return 0;
-                });
+        kernel::with_variant(
+            p,
+            [&](auto kind, auto mod) {
+                decode_mma_kernel<Tr, decltype(kind)::value, decltype(mod)::value>
+                    <<<blocks, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, splits);
+                return 0;
             },
             0);
     } else if (splits == 1 && mask::key_span_max(p) <= 1) {  // one step per unit: persistent warps
@@ -1083,14 +1098,12 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
     } else {
         const int64_t blocks = (shape.units + Tr::kWarps - 1) / Tr::kWarps;
         const UnitDivs dv = unit_divs(p, shape);
-        kernel::with_mask(
-            p.mask,
-            [&](auto kind) {
-                return kernel::with_score_mod(p, [&](auto mod) {
-                    decode_kernel<Tr, decltype(kind)::value, decltype(mod)::value>
-                        <<<static_cast<unsigned>(blocks), Tr::kThreads, 0, stream>>>(p, splits, dv);
-                    return 0;
-                });
+        kernel::with_variant(
+            p,
+            [&](auto kind, auto mod) {
+                decode_kernel<Tr, decltype(kind)::value, decltype(mod)::value>
+                    <<<static_cast<unsigned>(blocks), Tr::kThreads, 0, stream>>>(p, splits, dv);
+                return 0;
             },
             0);
     }

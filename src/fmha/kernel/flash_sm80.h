@@ -42,6 +42,7 @@
 #include "fmha/sched/tile_scheduler.h"
 #include "fmha/softmax/online_softmax.h"
 #include "fmha/softmax/score_mod.h"
+#include "fmha/softmax/score_tensor.h"
 #include "fmha/softmax/softcap.h"
 #include "fmha/utils.h"
 #include "params.h"
@@ -163,6 +164,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
 
     if (blk.count() > 0) {
         const float scale_log2 = p.scale_bmm1 * kLog2e;
+        // A custom mask may hide any key: every block takes the masked path of the softmax.
+        constexpr bool kHidesKeys = softmax::hides_keys(kMod);
         const int row0 = m0 + warp * Tr::kWarpRows + lane / 4;  // this lane's first query row
         const int col0 = 2 * (lane % 4);                        // this lane's first key in an n-tile
         // ALiBi: the head's slope in raw-score units (the softmax scales by scale_bmm1 later).
@@ -207,13 +210,31 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
             if constexpr (kMod == softmax::ScoreMod::kAlibi) {
                 softmax::apply_alibi(acc_s, alibi_slope, row0 + rows.shift - (nb * Tr::kBlockN + col0));
             }
-            if constexpr (decltype(masked)::value) {
+            if constexpr (kMod == softmax::ScoreMod::kBias) {
+                softmax::apply_bias<Element>(
+                    acc_s,
+                    [&](int mi, int h) {
+                        const int r = row0 + 16 * mi + 8 * h;
+                        return r < q_len ? softmax::bias_row<Element>(p, tile.batch, tile.head, r) : nullptr;
+                    },
+                    nb * Tr::kBlockN + col0, kv_len, __frcp_rn(p.scale_bmm1));
+            }
+            if constexpr (kMod == softmax::ScoreMod::kCustomMask) {
+                softmax::apply_custom_mask(
+                    acc_s,
+                    [&](int mi, int h) {
+                        const int r = row0 + 16 * mi + 8 * h;
+                        return r < q_len ? softmax::custom_mask_row(p, tile.batch, r) : nullptr;
+                    },
+                    nb * Tr::kBlockN + col0, kv_len);
+            }
+            if constexpr (decltype(masked)::value || kHidesKeys) {
                 mask::apply(acc_s, rows, row0, nb * Tr::kBlockN + col0);
             }
         };
         // O = O * rescale + softmax(S) V for the V tile at v_off bytes past stage 0.
         const auto accumulate = [&](float (&acc_s)[Tr::kMmaM][Tr::kNTilesS][4], uint32_t v_off, auto masked) {
-            softmax.template update<decltype(masked)::value, Tr::kSkipRescale>(acc_s, acc_o, scale_log2);
+            softmax.template update<decltype(masked)::value || kHidesKeys, Tr::kSkipRescale>(acc_s, acc_o, scale_log2);
             uint32_t p_frag[Tr::kMmaM][Tr::kNTilesS / 2][4];  // P as A operand, [warp rows, kBlockN]
             mma::s_to_p<Element>(p_frag, acc_s);
             memory::LdsmAddr<typename Tr::LayoutV> va = v_addr;
@@ -284,26 +305,23 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
     if (!kernel::params_fit(p, Tr::kHeadDim, Tr::kHeadDimV)) return cudaErrorInvalidValue;
     if (entry<Tr>(p.mask) == nullptr) return cudaErrorInvalidValue;  // a mask the family does not implement
     const dim3 grid = sched::static_grid(ceil_div(p.s_q_max, Tr::kBlockM), p.h, p.b);
-    return kernel::with_mask(
-        p.mask,
-        [&](auto kind) {
-            return kernel::with_score_mod(p, [&](auto mod) {
-                constexpr mask::Kind kMask = decltype(kind)::value;
-                constexpr softmax::ScoreMod kMod = decltype(mod)::value;
-                const void* fn = reinterpret_cast<const void*>(&fwd_kernel<Tr, kMask, kMod>);
-                if (Tr::kSmemBytes > 48 * 1024) {
-                    cudaError_t err =
-                        cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
-                    // Ask for the largest carveout so that several CTAs of this size share an SM.
-                    if (err == cudaSuccess) {
-                        err = cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                                   cudaSharedmemCarveoutMaxShared);
-                    }
-                    if (err != cudaSuccess) return err;
+    return kernel::with_variant(
+        p,
+        [&](auto kind, auto mod) {
+            constexpr mask::Kind kMask = decltype(kind)::value;
+            constexpr softmax::ScoreMod kMod = decltype(mod)::value;
+            const void* fn = reinterpret_cast<const void*>(&fwd_kernel<Tr, kMask, kMod>);
+            if (Tr::kSmemBytes > 48 * 1024) {
+                cudaError_t err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
+                // Ask for the largest carveout so that several CTAs of this size share an SM.
+                if (err == cudaSuccess) {
+                    err = cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                               cudaSharedmemCarveoutMaxShared);
                 }
-                fwd_kernel<Tr, kMask, kMod><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p);
-                return cudaGetLastError();
-            });
+                if (err != cudaSuccess) return err;
+            }
+            fwd_kernel<Tr, kMask, kMod><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p);
+            return cudaGetLastError();
         },
         cudaErrorInvalidValue);
 }

@@ -64,6 +64,7 @@
 #include "fmha/sched/tile_scheduler.h"
 #include "fmha/softmax/online_softmax_sm90.h"
 #include "fmha/softmax/score_mod.h"
+#include "fmha/softmax/score_tensor.h"
 #include "fmha/softmax/softcap.h"
 #include "fmha/utils.h"
 #include "params.h"
@@ -122,9 +123,11 @@ struct Traits {
     static constexpr int kLaunchRegs = (65536 / kThreads) / 8 * 8 > 255 ? 255 : (65536 / kThreads) / 8 * 8;
     static constexpr int kProducerRegs = 32;
     static constexpr int kConsumerRegs = kConsumerWarpgroups == 2 ? 232 : 160;
-    // Logit softcapping only at 232 consumer registers: at 160 its tanh spilled (generator
-    // rules.VARIANT_EXCLUSIONS keeps kVariantSoftcap off these rows; the launch refuses it).
-    static constexpr bool kSoftcap = kConsumerWarpgroups == 2;
+    // The score modifiers this tile compiles: logit softcapping only at 232 consumer registers,
+    // at 160 its tanh spilled (generator rules.VARIANT_EXCLUSIONS keeps kVariantSoftcap off
+    // these rows; the launch refuses it).
+    template <softmax::ScoreMod M>
+    static constexpr bool kHasMod = M != softmax::ScoreMod::kSoftcap || kConsumerWarpgroups == 2;
 
     static_assert(kIsSupportedElement<Element>, "Element must be __half or __nv_bfloat16");
     static_assert(!kAccFp16, "flash_sm90: f32 accumulation only");
@@ -380,6 +383,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
             }
             mma::wgmma_commit();
         };
+        // Bias: this thread's first row's entries.
+        const Element* bias_tile = kMod == softmax::ScoreMod::kBias
+                                       ? softmax::bias_row<Element>(p, w.batch, w.head, wg_row0 + row_g)
+                                       : nullptr;
         // Score modifier, mask (boundary blocks only) and softmax of block nb; alpha: the O
         // rescale it needs.
         const auto softmax_block = [&](float (&acc_s)[1][Tr::kNTilesS][4], int nb, float (&alpha)[2]) {
@@ -390,7 +397,26 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                 softmax::apply_alibi(acc_s, alibi_slope,
                                      wg_row0 + row_g + rows.shift - (nb * Tr::kBlockN + 2 * (lane % 4)));
             }
-            if (wg_blk.masked(nb)) {
+            if constexpr (kMod == softmax::ScoreMod::kBias) {
+                softmax::apply_bias<Element>(
+                    acc_s,
+                    [&](int, int h) {
+                        const int r = wg_row0 + row_g + 8 * h;
+                        return r < w.q_len ? bias_tile + int64_t(8 * h) * p.bias_row_stride : nullptr;
+                    },
+                    nb * Tr::kBlockN + 2 * (lane % 4), w.kv_len, __frcp_rn(p.scale_bmm1));
+            }
+            if constexpr (kMod == softmax::ScoreMod::kCustomMask) {
+                softmax::apply_custom_mask(
+                    acc_s,
+                    [&](int, int h) {
+                        const int r = wg_row0 + row_g + 8 * h;
+                        return r < w.q_len ? softmax::custom_mask_row(p, w.batch, r) : nullptr;
+                    },
+                    nb * Tr::kBlockN + 2 * (lane % 4), w.kv_len);
+            }
+            // A custom mask may hide any key: every block takes the masked path.
+            if (softmax::hides_keys(kMod) || wg_blk.masked(nb)) {
                 mask::apply(acc_s, rows, wg_row0 + row_g, nb * Tr::kBlockN + 2 * (lane % 4));
                 softmax.template scale<true>(acc_s, alpha, scale_log2);
             } else {
@@ -521,22 +547,20 @@ cudaError_t launch_with_extents(const Params& p, int64_t q_tokens, int64_t kv_to
                                                   p.v_head_stride, Tr::kBlockN);
     }
     if (err != cudaSuccess) return err;
-    err = kernel::with_mask(
-        p.mask,
-        [&](auto kind) {
-            return kernel::with_score_mod(p, [&](auto mod) {
-                constexpr mask::Kind kMask = decltype(kind)::value;
-                constexpr softmax::ScoreMod kMod = decltype(mod)::value;
-                if constexpr (kMod == softmax::ScoreMod::kSoftcap && !Tr::kSoftcap) {
-                    return cudaErrorInvalidValue;  // not a variant of this kernel (Traits::kSoftcap)
-                } else {
-                    const cudaError_t e = allow_smem<Tr, kMask, kMod>();
-                    if (e == cudaSuccess) {
-                        fwd_kernel<Tr, kMask, kMod><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, maps);
-                    }
-                    return e;
+    err = kernel::with_variant(
+        p,
+        [&](auto kind, auto mod) {
+            constexpr mask::Kind kMask = decltype(kind)::value;
+            constexpr softmax::ScoreMod kMod = decltype(mod)::value;
+            if constexpr (!Tr::template kHasMod<kMod>) {
+                return cudaErrorInvalidValue;  // not a variant of this kernel (Traits::kHasMod)
+            } else {
+                const cudaError_t e = allow_smem<Tr, kMask, kMod>();
+                if (e == cudaSuccess) {
+                    fwd_kernel<Tr, kMask, kMod><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, maps);
                 }
-            });
+                return e;
+            }
         },
         cudaErrorInvalidValue);
     if (err != cudaSuccess) return err;

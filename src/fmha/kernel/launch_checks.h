@@ -24,15 +24,32 @@ inline bool mask_fits(const Params& p) {
         case MaskType::kSlidingWindow:
         case MaskType::kBidirectionalWindow: return p.window >= 1;
         case MaskType::kChunked: return p.chunk >= 1 && (p.chunk & (p.chunk - 1)) == 0 && p.chunk <= (1 << 30);
+        case MaskType::kCustom:
+            return p.custom_mask != nullptr && int64_t(p.custom_mask_row_words) * 32 >= p.s_kv_max;
     }
     return false;
+}
+
+// The score modifiers a problem asks for (softmax/score_mod.h); at most one may be.
+inline int score_mods(const Params& p) {
+    return (p.softcap > 0.f) + (p.alibi_slopes != nullptr) + (p.attention_bias != nullptr) +
+           (p.mask == MaskType::kCustom);
+}
+
+// The bias tensor's contract (Params::attention_bias): element-aligned, a row stride that
+// covers the keys, no negative stride.
+inline bool bias_fits(const Params& p) {
+    if (p.attention_bias == nullptr) return true;
+    if (reinterpret_cast<uintptr_t>(p.attention_bias) % 2 != 0) return false;
+    return p.bias_row_stride >= p.s_kv_max && p.bias_batch_stride >= 0 && p.bias_head_stride >= 0;
 }
 
 //   d == kHeadDim, dv == kHeadDimV; b, h, h_kv >= 1, h % h_kv == 0; s_q_max >= 1
 //   b, h <= 65535 (grid y and z limits)
 //   scale_bmm1 finite and > 0 (the softmax tracks the max of the unscaled scores)
 //   a local mask's window or chunk as mask_fits says
-//   not both softcapping and ALiBi (softmax/score_mod.h)
+//   at most one score modifier: softcapping, ALiBi, a bias, a custom mask (softmax/score_mod.h)
+//   a bias as bias_fits says
 //   q/k/v/o 16-byte aligned, every stride a multiple of 8 elements (16-byte chunks)
 inline bool params_fit(const Params& p, int head_dim, int head_dim_v) {
     if (p.d != head_dim || p.dv != head_dim_v) return false;
@@ -40,7 +57,7 @@ inline bool params_fit(const Params& p, int head_dim, int head_dim_v) {
     if (p.h > 65535 || p.b > 65535) return false;
     if (!(p.scale_bmm1 > 0.f) || !std::isfinite(p.scale_bmm1)) return false;
     if (!mask_fits(p)) return false;
-    if (p.softcap > 0.f && p.alibi_slopes != nullptr) return false;  // one score modifier at a time
+    if (score_mods(p) > 1 || !bias_fits(p)) return false;
     const auto misaligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % kChunkBytes != 0; };
     if (misaligned(p.q) || misaligned(p.k) || misaligned(p.v) || misaligned(p.o)) return false;
     const int64_t strides[] = {p.q_row_stride, p.q_head_stride, p.k_row_stride, p.k_head_stride,
@@ -66,6 +83,7 @@ R with_mask(MaskType m, F&& f, R otherwise) {
         case MaskType::kSlidingWindow:
         case MaskType::kBidirectionalWindow:
         case MaskType::kChunked: return f(MaskConstant<mask::Kind::kLocal>{});
+        case MaskType::kCustom: return f(MaskConstant<mask::Kind::kPadding>{});  // + ScoreMod::kCustomMask
     }
     return otherwise;
 }
@@ -79,9 +97,56 @@ using ScoreModConstant = std::integral_constant<softmax::ScoreMod, M>;
 
 template <class F>
 auto with_score_mod(const Params& p, F&& f) {
+    if (p.mask == MaskType::kCustom) return f(ScoreModConstant<softmax::ScoreMod::kCustomMask>{});
     if (p.softcap > 0.f) return f(ScoreModConstant<softmax::ScoreMod::kSoftcap>{});
     if (p.alibi_slopes != nullptr) return f(ScoreModConstant<softmax::ScoreMod::kAlibi>{});
+    if (p.attention_bias != nullptr) return f(ScoreModConstant<softmax::ScoreMod::kBias>{});
     return f(ScoreModConstant<softmax::ScoreMod::kNone>{});
+}
+
+// The (mask kind, score modifier) pairs the families compile: every pair but the custom
+// mask's modifier with a mask kind other than padding (MaskType::kCustom is that pair).
+constexpr bool variant_exists(mask::Kind k, softmax::ScoreMod m) {
+    return m != softmax::ScoreMod::kCustomMask || k == mask::Kind::kPadding;
+}
+
+// with_mask and with_score_mod together: f(kind, mod) for the problem's pair, `otherwise`
+// (without instantiating f) for a pair that does not exist.
+template <class F, class R>
+R with_variant(const Params& p, F&& f, R otherwise) {
+    return with_mask(
+        p.mask,
+        [&](auto kind) {
+            constexpr mask::Kind kKind = decltype(kind)::value;
+            return with_score_mod(p, [&](auto mod) -> R {
+                if constexpr (variant_exists(kKind, decltype(mod)::value)) {
+                    return f(MaskConstant<kKind>{}, mod);
+                } else {
+                    return otherwise;
+                }
+            });
+        },
+        otherwise);
+}
+
+// f(kind, mod) for every pair that exists (per-instantiation setup: shared memory limits).
+template <class F>
+void for_each_variant(F&& f) {
+    using mask::Kind;
+    using softmax::ScoreMod;
+    const auto for_mods = [&](auto kind) {
+        f(kind, ScoreModConstant<ScoreMod::kNone>{});
+        f(kind, ScoreModConstant<ScoreMod::kSoftcap>{});
+        f(kind, ScoreModConstant<ScoreMod::kAlibi>{});
+        f(kind, ScoreModConstant<ScoreMod::kBias>{});
+        constexpr mask::Kind kKind = decltype(kind)::value;
+        if constexpr (variant_exists(kKind, ScoreMod::kCustomMask)) {
+            f(kind, ScoreModConstant<ScoreMod::kCustomMask>{});
+        }
+    };
+    for_mods(MaskConstant<Kind::kPadding>{});
+    for_mods(MaskConstant<Kind::kCausal>{});
+    for_mods(MaskConstant<Kind::kLocal>{});
 }
 
 // SMs of the device the launch goes to: Params::num_sms when the driver filled it, else

@@ -27,8 +27,11 @@ namespace mask {
 // The compile-time mask of a kernel instantiation (kernel::with_mask picks it).
 enum class Kind : int { kPadding = 0, kCausal = 1, kLocal = 2 };
 
+// kCustom: the padding kind's blocks, its bits a score modifier (softmax/score_tensor.h).
 FMHA_HOST_DEVICE constexpr Kind kind_of(MaskType m) {
-    return m == MaskType::kPadding ? Kind::kPadding : m == MaskType::kCausal ? Kind::kCausal : Kind::kLocal;
+    return m == MaskType::kPadding || m == MaskType::kCustom ? Kind::kPadding
+           : m == MaskType::kCausal                          ? Kind::kCausal
+                                                             : Kind::kLocal;
 }
 
 // The visible key range of the query rows of one sequence.

@@ -7,7 +7,13 @@
 //             (Params::alibi_slopes). With the causal masks (j <= p) this is the paper's
 //             slope * (j - p); on keys past p (padding, bidirectional window) the bias grows
 //             with the distance on that side too, as FlashAttention's alibi_slopes does.
-// The two do not combine: a problem with both is refused (kernel::params_fit).
+//   kBias     an additive bias tensor per (query head, row, key) (Params::attention_bias;
+//             softmax/score_tensor.h)
+//   kCustomMask  a bit per (row, key) (MaskType::kCustom, Params::custom_mask;
+//             softmax/score_tensor.h): a mask that no key range describes, so every block
+//             it visits is a masked one (a row may see no key of a block)
+// They do not combine: a problem with two is refused (kernel::params_fit), and kCustomMask
+// runs with the padding kind's blocks only (kernel::variant_exists).
 #pragma once
 
 #include "fmha/utils.h"
@@ -15,7 +21,11 @@
 namespace fmha {
 namespace softmax {
 
-enum class ScoreMod : int { kNone = 0, kSoftcap = 1, kAlibi = 2 };
+enum class ScoreMod : int { kNone = 0, kSoftcap = 1, kAlibi = 2, kBias = 3, kCustomMask = 4 };
+
+// Whether a modifier can hide keys: then no block is mask-free for the softmax (a row may
+// have nothing visible in it), so the families run every block down the masked path.
+FMHA_HOST_DEVICE constexpr bool hides_keys(ScoreMod m) { return m == ScoreMod::kCustomMask; }
 
 // ALiBi on C fragments ([kMmaM][kNTiles][4], mma/wgmma accumulator layout: rows 16*mi + 8*h
 // past this lane's first, columns 8*ni + e past its first). slope[mi][h]: the row's slope in
