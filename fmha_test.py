@@ -746,6 +746,9 @@ SAVE_CONFIGS = {
                            "-use-attention-sinks", "-save-softmax"],
     "custom_mask_sq_lt_s": ["-b", "2", "-h", "8", "-gqa", "4", "-s", "300", "-s-q", "100", "-custom-mask",
                             "-contiguous-q-kv"],
+    # MLA head sizes (d != dv, MLA_CONFIGS): the family's kernel with dv != d
+    "mla_causal_varlen": ["-b", "3", "-h", "8", "-gqa", "2", "-s", "260", "-min-s", "30", "-causal-mask", "-randn",
+                          "-separate-q-k-v", "-save-softmax"],
 }
 # The same configurations for a family that serves only a few query rows (decode): s_q <= 16, with key
 # splits (s up to 3000), GQA/MQA packing and causal rows on the diagonal.
@@ -781,7 +784,11 @@ SAVE_CONFIGS_FEW_ROWS = {
                            "-custom-mask", "-randn", "-use-attention-sinks", "-separate-q-k-v", "-save-softmax"],
     "custom_mask_sq_lt_s": ["-b", "2", "-h", "8", "-gqa", "4", "-s", "300", "-s-q", "16", "-custom-mask",
                             "-contiguous-q-kv"],
+    "mla_causal_varlen": ["-b", "3", "-h", "8", "-gqa", "2", "-s", "2000", "-min-s", "30", "-s-q", "4",
+                          "-causal-mask", "-randn", "-separate-q-k-v", "-save-softmax"],
 }
+# Configurations that run a kernel whose V head size differs from Q's (MLA: d=192, dv=128).
+MLA_CONFIGS = ("mla_causal_varlen",)
 
 
 # The flag of each run-time variant in SAVE_CONFIGS.
@@ -946,6 +953,12 @@ def test_save_tensors_match_float64(kind, config, exe, gpu_sm, tmp_path):
             pytest.skip(f"no {family} kernel in the build fits {kind}")
     else:
         kernel = kernel_or_skip(family=family, dtype=dtype, acc=acc)
+    if config in MLA_CONFIGS:
+        mla = [k for k in KERNELS if k["family"] == family and k["dtype"] == dtype and k["acc"] == acc
+               and save_path(k) == path and k["dv"] != k["d"]]
+        if not mla:
+            pytest.skip(f"no {family} kernel of {kind} with dv != d (generator/enumerate.py MLA_HEAD_SIZES)")
+        kernel = min(mla, key=lambda k: (k["d"], k["name"]))
     # A variant some kernels of the family lack (generator.rules.VARIANT_EXCLUSIONS): the
     # smallest kernel of the family that has it.
     needs = {v for v, flag in SAVE_VARIANT_FLAGS.items() if flag in configs[config]}

@@ -17,13 +17,18 @@ from .spec import ALL_MASKS, FAMILIES, KernelSpec
 # (about 2 s of nvcc per arch), so the whole range costs little build time.
 HEAD_SIZES = tuple(range(16, 257, 8))
 
+# (d, dv) pairs beyond dv = d that the prefill families build: DeepSeek's MLA prefill heads
+# (Q and K of 192 = 128 "nope" + 64 rope columns, V of 128), separate Q/K/V only.
+MLA_HEAD_SIZES = ((192, 128),)
+
 # (dtype, accumulation of P·V). fp16 with fp32 accumulation is rejected by rules.py unless
 # ENABLE_HMMA_FP32=1; bf16 accumulating in fp16 makes no sense and is never proposed.
 FLASH_DTYPES = (("fp16", "fp16"), ("bf16", "fp32"), ("fp16", "fp32"))
 
 
-def flash_tile(d: int) -> tuple:
-    """(block_m, block_n, warps_m, warps_n) of the flash family for head size d.
+def flash_tile(d: int, dv: int | None = None) -> tuple:
+    """(block_m, block_n, warps_m, warps_n) of the flash family for head sizes d and dv
+    (default d); the larger one decides.
 
     The one place the tile of a head size is chosen (measured on an H100, tests/kernel_dev/
     NOTES.md): 128 query rows over 4 warps (2 mma.sync slices of 16 rows each) up to d=128;
@@ -31,18 +36,20 @@ def flash_tile(d: int) -> tuple:
     rows (one slice per warp). 128x128 at d=64 spills; 128x32, 64x64 at d=128 and 64x32 at
     d=256 measured 5-15 % slower.
     """
-    if d <= 128:
+    if max(d, dv or d) <= 128:
         return (128, 64, 4, 1)
     return (64, 64, 4, 1)
 
 
 def _specs(family_name: str, dtypes, head_sizes, tile) -> list[KernelSpec]:
-    """One spec per (dtype, acc) x head size (dv = d), every mask, tiles from `tile(d)`."""
+    """One spec per (dtype, acc) x head size, every mask, tiles from `tile(d)`. head_sizes:
+    d (dv = d) or a (d, dv) pair."""
     family = FAMILIES[family_name]
     specs = []
     for dtype, acc in dtypes:
-        for d in head_sizes:
-            block_m, block_n, warps_m, warps_n = tile(d)
+        for size in head_sizes:
+            d, dv = size if isinstance(size, tuple) else (size, size)
+            block_m, block_n, warps_m, warps_n = tile(d, dv)
             specs.append(
                 KernelSpec(
                     family=family.name,
@@ -50,7 +57,7 @@ def _specs(family_name: str, dtypes, head_sizes, tile) -> list[KernelSpec]:
                     dtype=dtype,
                     acc=acc,
                     d=d,
-                    dv=d,
+                    dv=dv,
                     block_m=block_m,
                     block_n=block_n,
                     warps_m=warps_m,
@@ -63,7 +70,7 @@ def _specs(family_name: str, dtypes, head_sizes, tile) -> list[KernelSpec]:
 
 def flash(config: Config) -> list[KernelSpec]:
     """The flash family (FlashAttention-2 split over mma.sync, SM80 and newer)."""
-    return _specs("flash", FLASH_DTYPES, HEAD_SIZES, flash_tile)
+    return _specs("flash", FLASH_DTYPES, HEAD_SIZES + MLA_HEAD_SIZES, flash_tile)
 
 
 # The ws family (src/fmha/kernel/flash_sm90.h): every head size its Traits accepts (64, 128,
@@ -75,8 +82,12 @@ WS_HEAD_SIZES = rules.WS_HEAD_SIZES
 WS_DTYPES = (("fp16", "fp32"), ("bf16", "fp32"))
 
 
-def ws_tile(d: int) -> tuple:
-    """(block_m, block_n, warps_m, warps_n) of the ws family for head size d.
+# Shared memory the ws tile may fill with Q and two K/V stages (227 KB less alignment and barriers).
+WS_SMEM_BUDGET = 220 * 1024
+
+
+def ws_tile(d: int, dv: int | None = None) -> tuple:
+    """(block_m, block_n, warps_m, warps_n) of the ws family for head sizes d and dv (default d).
 
     block_m is the query rows of a CTA: one 64-row slab (the wgmma M) per consumer
     warpgroup. warps_m x warps_n counts the consumer warps (the producer warpgroup, 4 more
@@ -87,18 +98,21 @@ def ws_tile(d: int) -> tuple:
       d=128: 128 x 128, two consumer warpgroups at 240 registers.
       d=192, 256: 128 x 64: two 128-key K/V stages no longer fit shared memory next to Q
              (d=256: 2 x 128 KB + 64 KB > 227 KB); 128x64 at d=128 (3 stages) measured
-             10-36 % slower than 128x128 there.
+             10-36 % slower than 128x128 there. In general 128 keys wherever Q and two
+             128-key K/V stages fit WS_SMEM_BUDGET: d=192 with dv=128 (MLA) takes 128 x 128.
     The Traits' scheduling parameter comes from SCHEDULING_MODE (render.py); kStages and
     kPingPong keep their defaults: 2 K/V stages (3 measured no better), ping-pong on.
     """
-    if d <= 64:
+    dv = dv or d
+    if d <= 64 and dv <= 64:
         return (192, 128, 12, 1)
-    return (128, 128 if d <= 128 else 64, 8, 1)
+    fits = 128 * d * 2 + 2 * 128 * (d + dv) * 2 <= WS_SMEM_BUDGET
+    return (128, 128 if fits else 64, 8, 1)
 
 
 def ws(config: Config) -> list[KernelSpec]:
     """The ws family (FlashAttention-3 design over wgmma + TMA, warp-specialised, sm_90a)."""
-    return _specs("ws", WS_DTYPES, WS_HEAD_SIZES, ws_tile)
+    return _specs("ws", WS_DTYPES, WS_HEAD_SIZES + MLA_HEAD_SIZES, ws_tile)
 
 
 # The decode family (src/fmha/kernel/decode.h): portable (SM80+), fp32 accumulation, the head

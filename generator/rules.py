@@ -88,7 +88,7 @@ def _mma_family(spec: KernelSpec) -> bool:
 def _ws_traits_ok(spec: KernelSpec) -> bool:
     if spec.family != "ws":
         return True
-    return (spec.d in WS_HEAD_SIZES and spec.dv == spec.d and spec.acc == "fp32"
+    return (spec.d in WS_HEAD_SIZES and spec.dv in WS_HEAD_SIZES and spec.acc == "fp32"
             and spec.block_m in WS_BLOCK_M and spec.warps_m == spec.block_m // 16 and spec.warps_n == 1
             and spec.block_n in WS_BLOCK_N)
 
@@ -131,7 +131,7 @@ RULES = (
     ),
     Rule(
         "ws_traits",
-        "family {family} (flash_sm90::Traits) needs d = dv in " + _WS_HEADS + ", fp32 accumulation, "
+        "family {family} (flash_sm90::Traits) needs d and dv in " + _WS_HEADS + ", fp32 accumulation, "
         "block_m " + " or ".join(map(str, WS_BLOCK_M)) + " over warps (block_m/16)x1 and block_n "
         + " or ".join(map(str, WS_BLOCK_N)),
         lambda s, c: _ws_traits_ok(s),

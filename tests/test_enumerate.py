@@ -32,8 +32,8 @@ def names(environ):
 
 # --- counts -----------------------------------------------------------------------------
 
-N_HEADS = len(enum.HEAD_SIZES)
-N_WS = len(enum.WS_HEAD_SIZES)      # ws kernels per (dtype, acc)
+N_HEADS = len(enum.HEAD_SIZES) + len(enum.MLA_HEAD_SIZES)    # flash kernels per (dtype, acc)
+N_WS = len(enum.WS_HEAD_SIZES) + len(enum.MLA_HEAD_SIZES)     # ws kernels per (dtype, acc)
 # decode kernels: portable like flash, so every build has them: 2 dtypes x head sizes x rows
 N_DEC = 2 * len(enum.DECODE_HEAD_SIZES) * (1 + len(enum.DECODE_ROWS))   # mma path + warp path
 
@@ -64,12 +64,16 @@ def test_counts(environ, flash, ws):
 
 
 def test_default_kernels():
+    mla = [f"fmha_v2_ws_{dtype}_d192_dv128_128x128_w8x1_sm90" for dtype in ("fp16_fp32", "bf16")]
     ws = [f"fmha_v2_ws_{dtype}_d{d}_{'x'.join(map(str, enum.ws_tile(d)[:2]))}_w{enum.ws_tile(d)[2]}x1_sm90"
           for dtype in ("fp16_fp32", "bf16") for d in enum.WS_HEAD_SIZES]
+    ws = ws[:4] + mla[:1] + ws[4:] + mla[1:]
     flash = [
         f"fmha_v2_flash_{dtype}_d{d}_{'x'.join(map(str, enum.flash_tile(d)[:2]))}_w4x1_sm80"
         for dtype in ("fp16", "bf16") for d in enum.HEAD_SIZES
     ]
+    flash = (flash[:len(enum.HEAD_SIZES)] + ["fmha_v2_flash_fp16_d192_dv128_64x64_w4x1_sm80"] +
+             flash[len(enum.HEAD_SIZES):] + ["fmha_v2_flash_bf16_d192_dv128_64x64_w4x1_sm80"])
     decode = [name for dtype in ("fp16_fp32", "bf16") for d in enum.DECODE_HEAD_SIZES
               for name in (f"fmha_v2_decode_{dtype}_d{d}_16x64_w1x4_sm80",
                            *(f"fmha_v2_decode_{dtype}_d{d}_{'x'.join(map(str, enum.decode_tile(d, r)[:2]))}_w4x1_sm80"
@@ -97,10 +101,12 @@ def test_ws_kernels_with_hmma_fp32():
         "fmha_v2_ws_fp16_fp32_d128_128x128_w8x1_sm90",
         "fmha_v2_ws_fp16_fp32_d192_128x64_w8x1_sm90",
         "fmha_v2_ws_fp16_fp32_d256_128x64_w8x1_sm90",
+        "fmha_v2_ws_fp16_fp32_d192_dv128_128x128_w8x1_sm90",
         "fmha_v2_ws_bf16_d64_192x128_w12x1_sm90",
         "fmha_v2_ws_bf16_d128_128x128_w8x1_sm90",
         "fmha_v2_ws_bf16_d192_128x64_w8x1_sm90",
         "fmha_v2_ws_bf16_d256_128x64_w8x1_sm90",
+        "fmha_v2_ws_bf16_d192_dv128_128x128_w8x1_sm90",
     ]
 
 
@@ -149,7 +155,7 @@ def test_tiles_come_from_their_tile_function_and_pass_the_rules():
     assert {s.family for s in specs} == set(tile)
     for spec in specs:
         got = (spec.block_m, spec.block_n, spec.warps_m, spec.warps_n)
-        assert got == (tile[spec.family](spec) if spec.family == "decode" else tile[spec.family](spec.d))
+        assert got == (tile[spec.family](spec) if spec.family == "decode" else tile[spec.family](spec.d, spec.dv))
         assert broken(spec, config) == []
 
 
@@ -158,6 +164,8 @@ def test_ws_tile():
     # 128-key blocks, 64 at d=192 and 256 (shared memory).
     assert [enum.ws_tile(d) for d in enum.WS_HEAD_SIZES] == [
         (192, 128, 12, 1), (128, 128, 8, 1), (128, 64, 8, 1), (128, 64, 8, 1)]
+    # MLA (d=192, dv=128): Q and two 128-key K/V stages fit, so 128 keys.
+    assert enum.ws_tile(192, 128) == (128, 128, 8, 1)
 
 
 # --- FMHA_FILTER ------------------------------------------------------------------------

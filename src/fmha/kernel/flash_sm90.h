@@ -32,7 +32,8 @@
 //
 // What an instantiation supports (static_asserted in Traits; launch checks the rest):
 //   Element      __half or __nv_bfloat16, f32 accumulation only (kAccFp16 == false)
-//   kHeadDim     64, 128, 192 or 256 (whole 64-column TMA panels), kHeadDimV == kHeadDim
+//   kHeadDim(V)  64, 128, 192 or 256 (whole 64-column TMA panels); dv may differ from d (MLA:
+//                d = 192, dv = 128)
 //   kBlockM      128 or 192 (two or three consumer warpgroups), kWarpsM = kBlockM / 16, kWarpsN 1
 //   kBlockN      64 or 128 (a wgmma N), shared memory <= 227 KB
 //   run time     every MaskType (padding, causal, sliding/bidirectional window, chunked;
@@ -133,7 +134,8 @@ struct Traits {
     static_assert(!kAccFp16, "flash_sm90: f32 accumulation only");
     static_assert(kHeadDim % memory::kTmaPanelCols == 0 && kHeadDim <= 256,
                   "flash_sm90: d in {64, 128, 192, 256} (whole 64-column TMA panels)");
-    static_assert(kHeadDimV == kHeadDim, "flash_sm90: dv == d");
+    static_assert(kHeadDimV % memory::kTmaPanelCols == 0 && kHeadDimV <= 256,
+                  "flash_sm90: dv in {64, 128, 192, 256} (whole 64-column TMA panels)");
     static_assert((kBlockM == 128 || kBlockM == 192) && kWarpsM == kBlockM / 16,
                   "flash_sm90: 128 or 192 rows over two or three consumer warpgroups");
     static_assert(kBlockM == kConsumerWarpgroups * kWarpgroupRows, "one 64-row slab per consumer warpgroup");
