@@ -1,6 +1,7 @@
 """KernelSpec: the name is derived from the fields, parses back, and is unique."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -98,3 +99,33 @@ def test_to_dict_is_json_with_the_name():
     assert data["masks"] == list(ALL_MASKS)
     fields = {k: v for k, v in data.items() if k != "name"}
     assert KernelSpec(**fields) == SPEC
+
+
+# The flag of every run-time variant (spec.VARIANTS) and of every mask beyond padding and
+# causal (spec.MASKS): each must have a row in README's variant x family table.
+README_VARIANT_FLAGS = {
+    "softcap": "-softcapping-scale-bmm1", "alibi": "-alibi", "bias": "-attention-bias",
+    "sinks": "-use-attention-sinks", "softmax_stats": "-save-softmax",
+    "sliding_window": "-sliding-window-size", "bidirectional_sliding_window": "-bidirectional-sliding-window-mask",
+    "chunked": "-chunked-attention-size", "custom": "-custom-mask",
+}
+
+
+def test_readme_variant_table_has_every_variant_and_family():
+    from generator.spec import FAMILIES, MASKS, VARIANTS
+    assert set(README_VARIANT_FLAGS) == set(VARIANTS) | (set(MASKS) - {"padding", "causal"})
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| variant | flag |"))
+    header = lines[start]
+    for family in FAMILIES:
+        assert f"| {family} (" in header, f"README's variant table has no column for the {family} family"
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append(line)
+    for name, flag in README_VARIANT_FLAGS.items():
+        row = next((r for r in rows if flag in r.split("|")[2]), None)
+        assert row is not None, f"README's variant table has no row for {name} ({flag})"
+        assert len(row.split("|")) == len(header.split("|")), f"the {name} row does not fill every family column"
