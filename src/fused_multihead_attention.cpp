@@ -91,6 +91,23 @@ std::string header_line(const Problem& p, const KernelMeta& k) {
                   layout_label(p.layout), k.warps_m, k.warps_n);
 }
 
+// Bytes of the score modifiers' tensors a kernel reads (each entry once): the bias entries
+// inside the sequences (a broadcast batch: the largest lengths), the custom mask's words.
+double score_tensor_bytes(const Problem& p, const SeqLens& lens) {
+    double pairs = 0.0, words = 0.0;
+    for (int i = 0; i < p.b; ++i) {
+        pairs += double(lens.q_lens[i]) * lens.kv_lens[i];
+        words += double(lens.q_lens[i]) * ((lens.kv_lens[i] + 31) / 32);
+    }
+    double bytes = 0.0;
+    if (p.attention_bias) {
+        const double plane = p.bias_per_batch ? pairs : double(lens.s_q_max) * lens.s_kv_max;
+        bytes += double(kBytesPerElement) * plane * (p.bias_per_head ? p.h : 1);
+    }
+    if (p.mask == MaskType::kCustom) bytes += double(sizeof(uint32_t)) * words;
+    return bytes;
+}
+
 struct Timing {
     bool reference_ran;
     float reference_ms;  // one run of the reference
@@ -106,7 +123,8 @@ void print_results(const Problem& p, const Device& dev, const KernelMeta& kernel
     const double bytes = double(kBytesPerElement) *
                          (double(lens.q_total) * p.h * (p.d + p.dv) +  // Q read, O written
                           double(visible_kv_tokens(p, lens)) * p.h_kv * (p.d + p.dv)) +  // K, V once per KV head
-                         (p.save_softmax ? double(sizeof(float)) * lens.q_total * p.h : 0.0);  // the LSE written
+                         (p.save_softmax ? double(sizeof(float)) * lens.q_total * p.h : 0.0) +  // the LSE written
+                         score_tensor_bytes(p, lens);
     const std::string speedup =
         t.reference_ran ? format("(%.2fx)", 1e3 * t.reference_ms / t.us) : "(n/a)";
 
