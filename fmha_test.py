@@ -125,7 +125,11 @@ LAYOUT_FLAGS = {
     "packed_qkv": [],                      # the default
     "contiguous_q_kv": ["-contiguous-q-kv"],
     "separate_q_k_v": ["-separate-q-k-v"],
+    "q_paged_kv": ["-paged-kv"],           # with -tokens-per-block in the case's extra flags
 }
+# The layouts the table's rotation walks through; the paged KV cache has cases of its own
+# (paged_cases), one per block size.
+ROTATING_LAYOUTS = ("packed_qkv", "contiguous_q_kv", "separate_q_k_v")
 # attention type -> (default h, h_kv (None: h), flags)
 ATTENTION = {
     "mha": (4, None, []),
@@ -133,7 +137,7 @@ ATTENTION = {
     "mqa": (4, 1, ["-mqa"]),
 }
 # Every (layout, attention) pair; the rotation below walks through it.
-PAIRS = [(layout, attn) for layout in LAYOUT_FLAGS for attn in ATTENTION]
+PAIRS = [(layout, attn) for layout in ROTATING_LAYOUTS for attn in ATTENTION]
 
 # Masks (generator.spec.MASKS tokens, fmha.exe's mask= labels) -> their flags for a key length
 # s. The local masks' sizes follow s, so that short runs cover windows narrower than a key
@@ -239,8 +243,9 @@ VARIANT_NUMERICS = {
 
 
 def numerics_for(kernel: dict) -> tuple:
-    """NUMERICS plus a run per variant the kernel's family implements."""
-    return NUMERICS + tuple(VARIANT_NUMERICS[v] for v in kernel["variants"])
+    """NUMERICS plus a run per variant the kernel's family implements (the paged KV cache, a
+    layout, has its own cases: paged_cases)."""
+    return NUMERICS + tuple(VARIANT_NUMERICS[v] for v in kernel["variants"] if v != "paged_kv")
 
 
 # The flags of the score modifiers, of which a problem takes one (softmax/score_mod.h); the
@@ -317,6 +322,33 @@ DECODE_HEADS = 32
 DECODE_KV_HEADS = (32, 8, 4, 1)
 
 
+# Paged KV cache (-paged-kv): each block size on a ragged tile, var-len lengths down to one
+# token, chunked prefill (s_q < s over var-len caches) and padded Q storage, rotating between
+# kernels; the driver places the blocks in a random order and poisons the spare ones.
+PAGED_TOKENS = (16, 32, 64, 128)
+PAGED_SHAPES = (Shape(3, 257), Shape(4, 700, min_s=1), Shape(3, 1000, s_q=77, min_s=300),
+                Shape(3, 200, s_q=50, min_s=60, pad_s=True))
+PAGED_DECODE_S_KV = (17, 1000, 4097)
+
+
+def paged_case(kernel: dict, mask: str, attn: str, shape: Shape, tokens: int, h_kv: int = 0, h: int = 0) -> Case:
+    extra = ("-tokens-per-block", str(tokens))
+    if h:
+        return heads_case(kernel, mask, "q_paged_kv", shape, h_kv, extra, f"tpb{tokens}", h=h)
+    return Case(kernel, mask, "q_paged_kv", attn, shape, extra, f"tpb{tokens}")
+
+
+def paged_cases(kernel: dict, index: int, brief: bool) -> list[Case]:
+    """A kernel's paged-KV runs: every block size (one, rotating, for a brief kernel), each on
+    the next shape, mask and attention type."""
+    if "paged_kv" not in kernel["variants"]:
+        return []
+    masks, attns = kernel["masks"], list(ATTENTION)
+    js = [index % len(PAGED_TOKENS)] if brief else range(len(PAGED_TOKENS))
+    return [paged_case(kernel, masks[(index + j) % len(masks)], attns[(index + j) % len(attns)],
+                       PAGED_SHAPES[(index + j) % len(PAGED_SHAPES)], PAGED_TOKENS[j]) for j in js]
+
+
 def heads_case(kernel: dict, mask: str, layout: str, shape: Shape, h_kv: int, extra: tuple = (),
                tag: str = "", h: int = DECODE_HEADS) -> Case:
     """A case with h query heads over h_kv KV heads: attention type mha, mqa or gqa from the ratio."""
@@ -364,6 +396,15 @@ def decode_cases(kernel: dict, index: int) -> list[Case]:
     # the variants on a 2-key cache too (the one-step kernel of the warp path)
     for tag, flags in numerics_for(kernel)[len(NUMERICS):]:
         cases.append(heads_case(kernel, "padding", "separate_q_k_v", Shape(3, 2, s_q=1), hkv, tuple(flags), tag))
+    # a paged KV cache: a 2-key cache, and the lengths above (var-len on the longest), block sizes in turn
+    if "paged_kv" in kernel["variants"]:
+        cases.append(paged_case(kernel, "padding", "", Shape(3, 2, s_q=1), PAGED_TOKENS[index % 4], hkv,
+                                DECODE_HEADS))
+        for j, s_kv in enumerate(PAGED_DECODE_S_KV):
+            sq, hkv = combos[-1 - (index + j) % len(combos)]  # from the most rows down
+            shape = Shape(3, s_kv, s_q=min(sq, s_kv), min_s=1 if s_kv > 1000 else None)
+            cases.append(paged_case(kernel, kernel["masks"][(index + j) % len(kernel["masks"])], "", shape,
+                                    PAGED_TOKENS[(index + j + 1) % 4], hkv, DECODE_HEADS))
     return cases
 
 
@@ -390,7 +431,8 @@ def cases_for(kernel: dict, index: int) -> list[Case]:
     if not full:  # the short table: tails, var-len, s_q < s; one of them per local mask
         return ([Case(kernel, mask, *next_pair(shape), shape) for mask in core for shape in BRIEF_SHAPES] +
                 [Case(kernel, mask, *next_pair(shape), shape)
-                 for li, mask in enumerate(local) for shape in [BRIEF_SHAPES[(index + li) % len(BRIEF_SHAPES)]]])
+                 for li, mask in enumerate(local) for shape in [BRIEF_SHAPES[(index + li) % len(BRIEF_SHAPES)]]] +
+                paged_cases(kernel, index, brief=True))
 
     cases = []
     for mi, mask in enumerate(core):
@@ -406,7 +448,7 @@ def cases_for(kernel: dict, index: int) -> list[Case]:
     small = Shape(2, 160)
     for ni, (tag, flags) in enumerate(numerics_for(kernel)):
         cases.append(Case(kernel, numerics_mask(masks, ni, flags), *next_pair(small), small, tuple(flags), tag))
-    return cases
+    return cases + paged_cases(kernel, index, brief=False)
 
 
 def build_cases(kernels: list[dict]) -> list[Case]:
@@ -654,7 +696,7 @@ def test_use_tma_runs_a_tma_row_or_says_none_fits(exe, gpu_sm):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["softcap", "alibi", "bias", "sinks", "softmax_stats"])
+@pytest.mark.parametrize("name", ["softcap", "alibi", "bias", "sinks", "softmax_stats", "paged_kv"])
 def test_variants_run_on_the_ws_family_on_hopper(name, exe, gpu_sm):
     """Every variant of the ws family (generator/spec.py) keeps a Hopper problem on it: dispatch
     takes the first row that has the variant, and the ws row comes first."""
@@ -749,6 +791,14 @@ SAVE_CONFIGS = {
     # MLA head sizes (d != dv, MLA_CONFIGS): the family's kernel with dv != d
     "mla_causal_varlen": ["-b", "3", "-h", "8", "-gqa", "2", "-s", "260", "-min-s", "30", "-causal-mask", "-randn",
                           "-separate-q-k-v", "-save-softmax"],
+    # a paged KV cache: small blocks over var-len caches down to one token, with GQA and the
+    # LSE; chunked prefill (s_q < s) in blocks larger than a key tile; MLA's two head sizes
+    "paged_causal_varlen": ["-b", "3", "-h", "8", "-gqa", "2", "-s", "300", "-min-s", "1", "-causal-mask",
+                            "-paged-kv", "-tokens-per-block", "16", "-randn", "-save-softmax"],
+    "paged_chunked_prefill": ["-b", "3", "-h", "4", "-mqa", "-s", "700", "-min-s", "200", "-s-q", "64",
+                              "-causal-mask", "-paged-kv", "-tokens-per-block", "128", "-use-attention-sinks"],
+    "mla_paged": ["-b", "2", "-h", "4", "-s", "333", "-min-s", "100", "-s-q", "90", "-paged-kv",
+                  "-tokens-per-block", "32", "-randn"],
 }
 # The same configurations for a family that serves only a few query rows (decode): s_q <= 16, with key
 # splits (s up to 3000), GQA/MQA packing and causal rows on the diagonal.
@@ -786,14 +836,20 @@ SAVE_CONFIGS_FEW_ROWS = {
                             "-contiguous-q-kv"],
     "mla_causal_varlen": ["-b", "3", "-h", "8", "-gqa", "2", "-s", "2000", "-min-s", "30", "-s-q", "4",
                           "-causal-mask", "-randn", "-separate-q-k-v", "-save-softmax"],
+    "paged_causal_varlen": ["-b", "3", "-h", "8", "-gqa", "2", "-s", "3000", "-min-s", "1", "-s-q", "4",
+                            "-causal-mask", "-paged-kv", "-tokens-per-block", "16", "-randn", "-save-softmax"],
+    "paged_chunked_prefill": ["-b", "3", "-h", "4", "-mqa", "-s", "1300", "-min-s", "200", "-s-q", "16",
+                              "-causal-mask", "-paged-kv", "-tokens-per-block", "128", "-use-attention-sinks"],
+    "mla_paged": ["-b", "2", "-h", "4", "-s", "1333", "-min-s", "100", "-s-q", "9", "-paged-kv",
+                  "-tokens-per-block", "32", "-randn"],
 }
 # Configurations that run a kernel whose V head size differs from Q's (MLA: d=192, dv=128).
-MLA_CONFIGS = ("mla_causal_varlen",)
+MLA_CONFIGS = ("mla_causal_varlen", "mla_paged")
 
 
 # The flag of each run-time variant in SAVE_CONFIGS.
 SAVE_VARIANT_FLAGS = {"softcap": "-softcapping-scale-bmm1", "alibi": "-alibi", "bias": "-attention-bias",
-                      "sinks": "-use-attention-sinks", "softmax_stats": "-save-softmax"}
+                      "sinks": "-use-attention-sinks", "softmax_stats": "-save-softmax", "paged_kv": "-paged-kv"}
 
 
 def save_path(kernel: dict) -> str:
@@ -938,6 +994,31 @@ def attention_fp64(q, k, v, q_lens, kv_lens, scale_bmm1, scale_out, visible, dty
     return out, amb, lse
 
 
+def gather_paged_fp64(path: Path, meta: dict, kv_lens, s: int) -> tuple:
+    """K [b, s, h_kv, d] and V [b, s, h_kv, dv] of a -paged-kv run, read from the pool
+    (k_pool.npy, v_pool.npy: [blocks, h_kv, tokens_per_block, d|dv]) through the block table
+    (block_table.npy [b, blocks]): key j of sequence i is row j % T of block table[i, j // T].
+    Checks the table: each sequence owns ceil(len / T) blocks, no block is owned twice, the
+    entries after a sequence's blocks are -1; zeros past the lengths, as k.npy."""
+    table = np.load(path / "block_table.npy")
+    k_pool, v_pool = np.load(path / "k_pool.npy"), np.load(path / "v_pool.npy")
+    tokens = meta["tokens_per_block"]
+    assert table.dtype == np.int32 and table.shape[0] == len(kv_lens) and k_pool.shape[2] == tokens
+    owned = []
+    k = np.zeros((len(kv_lens), s, k_pool.shape[1], k_pool.shape[3]), dtype=k_pool.dtype)
+    v = np.zeros((len(kv_lens), s, v_pool.shape[1], v_pool.shape[3]), dtype=v_pool.dtype)
+    for i, lk in enumerate(int(x) for x in kv_lens):
+        n = -(-lk // tokens)
+        assert np.all(table[i, n:] == -1) and np.all(table[i, :n] >= 0), f"sequence {i}'s table row {table[i]}"
+        owned += list(table[i, :n])
+        keys = np.arange(lk)
+        blocks = table[i, keys // tokens]
+        k[i, :lk] = k_pool[blocks, :, keys % tokens]
+        v[i, :lk] = v_pool[blocks, :, keys % tokens]
+    assert len(set(owned)) == len(owned), "a pool block belongs to two places"
+    return k, v
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", SAVE_KINDS, ids=lambda kind: "-".join(filter(None, kind)))
 @pytest.mark.parametrize("config", SAVE_CONFIGS)
@@ -991,7 +1072,12 @@ def test_save_tensors_match_float64(kind, config, exe, gpu_sm, tmp_path):
         shape = meta["attention_bias_shape"]
         assert bias.shape == (b if shape[0] == "b" else 1, h if shape[1] == "h" else 1, s_q, s)
 
-    expected, amb, lse = attention_fp64(t["q"], t["k"], t["v"], t["seqlens_q"], t["seqlens_kv"],
+    k, v = t["k"], t["v"]
+    if meta["paged_kv"]:  # the kernel read the pool: K and V gathered through the block table
+        k, v = gather_paged_fp64(tmp_path, meta, t["seqlens_kv"], s)
+        for name, got in (("k", k), ("v", v)):
+            assert np.array_equal(got, t[name]), f"{name}_pool.npy through block_table.npy is not {name}.npy"
+    expected, amb, lse = attention_fp64(t["q"], k, v, t["seqlens_q"], t["seqlens_kv"],
                               meta["scale_bmm1"], meta["scale_softmax"] * meta["scale_bmm2"],
                               lambda i, lq, lk: visible_fp64(meta, lq, lk, custom[i] if custom is not None else None),
                               dtype, meta["softcapping_scale_bmm1"] or 0.0,

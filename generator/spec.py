@@ -59,7 +59,7 @@ FAMILIES = {
         template="kernel.cu.j2",
         workspace=True,
         max_s_q=16,
-        variants=("softcap", "alibi", "bias", "sinks", "softmax_stats"),
+        variants=("softcap", "alibi", "bias", "sinks", "softmax_stats", "paged_kv"),
     ),
     "ws": Family(
         name="ws",
@@ -72,7 +72,7 @@ FAMILIES = {
         template="kernel.cu.j2",
         arch_specific=True,
         scheduled=True,
-        variants=("softcap", "alibi", "bias", "sinks", "softmax_stats"),
+        variants=("softcap", "alibi", "bias", "sinks", "softmax_stats", "paged_kv"),
     ),
     "flash": Family(
         name="flash",
@@ -83,7 +83,7 @@ FAMILIES = {
         warp_specialized=False,
         uses_tma=False,
         template="kernel.cu.j2",
-        variants=("softcap", "alibi", "bias", "sinks", "softmax_stats"),
+        variants=("softcap", "alibi", "bias", "sinks", "softmax_stats", "paged_kv"),
     ),
 }
 
@@ -108,6 +108,7 @@ VARIANTS = {
     "bias": "kVariantBias",         # -attention-bias (Params::attention_bias)
     "sinks": "kVariantSinks",       # -use-attention-sinks (Params::sinks)
     "softmax_stats": "kVariantSoftmaxStats",  # -save-softmax (Params::softmax_lse)
+    "paged_kv": "kVariantPagedKv",  # -paged-kv (Params::kv_block_table)
 }
 
 # Mask token -> fmha::MaskType enumerator (src/params.h), in the order of that enum. The token

@@ -54,6 +54,11 @@ heads and layout
   (default)         packed QKV [tokens, h + 2*h_kv, d] (needs s_q == s and dv == d)
   -contiguous-q-kv  Q [tokens, h, d] and KV [tokens, 2*h_kv, d] (needs dv == d)
   -separate-q-k-v   Q [tokens, h, d], K [tokens, h_kv, d], V [tokens, h_kv, dv]
+  -paged-kv         Q [tokens, h, d] and a paged KV cache: a pool of blocks of N tokens,
+                    [block][K: h_kv, N, d][V: h_kv, N, dv] (TensorRT-LLM's), and a block
+                    table per sequence; the driver places the blocks in a random order
+  -tokens-per-block N   N for -paged-kv: 16, 32, 64 or 128 (default 64)
+  -packed-qkv       names the default layout (one of the four layout flags at most)
 kernel choice
   -list-kernels     print the kernel registry and exit (no GPU needed)
   -kernel NAME      run this registry row (exit 2 if it does not exist or does not fit)
@@ -86,7 +91,7 @@ inputs and checks
                     so the speed-up in the Elapsed line reads (n/a)
   -save-tensors DIR write q, k, v, o, o_ref (float32 .npy, logical padded layout),
                     seqlens_q, seqlens_kv (int32), sinks, lse and lse_ref, bias,
-                    custom_mask (int32 0/1) (when used)
+                    custom_mask (int32 0/1), k_pool, v_pool, block_table (when used)
                     and meta.json into DIR
 timing and output
   -runs N           timed launches, averaged (default 10)
@@ -110,8 +115,6 @@ const Unsupported kUnsupported[] = {
     {"-e4m3-fp32", "FP8 (e4m3) inputs"},
     {"-fp16-output", "an output dtype different from the input dtype"},
     {"-bf16-output", "an output dtype different from the input dtype"},
-    {"-paged-kv", "a paged KV cache"},
-    {"-tokens-per-block", "a paged KV cache"},
 };
 
 struct IntOption {
@@ -130,6 +133,7 @@ const IntOption kIntOptions[] = {
     {"-gqa", &Problem::h_kv, 1, kMaxBatchOrHeads},
     {"-sliding-window-size", &Problem::sliding_window_size, 1, kMaxSeqLen},
     {"-chunked-attention-size", &Problem::chunked_attention_size, 1, 1 << 30},
+    {"-tokens-per-block", &Problem::tokens_per_block, 1, 1 << 20},
     {"-runs", &Problem::runs, 1, kMaxRuns},
     {"-warm-up-runs", &Problem::warm_up_runs, 0, kMaxRuns},
     {"-v", &Problem::verbose, 0, 1},
@@ -179,6 +183,8 @@ const Switch kSwitches[] = {
     {"-mqa", [](Problem& p) { p.h_kv = 1; }},
     {"-contiguous-q-kv", [](Problem& p) { p.layout = Layout::kContiguousQKv; }},
     {"-separate-q-k-v", [](Problem& p) { p.layout = Layout::kSeparateQKv; }},
+    {"-paged-kv", [](Problem& p) { p.layout = Layout::kPagedKv; }},
+    {"-packed-qkv", [](Problem& p) { p.layout = Layout::kPackedQkv; }},
     {"-force-non-warp-specialization", [](Problem& p) { p.force_non_warp_specialized = true; }},
     {"-use-tma", [](Problem& p) { p.use_tma = true; }},
     {"-list-kernels", [](Problem& p) { p.list_kernels = true; }},
@@ -195,7 +201,7 @@ const Switch kSwitches[] = {
 // Groups of flags of which at most one may be given.
 const char* const kExclusive[][5] = {
     {"-fp16", "-fp16-fp32", "-bf16", nullptr, nullptr},
-    {"-contiguous-q-kv", "-separate-q-k-v", nullptr, nullptr, nullptr},
+    {"-packed-qkv", "-contiguous-q-kv", "-separate-q-k-v", "-paged-kv", nullptr},
     {"-mqa", "-gqa", nullptr, nullptr, nullptr},
     {"-1s", "-randn", nullptr, nullptr, nullptr},
     {"-sliding-window-size", "-chunked-attention-size", "-custom-mask", nullptr, nullptr},
@@ -302,6 +308,13 @@ void resolve_and_validate(Problem& p, const std::set<std::string>& seen) {
         p.bias_per_head = b[1] == 'h';
     }
 
+    if (given("-tokens-per-block")) {
+        const int t = p.tokens_per_block;
+        if (t != 16 && t != 32 && t != 64 && t != 128)
+            fail_args("-tokens-per-block must be 16, 32, 64 or 128, got " + std::to_string(t));
+        if (p.layout != Layout::kPagedKv) fail_args("-tokens-per-block needs -paged-kv");
+    }
+
     if (p.h % p.h_kv != 0)
         fail_args("-h " + std::to_string(p.h) + " is not a multiple of the KV head count " +
                   std::to_string(p.h_kv) + " (-gqa)");
@@ -405,6 +418,7 @@ const char* layout_label(Layout l) {
         case Layout::kPackedQkv: return "packed_qkv";
         case Layout::kContiguousQKv: return "contiguous_q_kv";
         case Layout::kSeparateQKv: return "separate_q_k_v";
+        case Layout::kPagedKv: return "q_paged_kv";
     }
     return "?";
 }

@@ -37,6 +37,7 @@ struct Problem {
     int sliding_window_size = 0;     // -sliding-window-size W (kSlidingWindow, kBidirectionalWindow)
     int chunked_attention_size = 0;  // -chunked-attention-size C (kChunked)
     Layout layout = Layout::kPackedQkv;
+    int tokens_per_block = 64;  // -tokens-per-block N (-paged-kv): 16, 32, 64 or 128
 
     bool force_non_warp_specialized = false;
     bool use_tma = false;  // only kernels that load through TMA

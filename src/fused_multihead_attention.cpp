@@ -225,9 +225,9 @@ int run(int argc, char** argv) {
         o_ref = DeviceBuffer<float>(o_elems);
         o_amb = DeviceBuffer<float>(o_elems);
         if (p.save_softmax) lse_ref = DeviceBuffer<float>(t.lse.size());  // [b, h, s_q_max] as the kernel's
-        CUDA_CHECK(prepare_reference(t.params, p.dtype));
+        CUDA_CHECK(prepare_reference(t.logical, p.dtype));
         ref_ms = time_on_stream(stream, [&] {
-            CUDA_CHECK(run_reference(t.params, p.dtype, o_ref.get(), o_amb.get(), lse_ref.get(), stream));
+            CUDA_CHECK(run_reference(t.logical, p.dtype, o_ref.get(), o_amb.get(), lse_ref.get(), stream));
         });
     }
 

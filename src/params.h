@@ -38,7 +38,9 @@ constexpr MaskType kMaskTypes[] = {MaskType::kPadding,           MaskType::kCaus
                                    MaskType::kBidirectionalWindow, MaskType::kChunked, MaskType::kCustom};
 constexpr uint32_t mask_bit(MaskType m) { return 1u << static_cast<int>(m); }
 
-enum class Layout : int { kPackedQkv = 0, kContiguousQKv = 1, kSeparateQKv = 2 };
+// Storage of Q, K, V (the driver's choice; the kernels only see pointers and strides, and a
+// block table for kPagedKv).
+enum class Layout : int { kPackedQkv = 0, kContiguousQKv = 1, kSeparateQKv = 2, kPagedKv = 3 };
 
 // Attention variants beyond the mask that a problem may ask for and a kernel may offer
 // (KernelMeta::variants, from the family's `variants` in generator/spec.py): run-time
@@ -49,6 +51,7 @@ enum VariantBit : uint32_t {
     kVariantSoftmaxStats = 1u << 2,  // Params::softmax_lse != nullptr
     kVariantAlibi = 1u << 3,         // Params::alibi_slopes != nullptr
     kVariantBias = 1u << 4,          // Params::attention_bias != nullptr
+    kVariantPagedKv = 1u << 5,       // Params::kv_block_table != nullptr
 };
 
 struct Params {
@@ -129,6 +132,23 @@ struct Params {
     // is set; custom_mask_row_words >= ceil(s_kv_max / 32). Shared by the heads.
     const uint32_t* custom_mask = nullptr;
     int custom_mask_row_words = 0;
+
+    // Paged KV cache (-paged-kv): when kv_block_table != nullptr, the keys of sequence
+    // `batch` live in fixed-size blocks of a pool, found through the sequence's row of the
+    // block table. Key j of KV head g is at
+    //   k + kv_block_table[batch * kv_table_stride + j / tokens_per_block] * k_block_stride
+    //     + (j % tokens_per_block) * k_row_stride + g * k_head_stride
+    // (V alike, with v_*), and kv_offsets are not read. Only the entries of the blocks that hold
+    // one of the sequence's kv_len keys are read; the rows of its last block past kv_len are
+    // read and masked (they must hold finite values). tokens_per_block: a power of two >= 16.
+    // kv_pool_blocks: the pool's block count (the TMA maps' extent; every table entry read is
+    // in [0, kv_pool_blocks)). The driver's pool (tensors.h) is TensorRT-LLM's:
+    // [block][K: h_kv, tokens_per_block, d][V: h_kv, tokens_per_block, dv].
+    const int* kv_block_table = nullptr;
+    int kv_table_stride = 0;
+    int tokens_per_block = 0;
+    int kv_pool_blocks = 0;
+    int64_t k_block_stride = 0, v_block_stride = 0;
 
     int num_sms = 0;   // filled by the driver from the device
 

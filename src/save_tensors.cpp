@@ -85,6 +85,30 @@ void save_custom_mask(const std::string& dir, const Problem& p, const SeqLens& l
     if (!write_npy(path, out.data(), {p.b, p.s_q, p.s})) fail_args("-save-tensors: cannot write " + path);
 }
 
+// -paged-kv: the pool as it is on the device, split into k_pool.npy [blocks, h_kv,
+// tokens_per_block, d] and v_pool.npy [blocks, h_kv, tokens_per_block, dv] (spare blocks are
+// the poison's NaN), and block_table.npy int32 [b, blocks of the longest sequence] (-1 past
+// a sequence's blocks).
+void save_paged_kv(const std::string& dir, const Problem& p, const DeviceTensors& t, cudaStream_t stream) {
+    const PagedKv& g = t.paged_host;
+    std::vector<uint16_t> raw(t.kv_pool.size());
+    CUDA_CHECK(cudaMemcpyAsync(raw.data(), t.kv_pool.get(), t.kv_pool.bytes(), cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    const auto to_float = p.dtype == DataType::kBf16 ? bf16_bits_to_float : half_bits_to_float;
+    const size_t k_part = size_t(p.h_kv) * g.tokens_per_block * p.d;
+    const size_t v_part = size_t(p.h_kv) * g.tokens_per_block * p.dv;
+    std::vector<float> k(size_t(g.pool_blocks) * k_part), v(size_t(g.pool_blocks) * v_part);
+    for (size_t blk = 0; blk < size_t(g.pool_blocks); ++blk) {
+        const uint16_t* block = raw.data() + blk * (k_part + v_part);
+        for (size_t i = 0; i < k_part; ++i) k[blk * k_part + i] = to_float(block[i]);
+        for (size_t i = 0; i < v_part; ++i) v[blk * v_part + i] = to_float(block[k_part + i]);
+    }
+    write_floats(dir, "k_pool.npy", k.data(), {g.pool_blocks, p.h_kv, g.tokens_per_block, p.d});
+    write_floats(dir, "v_pool.npy", v.data(), {g.pool_blocks, p.h_kv, g.tokens_per_block, p.dv});
+    const std::string path = dir + "/block_table.npy";
+    if (!write_npy(path, g.table.data(), {p.b, g.table_stride})) fail_args("-save-tensors: cannot write " + path);
+}
+
 }  // namespace
 
 void prepare_save_dir(const std::string& dir) {
@@ -97,7 +121,7 @@ void prepare_save_dir(const std::string& dir) {
 
 void save_tensors(const Problem& p, const SeqLens& lens, const DeviceTensors& t, const float* o_ref,
                   const float* lse_ref, const KernelMeta& kernel, cudaStream_t stream) {
-    const Params& q = t.params;
+    const Params& q = t.logical;  // K and V in token storage, also with -paged-kv
     const std::string& dir = p.save_dir;
     save_one(dir, "q.npy", q.q, p.dtype, q.q_row_stride, q.q_head_stride, p.h, p.d, q.q_offsets,
              q.q_lens, p.b, p.s_q, stream);
@@ -118,6 +142,7 @@ void save_tensors(const Problem& p, const SeqLens& lens, const DeviceTensors& t,
     if (lse_ref != nullptr) save_lse(dir, "lse_ref.npy", lse_ref, p, lens, stream);
     if (p.attention_bias) save_bias(dir, p, lens, t, stream);
     if (p.mask == MaskType::kCustom) save_custom_mask(dir, p, lens, t.custom_mask_host);
+    if (p.layout == Layout::kPagedKv) save_paged_kv(dir, p, t, stream);
 
     JsonObject meta;
     meta.add("kernel", kernel.name)
@@ -155,7 +180,9 @@ void save_tensors(const Problem& p, const SeqLens& lens, const DeviceTensors& t,
         .add("attention_bias", p.attention_bias)
         .add("attention_bias_shape", !p.attention_bias ? "" : std::string(p.bias_per_batch ? "b" : "1") + (p.bias_per_head ? "h" : "1"))
         .add("attention_sinks", p.attention_sinks)
-        .add("save_softmax", p.save_softmax);
+        .add("save_softmax", p.save_softmax)
+        .add("paged_kv", p.layout == Layout::kPagedKv)
+        .add("tokens_per_block", p.layout == Layout::kPagedKv ? p.tokens_per_block : 0);
     if (p.sliding_window_size > 0) meta.add("sliding_window_size", p.sliding_window_size);
     else meta.null("sliding_window_size");
     if (p.chunked_attention_size > 0) meta.add("chunked_attention_size", p.chunked_attention_size);

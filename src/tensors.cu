@@ -26,7 +26,9 @@ enum Stream : uint64_t {
     kStreamLens = 4,
     kStreamSinks = 5,
     kStreamBias = 6,
-    kStreamMask = 7
+    kStreamMask = 7,
+    kStreamPages = 8,     // -paged-kv: the pool's block order
+    kStreamPageTail = 9   // -paged-kv: the rows of a last block past the sequence's length
 };
 
 // splitmix64's finaliser: a bijective mix, good enough to turn a counter into bits.
@@ -99,6 +101,39 @@ template <class T>
 __global__ void fill_flat_kernel(T* data, int64_t n, FillSpec f) {
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
         data[i] = from_float<T>(random_value(f, i));
+}
+
+// -paged-kv: writes every owned pool block from the logical K and V ([token, h_kv, d|dv] at
+// the sequence's offset); rows past the sequence's length get finite noise (a kernel reads
+// them and must mask them).
+template <class T>
+__global__ void page_kernel(T* pool, const T* k, const T* v, const int* block_seq, const int* block_index,
+                            const int* offsets, const int* lens, int pool_blocks, int h_kv, int tpb, int d, int dv,
+                            FillSpec tail) {
+    const int64_t k_part = int64_t(h_kv) * tpb * d;
+    const int64_t block_elems = k_part + int64_t(h_kv) * tpb * dv;
+    const int64_t n = int64_t(pool_blocks) * block_elems;
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+        const int block = static_cast<int>(i / block_elems);
+        const int seq = block_seq[block];
+        if (seq < 0) continue;  // a spare: keeps its poison
+        const int64_t e = i % block_elems;
+        const bool is_v = e >= k_part;
+        const int cols = is_v ? dv : d;
+        const int64_t ev = is_v ? e - k_part : e;
+        const int head = static_cast<int>(ev / (int64_t(tpb) * cols));
+        const int row = static_cast<int>(ev / cols % tpb);
+        const int col = static_cast<int>(ev % cols);
+        const int key = block_index[block] * tpb + row;
+        float x;
+        if (key < lens[seq]) {
+            const T* src = is_v ? v : k;
+            x = to_float(src[(int64_t(offsets[seq]) + key) * h_kv * cols + int64_t(head) * cols + col]);
+        } else {
+            x = random_value(tail, uint64_t(i));
+        }
+        pool[i] = from_float<T>(x);
+    }
 }
 
 template <class T>
@@ -181,6 +216,36 @@ SeqLens make_seqlens(const Problem& p) {
     l.kv_storage_tokens = p.pad_s ? int64_t(p.b) * p.s : l.kv_total;
     l.q_storage_tokens = p.pad_s ? int64_t(p.b) * p.s_q : l.q_total;
     return l;
+}
+
+PagedKv make_paged_kv(const Problem& p, const SeqLens& lens) {
+    PagedKv g;
+    g.tokens_per_block = p.tokens_per_block;
+    const int tpb = p.tokens_per_block;
+    g.table_stride = std::max(1, (lens.s_kv_max + tpb - 1) / tpb);
+    int used = 0;
+    for (int kv : lens.kv_lens) used += (kv + tpb - 1) / tpb;
+    g.pool_blocks = used + used / 4 + 1;
+    // A random order of the pool's blocks (Fisher-Yates from the seed); the sequences take
+    // the first `used` in turn, the rest are spares.
+    std::vector<int> order(g.pool_blocks);
+    for (int i = 0; i < g.pool_blocks; ++i) order[i] = i;
+    for (int i = g.pool_blocks - 1; i > 0; --i)
+        std::swap(order[i], order[hash(p.seed, kStreamPages, uint64_t(i)) % uint64_t(i + 1)]);
+    g.table.assign(size_t(p.b) * g.table_stride, -1);
+    g.block_seq.assign(g.pool_blocks, -1);
+    g.block_index.assign(g.pool_blocks, -1);
+    int next = 0;
+    for (int seq = 0; seq < p.b; ++seq) {
+        const int blocks = (lens.kv_lens[seq] + tpb - 1) / tpb;
+        for (int i = 0; i < blocks; ++i) {
+            const int block = order[next++];
+            g.table[size_t(seq) * g.table_stride + i] = block;
+            g.block_seq[block] = seq;
+            g.block_index[block] = i;
+        }
+    }
+    return g;
 }
 
 namespace {
@@ -273,6 +338,7 @@ DeviceTensors make_tensors(const Problem& p, const SeqLens& lens) {
             v = {t.kv.get() + hkv * d, 2 * hkv * d, d, p.h_kv, p.d};
             break;
         }
+        case Layout::kPagedKv:  // K and V in token storage first (Params::logical), paged below
         case Layout::kSeparateQKv: {
             t.q = zeroed(tq, h * d);
             t.k = zeroed(tkv, hkv * d);
@@ -320,6 +386,44 @@ DeviceTensors make_tensors(const Problem& p, const SeqLens& lens) {
     prm.mask = p.mask;
     prm.window = p.sliding_window_size;
     prm.chunk = p.chunked_attention_size;
+    if (p.layout == Layout::kPagedKv) {
+        t.paged_host = make_paged_kv(p, lens);
+        const PagedKv& g = t.paged_host;
+        const int64_t tpb = g.tokens_per_block;
+        const int64_t block_elems = hkv * tpb * (d + dv);
+        t.kv_pool = DeviceBuffer<uint16_t>(static_cast<size_t>(g.pool_blocks * block_elems));
+        const int64_t n = static_cast<int64_t>(t.kv_pool.size());
+        poison_kernel<<<std::max(1, grid_for(n, kThreads)), kThreads>>>(t.kv_pool.get(), n, kPoisonBits);
+        CUDA_CHECK(cudaGetLastError());
+        const DeviceBuffer<int> block_seq = to_device(g.block_seq), block_index = to_device(g.block_index);
+        const FillSpec tail{p.seed, kStreamPageTail, p.range_k, 1.f, false, false};
+        if (p.dtype == DataType::kBf16)
+            page_kernel<<<std::max(1, grid_for(n, kThreads)), kThreads>>>(
+                reinterpret_cast<__nv_bfloat16*>(t.kv_pool.get()), reinterpret_cast<const __nv_bfloat16*>(t.k.get()),
+                reinterpret_cast<const __nv_bfloat16*>(t.v.get()), block_seq.get(), block_index.get(),
+                t.kv_offsets.get(), t.kv_lens.get(), g.pool_blocks, p.h_kv, g.tokens_per_block, p.d, p.dv, tail);
+        else
+            page_kernel<<<std::max(1, grid_for(n, kThreads)), kThreads>>>(
+                reinterpret_cast<__half*>(t.kv_pool.get()), reinterpret_cast<const __half*>(t.k.get()),
+                reinterpret_cast<const __half*>(t.v.get()), block_seq.get(), block_index.get(), t.kv_offsets.get(),
+                t.kv_lens.get(), g.pool_blocks, p.h_kv, g.tokens_per_block, p.d, p.dv, tail);
+        CUDA_CHECK(cudaGetLastError());
+        CUDA_CHECK(cudaDeviceSynchronize());  // block_seq / block_index are freed on return
+        t.block_table = to_device(g.table);
+        prm.k = t.kv_pool.get();
+        prm.v = t.kv_pool.get() + hkv * tpb * d;
+        prm.k_row_stride = d;
+        prm.k_head_stride = tpb * d;
+        prm.k_block_stride = block_elems;
+        prm.v_row_stride = dv;
+        prm.v_head_stride = tpb * dv;
+        prm.v_block_stride = block_elems;
+        prm.kv_block_table = t.block_table.get();
+        prm.kv_table_stride = g.table_stride;
+        prm.tokens_per_block = g.tokens_per_block;
+        prm.kv_pool_blocks = g.pool_blocks;
+        prm.kv_tokens = int64_t(g.pool_blocks) * tpb;  // the pool's rows of one head
+    }
     prm.scale_bmm1 = p.scale_bmm1;
     prm.scale_softmax = p.scale_softmax;
     prm.scale_bmm2 = p.scale_bmm2;
@@ -362,12 +466,37 @@ DeviceTensors make_tensors(const Problem& p, const SeqLens& lens) {
         prm.custom_mask = t.custom_mask.get();
         prm.custom_mask_row_words = t.custom_mask_host.row_words;
     }
+    t.logical = prm;
+    if (p.layout == Layout::kPagedKv) {  // the K and V the pool was built from
+        Params& l = t.logical;
+        l.k = k.base;
+        l.v = v.base;
+        l.k_row_stride = k.row_stride;
+        l.k_head_stride = k.head_stride;
+        l.v_row_stride = v.row_stride;
+        l.v_head_stride = v.head_stride;
+        l.k_block_stride = l.v_block_stride = 0;
+        l.kv_block_table = nullptr;
+        l.kv_table_stride = l.tokens_per_block = l.kv_pool_blocks = 0;
+        l.kv_tokens = tkv;
+    }
     return t;
 }
 
 std::vector<Params> timing_input_sets(const DeviceTensors& t, size_t l2_bytes,
                                       std::vector<DeviceBuffer<uint16_t>>* copies) {
-    const DeviceBuffer<uint16_t>* inputs[] = {&t.qkv, &t.q, &t.kv, &t.k, &t.v};
+    // The buffers the kernel reads (with -paged-kv, the pool and not the logical K/V).
+    const auto read_by_kernel = [&](const DeviceBuffer<uint16_t>* b) {
+        const auto* base = reinterpret_cast<const char*>(b->get());
+        for (const void* ptr : {t.params.q, t.params.k, t.params.v}) {
+            const auto* at = static_cast<const char*>(ptr);
+            if (b->size() > 0 && at >= base && at < base + b->bytes()) return true;
+        }
+        return false;
+    };
+    std::vector<const DeviceBuffer<uint16_t>*> inputs;
+    for (const auto* b : {&t.qkv, &t.q, &t.kv, &t.k, &t.v, &t.kv_pool})
+        if (read_by_kernel(b)) inputs.push_back(b);
     size_t bytes = 0;
     for (const auto* b : inputs) bytes += b->bytes();
     const size_t wanted = bytes == 0 ? 1 : 2 * l2_bytes / bytes + 1;
@@ -376,7 +505,6 @@ std::vector<Params> timing_input_sets(const DeviceTensors& t, size_t l2_bytes,
     for (int s = 1; s < sets; ++s) {
         Params p = t.params;
         for (const auto* b : inputs) {
-            if (b->size() == 0) continue;
             copies->emplace_back(b->size());
             const DeviceBuffer<uint16_t>& copy = copies->back();
             CUDA_CHECK(cudaMemcpy(copy.get(), b->get(), b->bytes(), cudaMemcpyDeviceToDevice));

@@ -92,13 +92,33 @@ int64_t allowed_pairs(const Problem& p, const SeqLens& lens, const CustomMask* c
 // reads once per KV head (GB/s). kv_total unless a local mask leaves keys unseen.
 int64_t visible_kv_tokens(const Problem& p, const SeqLens& lens);
 
+// -paged-kv on the host: every sequence's keys in ceil(kv_len / tokens_per_block) blocks of a
+// pool, the blocks of all sequences plus a quarter more (spares nobody owns, poisoned) placed
+// in a random order from the seed. table[seq * table_stride + i]: the pool block holding keys
+// i * tokens_per_block .. of sequence seq; -1 past the sequence's blocks.
+struct PagedKv {
+    int tokens_per_block = 0;
+    int table_stride = 0;  // blocks of the longest sequence
+    int pool_blocks = 0;
+    std::vector<int> table;
+    // Per pool block: the sequence that owns it and which of its blocks it is (-1: a spare).
+    std::vector<int> block_seq, block_index;
+};
+PagedKv make_paged_kv(const Problem& p, const SeqLens& lens);
+
 // Everything on the device for one run. Params point into these buffers.
 struct DeviceTensors {
     DeviceBuffer<uint16_t> qkv;  // packed QKV [tokens, h + 2*h_kv, d]
     DeviceBuffer<uint16_t> q;    // [tokens_q, h, d]        (Q + KV and separate layouts)
     DeviceBuffer<uint16_t> kv;   // [tokens_kv, 2*h_kv, d]  (Q + KV)
     DeviceBuffer<uint16_t> k;    // [tokens_kv, h_kv, d]    (separate)
-    DeviceBuffer<uint16_t> v;    // [tokens_kv, h_kv, dv]   (separate)
+    DeviceBuffer<uint16_t> v;    // [tokens_kv, h_kv, dv]   (separate; -paged-kv: the logical K/V)
+    // -paged-kv: the pool, [block][K: h_kv, tokens_per_block, d][V: h_kv, tokens_per_block, dv]
+    // (TensorRT-LLM's layout), and the block table (Params::kv_block_table). Rows of a
+    // sequence's last block past its length hold finite noise, the spare blocks kPoisonBits.
+    DeviceBuffer<uint16_t> kv_pool;
+    PagedKv paged_host;
+    DeviceBuffer<int> block_table;
     DeviceBuffer<uint16_t> o;    // [kGuardRows + tokens_q + kGuardRows, h, dv]
     DeviceBuffer<int> q_offsets, q_lens, kv_offsets, kv_lens;
     DeviceBuffer<int> tile_counter;  // Params::tile_counter: every launch runs on one stream
@@ -109,7 +129,10 @@ struct DeviceTensors {
     DeviceBuffer<uint16_t> bias;     // -attention-bias: Params::attention_bias, [b|1, h|1, s_q_max, s_kv_max]
     CustomMask custom_mask_host;     // -custom-mask (else empty)
     DeviceBuffer<uint32_t> custom_mask;  // Params::custom_mask
-    Params params;
+    Params params;   // what the kernel reads
+    // What the reference and -save-tensors read: params with K and V in token storage (the
+    // logical K/V that -paged-kv's pool was built from); == params for the other layouts.
+    Params logical;
 };
 
 // ALiBi slopes of h query heads as the ALiBi paper defines them (Press et al. 2022, and its

@@ -30,7 +30,8 @@ def test_help_prints_usage_and_exits_0(flag, fmha):
     for documented in ("-causal-mask", "-gqa", "-separate-q-k-v", "-save-tensors", "-skip-checks", "(n/a)",
                        "-sliding-window-size", "-bidirectional-sliding-window-mask", "-chunked-attention-size",
                        "-softcapping-scale-bmm1", "-alibi", "-use-attention-sinks", "-save-softmax",
-                       "-custom-mask", "-attention-bias", "-attention-bias-shape"):
+                       "-custom-mask", "-attention-bias", "-attention-bias-shape", "-paged-kv",
+                       "-tokens-per-block", "-packed-qkv"):
         assert documented in r.stdout
 
 
@@ -84,8 +85,14 @@ BAD_ARGS = {
     "bias shape and alibi": (["-alibi", "-attention-bias-shape", "1h"], "cannot be combined"),
     "bias shape unknown": (["-attention-bias-shape", "hb"], "-attention-bias-shape must be bh, b1, 1h or 11"),
     "bias shape missing": (["-attention-bias-shape"], "needs a value"),
-    "paged kv": (["-paged-kv"], "not supported yet"),
-    "tokens per block": (["-tokens-per-block", "64"], "not supported yet"),
+    # a paged KV cache is a layout of its own: Q apart, K and V in the pool's blocks
+    "paged kv with packed qkv": (["-paged-kv", "-packed-qkv"], "-packed-qkv and -paged-kv cannot be combined"),
+    "paged kv with separate": (["-separate-q-k-v", "-paged-kv"], "cannot be combined"),
+    "paged kv with contiguous": (["-paged-kv", "-contiguous-q-kv"], "cannot be combined"),
+    "tokens per block without paged kv": (["-tokens-per-block", "64"], "-tokens-per-block needs -paged-kv"),
+    "tokens per block not a size": (["-paged-kv", "-tokens-per-block", "24"], "must be 16, 32, 64 or 128"),
+    "tokens per block 256": (["-paged-kv", "-tokens-per-block", "256"], "must be 16, 32, 64 or 128"),
+    "tokens per block zero": (["-paged-kv", "-tokens-per-block", "0"], "between 1 and"),
     "softcapping zero": (["-softcapping-scale-bmm1", "0"], "-softcapping-scale-bmm1"),
     "softcapping negative": (["-softcapping-scale-bmm1", "-5"], "-softcapping-scale-bmm1"),
 }

@@ -61,7 +61,7 @@ def test_registry_row_fields():
     text = render_registry(environment(), [KernelSpec.parse("fmha_v2_flash_bf16_d64_128x64_w4x1_sm80",
                                                             masks=("causal",))])
     assert "DataType::kBf16, DataType::kFp32" in text
-    assert "mask_bit(MaskType::kCausal), /*variants=*/kVariantSoftcap | kVariantAlibi | kVariantBias | kVariantSinks | kVariantSoftmaxStats, /*warp_specialized=*/false" in text
+    assert "mask_bit(MaskType::kCausal), /*variants=*/kVariantSoftcap | kVariantAlibi | kVariantBias | kVariantSinks | kVariantSoftmaxStats | kVariantPagedKv, /*warp_specialized=*/false" in text
     assert "const int kNumKernels = 1;" in text
 
 
@@ -71,7 +71,7 @@ def test_registry_ws_row():
     assert "/*block_m=*/192, /*block_n=*/128, /*warps_m=*/12, /*warps_n=*/1" in text
     assert ("mask_bit(MaskType::kPadding) | mask_bit(MaskType::kCausal) | mask_bit(MaskType::kSlidingWindow) | "
             "mask_bit(MaskType::kBidirectionalWindow) | mask_bit(MaskType::kChunked) | mask_bit(MaskType::kCustom), "
-            "/*variants=*/kVariantAlibi | kVariantBias | kVariantSinks | kVariantSoftmaxStats, "
+            "/*variants=*/kVariantAlibi | kVariantBias | kVariantSinks | kVariantSoftmaxStats | kVariantPagedKv, "
             "/*warp_specialized=*/true") in text
     assert "/*uses_tma=*/true, /*persistent=*/true," in text    # SCHEDULING_MODE's default, 1
     assert "/*persistent=*/false," in render_registry(

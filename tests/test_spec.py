@@ -105,7 +105,7 @@ def test_to_dict_is_json_with_the_name():
 # causal (spec.MASKS): each must have a row in README's variant x family table.
 README_VARIANT_FLAGS = {
     "softcap": "-softcapping-scale-bmm1", "alibi": "-alibi", "bias": "-attention-bias",
-    "sinks": "-use-attention-sinks", "softmax_stats": "-save-softmax",
+    "sinks": "-use-attention-sinks", "softmax_stats": "-save-softmax", "paged_kv": "-paged-kv",
     "sliding_window": "-sliding-window-size", "bidirectional_sliding_window": "-bidirectional-sliding-window-mask",
     "chunked": "-chunked-attention-size", "custom": "-custom-mask",
 }

@@ -355,7 +355,7 @@ FMHA_DEVICE WarpUnit warp_unit(const Params& p, const Shape& shape, const UnitDi
     u.key_begin = keys.first + u.split * shape.keys_per_split;
     u.key_end = min_int(keys.last, u.key_begin + shape.keys_per_split);
     u.q_off = p.q_offsets[u.b];
-    u.kv_off = p.kv_offsets[u.b];
+    u.kv_off = p.kv_block_table != nullptr ? 0 : p.kv_offsets[u.b];  // paged: not read
     // A split past the sequence's keys writes nothing; the combine reads only live splits.
     // (With one split the unit always runs: a sequence without keys gets zero rows.)
     u.live = u.row0 < u.rows && !(shape.splits > 1 && u.key_begin >= keys.last);
@@ -402,6 +402,20 @@ FMHA_DEVICE void load_kv(uint4 (&k)[kPasses], uint4 (&v)[kPasses], const Params&
     using Element = typename Tr::Element;
     const Element* k_base = static_cast<const Element*>(p.k) + int64_t(u.g) * p.k_head_stride + sub * kElemsPerChunk;
     const Element* v_base = static_cast<const Element*>(p.v) + int64_t(u.g) * p.v_head_stride + sub * kElemsPerChunk;
+    if (p.kv_block_table != nullptr) {  // paged KV cache: each key's block from the table
+        const int* table = p.kv_block_table + int64_t(u.b) * p.kv_table_stride;
+        const int shift = __ffs(p.tokens_per_block) - 1;
+#pragma unroll
+        for (int i = 0; i < kPasses; ++i) {
+            const int key = pass_key<Tr, kPerGroup>(k0, i, grp);
+            const bool valid = key < u.key_end;
+            const int64_t block = valid ? __ldg(table + (key >> shift)) : 0;
+            const int64_t in_block = valid ? key & (p.tokens_per_block - 1) : 0;
+            k[i] = load_raw(k_base + block * p.k_block_stride + in_block * p.k_row_stride, valid);
+            v[i] = load_raw(v_base + block * p.v_block_stride + in_block * p.v_row_stride, valid);
+        }
+        return;
+    }
 #pragma unroll
     for (int i = 0; i < kPasses; ++i) {
         const int key = pass_key<Tr, kPerGroup>(k0, i, grp);
@@ -698,7 +712,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
     // keys, which stands for all of them (the tile's merge then writes zero rows).
     if (splits > 1 && key_begin >= keys.last && split > 0) return;
     const int q_off = p.q_offsets[b];
-    const int kv_off = p.kv_offsets[b];
 
     const uint32_t smem_q = smem_u32(smem);
     const uint32_t smem_k = smem_q + Tr::kSmemQ;                // kStages x [kBlockN, d]
@@ -720,20 +733,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
         }
     }
 
-    const Element* k_base = static_cast<const Element*>(p.k) + int64_t(kv_off) * p.k_row_stride +
-                            int64_t(g) * p.k_head_stride;
-    const Element* v_base = static_cast<const Element*>(p.v) + int64_t(kv_off) * p.v_row_stride +
-                            int64_t(g) * p.v_head_stride;
+    const auto k_rows = memory::key_rows<Element>(p, b, g);
+    const auto v_rows = memory::value_rows<Element>(p, b, g);
     const int n_blocks = key_end > key_begin ? ceil_div(key_end - key_begin, Tr::kBlockN) : 0;
     // Block j into stage j % kStages; keys past the split's end are zero-filled (P == 0
     // times stale shared memory could be NaN).
     const auto load_kv = [&](int j) {
         const int key0 = key_begin + j * Tr::kBlockN;
         const uint32_t stage = static_cast<uint32_t>(j % Tr::kStages);
-        Tr::LoaderK::template load<true>(smem_k + stage * Tr::kSmemK, k_base + int64_t(key0) * p.k_row_stride,
-                                         p.k_row_stride, key_end - key0, tid);
-        Tr::LoaderV::template load<true>(smem_v + stage * Tr::kSmemV, v_base + int64_t(key0) * p.v_row_stride,
-                                         p.v_row_stride, key_end - key0, tid);
+        Tr::LoaderK::template load_keys<true>(smem_k + stage * Tr::kSmemK, k_rows, key0, key_end - key0, tid);
+        Tr::LoaderV::template load_keys<true>(smem_v + stage * Tr::kSmemV, v_rows, key0, key_end - key0, tid);
     };
 #pragma unroll
     for (int j = 0; j < Tr::kStages - 1; ++j) {

@@ -123,16 +123,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
     if (m0 >= q_len) return;
     const int kv_len = p.kv_lens[tile.batch];
     const int q_off = p.q_offsets[tile.batch];
-    const int kv_off = p.kv_offsets[tile.batch];
     const int kv_head = tile.head / (p.h / p.h_kv);
     const int q_rows = min_int(q_len - m0, Tr::kBlockM);
 
     const Element* q = static_cast<const Element*>(p.q) + static_cast<int64_t>(q_off + m0) * p.q_row_stride +
                        static_cast<int64_t>(tile.head) * p.q_head_stride;
-    const Element* k = static_cast<const Element*>(p.k) + static_cast<int64_t>(kv_off) * p.k_row_stride +
-                       static_cast<int64_t>(kv_head) * p.k_head_stride;
-    const Element* v = static_cast<const Element*>(p.v) + static_cast<int64_t>(kv_off) * p.v_row_stride +
-                       static_cast<int64_t>(kv_head) * p.v_head_stride;
+    const auto k_rows = memory::key_rows<Element>(p, tile.batch, kv_head);
+    const auto v_rows = memory::value_rows<Element>(p, tile.batch, kv_head);
     Element* o = static_cast<Element*>(p.o) + static_cast<int64_t>(q_off + m0) * p.o_row_stride +
                  static_cast<int64_t>(tile.head) * p.o_head_stride;
 
@@ -175,13 +172,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
         // the blocks below it are whole (a local mask's first block starts at key >= 0).
         const auto load_k = [&](uint32_t dst, int nb, auto check_rows) {
             const int n0 = nb * Tr::kBlockN;
-            Tr::LoaderK::template load<decltype(check_rows)::value>(dst, k + n0 * p.k_row_stride,
-                                                                   p.k_row_stride, kv_len - n0, tid);
+            Tr::LoaderK::template load_keys<decltype(check_rows)::value>(dst, k_rows, n0, kv_len - n0, tid);
         };
         const auto load_v = [&](uint32_t dst, int nb, auto check_rows) {
             const int n0 = nb * Tr::kBlockN;
-            Tr::LoaderV::template load<decltype(check_rows)::value>(dst, v + n0 * p.v_row_stride,
-                                                                   p.v_row_stride, kv_len - n0, tid);
+            Tr::LoaderV::template load_keys<decltype(check_rows)::value>(dst, v_rows, n0, kv_len - n0, tid);
         };
         const int top = blk.end - 1;
 

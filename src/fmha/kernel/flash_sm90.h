@@ -39,7 +39,9 @@
 //   run time     every MaskType (padding, causal, sliding/bidirectional window, chunked;
 //                bottom-right aligned), var-len packed or padded
 //                storage via offsets/lens, GQA/MQA, s_q != s_kv, any row/head strides
-//                that are multiples of 8 elements, 16-byte aligned bases
+//                that are multiples of 8 elements, 16-byte aligned bases; a paged KV cache
+//                (Params::kv_block_table): the maps of K and V then span the pool, and the
+//                producer issues one copy per (min(tokens_per_block, kBlockN) keys, panel)
 // Storage extent: the TMA maps need the number of tokens each tensor holds. launch() takes
 // them from Params::q_tokens / kv_tokens (the driver fills them; 0 is refused with
 // cudaErrorInvalidValue, never guessed); launch_with_extents() takes them as arguments.
@@ -54,6 +56,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "fmha/epilogue/store_o_sm90.h"
 #include "fmha/kernel/launch_checks.h"
@@ -118,11 +121,11 @@ struct Traits {
 
     // setmaxnreg moves registers between the warpgroups of the CTA's launch allocation
     // (kLaunchRegs per thread, what __launch_bounds__ leaves): the producer gives up what the
-    // consumers take. Two consumers: 168 -> 32 frees 17408, 168 -> 232 takes 16384; three:
+    // consumers take. Two consumers: 168 -> 40 frees 16384, 168 -> 232 takes 16384; three:
     // 128 -> 32 frees 12288, 128 -> 160 takes 12288. (At 24 registers the producer's tile
-    // loop spilled.)
+    // loop spilled; with the paged-KV loads, so did d = 192 and 256 at 32.)
     static constexpr int kLaunchRegs = (65536 / kThreads) / 8 * 8 > 255 ? 255 : (65536 / kThreads) / 8 * 8;
-    static constexpr int kProducerRegs = 32;
+    static constexpr int kProducerRegs = kConsumerWarpgroups == 2 ? 40 : 32;
     static constexpr int kConsumerRegs = kConsumerWarpgroups == 2 ? 232 : 160;
     // The score modifiers this tile compiles: logit softcapping only at 232 consumer registers,
     // at 160 its tanh spilled (generator rules.VARIANT_EXCLUSIONS keeps kVariantSoftcap off
@@ -149,9 +152,16 @@ struct Traits {
 };
 
 // The kernel's TMA descriptors, by value in parameter space.
+// k and v: head-tile maps over token storage, or paged-tile maps over a paged KV cache's
+// pool (memory/tma_sm90.h).
 struct TmaMaps {
     CUtensorMap q, k, v;
 };
+
+// Keys per TMA copy from a paged KV cache: min(tokens_per_block, kPagedMaxBox), the largest
+// power of two dividing both the block and the key tile, so a copy never straddles either.
+template <class Tr>
+constexpr int kPagedMaxBox = Tr::kBlockN & -Tr::kBlockN;
 
 // Named barriers 1.. (0 is __syncthreads): consumer c waits on barrier 1 + c for its turn
 // and hands the turn over with an arrival on the next consumer's (round robin).
@@ -193,7 +203,7 @@ FMHA_DEVICE TileWork tile_work(const Params& p, int t, int m_blocks, int section
     w.active = w.m0 < w.q_len;
     w.kv_len = p.kv_lens[tile.batch];
     w.q_off = p.q_offsets[tile.batch];
-    w.kv_off = p.kv_offsets[tile.batch];
+    w.kv_off = p.kv_block_table != nullptr ? 0 : p.kv_offsets[tile.batch];  // paged: not read
     // Blocks no row of the tile sees (above the diagonal, outside a window) are skipped.
     const mask::Blocks blk =
         w.active ? mask::blocks(mask::Rows<kMask>::make(p, w.q_len, w.kv_len), w.m0,
@@ -256,6 +266,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         memory::tma_prefetch_map(&maps.q);
         memory::tma_prefetch_map(&maps.k);
         memory::tma_prefetch_map(&maps.v);
+        const bool paged = p.kv_block_table != nullptr;
         int kv_iter = 0, q_iter = 0;
         int t = blockIdx.x;
         for (int tile_iter = 0;; ++tile_iter) {
@@ -272,16 +283,33 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                 memory::mbar_arrive_expect_tx(q_full, Tr::kSmemQ);
                 memory::tma_load_head_tile(smem_q, &maps.q, q_full, w.q_off + w.m0, w.head);
                 ++q_iter;
-                for (int it = 0; it < w.n_blocks; ++it, ++kv_iter) {
-                    const int st = kv_iter % S;
-                    const uint32_t phase = (kv_iter / S) & 1;
-                    const int token = w.kv_off + (w.blk_end - 1 - it) * Tr::kBlockN;
-                    memory::mbar_wait(k_empty(st), phase ^ 1);
-                    memory::mbar_arrive_expect_tx(k_full(st), Tr::kSmemK);
-                    memory::tma_load_head_tile(smem_k + st * Tr::kSmemK, &maps.k, k_full(st), token, w.kv_head);
-                    memory::mbar_wait(v_empty(st), phase ^ 1);
-                    memory::mbar_arrive_expect_tx(v_full(st), Tr::kSmemV);
-                    memory::tma_load_head_tile(smem_v + st * Tr::kSmemV, &maps.v, v_full(st), token, w.kv_head);
+                // K and V of each key block into the ring; `load(dst, map, bar, key0)` issues
+                // one block's copies (one loop per storage, so neither holds the other's state).
+                const auto kv_blocks = [&](auto load) {
+                    for (int it = 0; it < w.n_blocks; ++it, ++kv_iter) {
+                        const int st = kv_iter % S;
+                        const uint32_t phase = (kv_iter / S) & 1;
+                        const int key0 = (w.blk_end - 1 - it) * Tr::kBlockN;
+                        memory::mbar_wait(k_empty(st), phase ^ 1);
+                        memory::mbar_arrive_expect_tx(k_full(st), Tr::kSmemK);
+                        load(smem_k + st * Tr::kSmemK, &maps.k, k_full(st), key0, std::false_type{});
+                        memory::mbar_wait(v_empty(st), phase ^ 1);
+                        memory::mbar_arrive_expect_tx(v_full(st), Tr::kSmemV);
+                        load(smem_v + st * Tr::kSmemV, &maps.v, v_full(st), key0, std::true_type{});
+                    }
+                };
+                if (paged) {
+                    const int* table = p.kv_block_table + int64_t(w.batch) * p.kv_table_stride;
+                    kv_blocks([&](uint32_t dst, const CUtensorMap* map, uint32_t bar, int key0, auto is_v) {
+                        constexpr int kPanels = (decltype(is_v)::value ? Tr::kHeadDimV : Tr::kHeadDim) /
+                                                memory::kTmaPanelCols;
+                        memory::tma_load_paged_tile<Tr::kBlockN, kPanels, kPagedMaxBox<Tr>>(
+                            dst, map, bar, table, key0, w.kv_len, p.tokens_per_block, w.kv_head, p.kv_pool_blocks);
+                    });
+                } else {
+                    kv_blocks([&](uint32_t dst, const CUtensorMap* map, uint32_t bar, int key0, auto) {
+                        memory::tma_load_head_tile(dst, map, bar, w.kv_off + key0, w.kv_head);
+                    });
                 }
             }
             if constexpr (Tr::kPersistent) {
@@ -540,13 +568,23 @@ cudaError_t launch_with_extents(const Params& p, int64_t q_tokens, int64_t kv_to
     TmaMaps maps;
     cudaError_t err = memory::make_head_tile_map<Element>(&maps.q, p.q, q_tokens, p.h, Tr::kHeadDim, p.q_row_stride,
                                                           p.q_head_stride, Tr::kBlockM);
-    if (err == cudaSuccess) {
+    if (err == cudaSuccess && p.kv_block_table != nullptr) {
+        const int box_rows = std::min(p.tokens_per_block, kPagedMaxBox<Tr>);
+        err = memory::make_paged_tile_map<Element>(&maps.k, p.k, p.kv_pool_blocks, p.tokens_per_block, p.h_kv,
+                                                   Tr::kHeadDim, p.k_row_stride, p.k_head_stride, p.k_block_stride,
+                                                   box_rows);
+        if (err == cudaSuccess) {
+            err = memory::make_paged_tile_map<Element>(&maps.v, p.v, p.kv_pool_blocks, p.tokens_per_block, p.h_kv,
+                                                       Tr::kHeadDimV, p.v_row_stride, p.v_head_stride,
+                                                       p.v_block_stride, box_rows);
+        }
+    } else if (err == cudaSuccess) {
         err = memory::make_head_tile_map<Element>(&maps.k, p.k, kv_tokens, p.h_kv, Tr::kHeadDim, p.k_row_stride,
                                                   p.k_head_stride, Tr::kBlockN);
-    }
-    if (err == cudaSuccess) {
-        err = memory::make_head_tile_map<Element>(&maps.v, p.v, kv_tokens, p.h_kv, Tr::kHeadDimV, p.v_row_stride,
-                                                  p.v_head_stride, Tr::kBlockN);
+        if (err == cudaSuccess) {
+            err = memory::make_head_tile_map<Element>(&maps.v, p.v, kv_tokens, p.h_kv, Tr::kHeadDimV,
+                                                      p.v_row_stride, p.v_head_stride, Tr::kBlockN);
+        }
     }
     if (err != cudaSuccess) return err;
     err = kernel::with_variant(

@@ -44,12 +44,25 @@ inline bool bias_fits(const Params& p) {
     return p.bias_row_stride >= p.s_kv_max && p.bias_batch_stride >= 0 && p.bias_head_stride >= 0;
 }
 
+// A paged KV cache's contract (Params::kv_block_table): blocks of a power of two >= 16
+// tokens, a table row long enough for the longest sequence, a pool of at least one block,
+// block strides in whole 16-byte chunks.
+inline bool paged_fits(const Params& p) {
+    if (p.kv_block_table == nullptr) return true;
+    const int t = p.tokens_per_block;
+    if (t < 16 || (t & (t - 1)) != 0) return false;
+    if (int64_t(p.kv_table_stride) * t < p.s_kv_max || p.kv_pool_blocks < 1) return false;
+    return p.k_block_stride > 0 && p.v_block_stride > 0 && p.k_block_stride % kElemsPerChunk == 0 &&
+           p.v_block_stride % kElemsPerChunk == 0;
+}
+
 //   d == kHeadDim, dv == kHeadDimV; b, h, h_kv >= 1, h % h_kv == 0; s_q_max >= 1
 //   b, h <= 65535 (grid y and z limits)
 //   scale_bmm1 finite and > 0 (the softmax tracks the max of the unscaled scores)
 //   a local mask's window or chunk as mask_fits says
 //   at most one score modifier: softcapping, ALiBi, a bias, a custom mask (softmax/score_mod.h)
 //   a bias as bias_fits says
+//   a paged KV cache as paged_fits says
 //   q/k/v/o 16-byte aligned, every stride a multiple of 8 elements (16-byte chunks)
 inline bool params_fit(const Params& p, int head_dim, int head_dim_v) {
     if (p.d != head_dim || p.dv != head_dim_v) return false;
@@ -57,7 +70,7 @@ inline bool params_fit(const Params& p, int head_dim, int head_dim_v) {
     if (p.h > 65535 || p.b > 65535) return false;
     if (!(p.scale_bmm1 > 0.f) || !std::isfinite(p.scale_bmm1)) return false;
     if (!mask_fits(p)) return false;
-    if (score_mods(p) > 1 || !bias_fits(p)) return false;
+    if (score_mods(p) > 1 || !bias_fits(p) || !paged_fits(p)) return false;
     const auto misaligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % kChunkBytes != 0; };
     if (misaligned(p.q) || misaligned(p.k) || misaligned(p.v) || misaligned(p.o)) return false;
     const int64_t strides[] = {p.q_row_stride, p.q_head_stride, p.k_row_stride, p.k_head_stride,

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "fmha/memory/cp_async.h"
+#include "fmha/memory/kv_rows.h"
 #include "fmha/memory/smem_layout.h"
 
 namespace fmha {
@@ -53,6 +54,39 @@ struct TileLoader {
                     const Element* src = gmem + row * row_stride + chunk * kElemsPerChunk;
                     cp_async_16(smem_base + Layout::offset(row, chunk), ok ? src : gmem, ok);
                 }
+            }
+        }
+    }
+
+    // As load, for the key rows key0, key0 + 1, ... of `rows` (memory/kv_rows.h): token
+    // storage takes load's path; a paged cache looks up each row's block (rows >= valid_rows
+    // are neither looked up nor read) in load_paged.
+    template <bool kCheckRows, typename Element, bool kIsV>
+    static FMHA_DEVICE void load_keys(uint32_t smem_base, const KvRows<Element, kIsV>& rows, int key0,
+                                      int valid_rows, int tid) {
+        if (!rows.paged()) {
+            load<kCheckRows>(smem_base, rows.base + int64_t(key0) * rows.row_stride(), rows.row_stride(), valid_rows,
+                             tid);
+        } else {
+            load_paged<kCheckRows>(smem_base, rows, key0, valid_rows, tid);
+        }
+    }
+
+    // Not inlined and not unrolled: the kernels that call load_keys run their main loops at
+    // the register limit, and the paged path then costs them no registers there (the
+    // cp.asyncs do not wait, so the rolled loop only adds a table lookup per row to the issue).
+    template <bool kCheckRows, typename Element, bool kIsV>
+    static __device__ __noinline__ void load_paged(uint32_t smem_base, const KvRows<Element, kIsV> rows, int key0,
+                                                   int valid_rows, int tid) {
+#pragma unroll 1
+        for (int it = 0; it < kIters; ++it) {
+            const int idx = tid + it * kThreads;
+            const int row = idx / kChunks;
+            const int chunk = idx % kChunks;
+            if (kTotal % kThreads == 0 || idx < kTotal) {
+                const bool ok = chunk < kValidChunks && (!kCheckRows || row < valid_rows);
+                const Element* src = ok ? rows.row(key0 + row) + chunk * kElemsPerChunk : rows.base;
+                cp_async_16(smem_base + Layout::offset(row, chunk), src, ok);
             }
         }
     }

@@ -79,6 +79,32 @@ cudaError_t make_head_tile_map(CUtensorMap* map, const void* base, int64_t token
     return encode_tiled(map, type, 4, base, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
+// A paged KV cache's map (params.h, Params::kv_block_table): every block of the pool holds
+// tokens_per_block rows of each head; one copy lands box_rows rows of one 64-column panel:
+//   dim0 = 64 columns, dim1 = row in the block (row_stride), dim2 = panel (128 bytes),
+//   dim3 = head (head_stride), dim4 = block (block_stride); box {64, box_rows, 1, 1, 1}.
+// Blocks past the pool's end read as zeros (how the kernel fills the keys past a sequence).
+template <typename Element>
+cudaError_t make_paged_tile_map(CUtensorMap* map, const void* base, int blocks, int tokens_per_block, int heads,
+                                int d, int64_t row_stride, int64_t head_stride, int64_t block_stride, int box_rows) {
+    if (d % kTmaPanelCols != 0 || box_rows < 1 || box_rows > tokens_per_block || box_rows > kTmaMaxBoxRows ||
+        blocks < 1) {
+        return cudaErrorInvalidValue;
+    }
+    constexpr int64_t kElem = 2;
+    const CUtensorMapDataType type =
+        ElementTraits<Element>::kIsBf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    const cuuint64_t dims[5] = {static_cast<cuuint64_t>(kTmaPanelCols), static_cast<cuuint64_t>(tokens_per_block),
+                                static_cast<cuuint64_t>(d / kTmaPanelCols), static_cast<cuuint64_t>(heads),
+                                static_cast<cuuint64_t>(blocks)};
+    const cuuint64_t strides[4] = {
+        static_cast<cuuint64_t>(row_stride * kElem), static_cast<cuuint64_t>(kTmaPanelRowBytes),
+        static_cast<cuuint64_t>(head_stride * kElem), static_cast<cuuint64_t>(block_stride * kElem)};
+    const cuuint32_t box[5] = {static_cast<cuuint32_t>(kTmaPanelCols), static_cast<cuuint32_t>(box_rows), 1u, 1u,
+                               1u};
+    return encode_tiled(map, type, 5, base, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+}
+
 // ---------------------------------------------------------------------------------------
 // Device. `bar` is the shared-memory mbarrier the copy's bytes complete on; coordinates
 // are in elements, innermost first.
@@ -111,9 +137,40 @@ FMHA_DEVICE void tma_load_4d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
         : "memory");
 }
 
+FMHA_DEVICE void tma_load_5d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1, int c2, int c3,
+                             int c4) {
+    asm volatile(
+        "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6, "
+        "%7}], [%2];\n" ::"r"(dst),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
+        : "memory");
+}
+
 // Loads the [box_rows, d] tile of `head` starting at `token` (map from make_head_tile_map).
 FMHA_DEVICE void tma_load_head_tile(uint32_t dst, const CUtensorMap* map, uint32_t bar, int token, int head) {
     tma_load_4d(dst, map, bar, 0, token, 0, head);
+}
+
+// The same [kRows, kPanels * 64] tile (panel after panel, the head-tile layout) from a paged
+// KV cache (map from make_paged_tile_map): keys key0 .. key0 + kRows - 1 of one sequence, one
+// copy per (box, panel), a box being min(tokens_per_block, kMaxBox) keys (kMaxBox: a power
+// of two dividing kRows; tokens_per_block a power of two). `table`: the sequence's
+// block-table row; a box at or past kv_len is not looked up and reads the block past the
+// pool's end, i.e. zeros (so the mbarrier's byte count is the whole tile's either way).
+template <int kRows, int kPanels, int kMaxBox>
+FMHA_DEVICE void tma_load_paged_tile(uint32_t dst, const CUtensorMap* map, uint32_t bar, const int* table, int key0,
+                                     int kv_len, int tokens_per_block, int head, int pool_blocks) {
+    const int box_rows = min_int(tokens_per_block, kMaxBox);
+    const int block_shift = __ffs(tokens_per_block) - 1;
+    for (int r = 0; r < kRows; r += box_rows) {
+        const int key = key0 + r;
+        const int block = key < kv_len ? __ldg(table + (key >> block_shift)) : pool_blocks;
+        const int in_block = key & (tokens_per_block - 1);
+#pragma unroll
+        for (int c = 0; c < kPanels; ++c) {
+            tma_load_5d(dst + (c * kRows + r) * kTmaPanelRowBytes, map, bar, 0, in_block, c, head, block);
+        }
+    }
 }
 
 }  // namespace memory

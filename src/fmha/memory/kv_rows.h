@@ -1,0 +1,61 @@
+// Where the key rows of one (sequence, KV head) live: token storage, one row every
+// row_stride elements from the sequence's first token, or a paged KV cache, rows in blocks
+// of a pool found through the sequence's row of the block table (params.h,
+// Params::kv_block_table). The families' loaders ask KvRows for row j's address; the
+// contiguous case is the plain pointer arithmetic it always was.
+//
+// KvRows keeps a pointer and the sequence index in registers and reads strides, the table
+// and the block size from the kernel's __grid_constant__ Params each time (constant-bank
+// operands, no registers): the loaders run inside the kernels' main loops.
+#pragma once
+
+#include <cstdint>
+
+#include "fmha/utils.h"
+#include "params.h"
+
+namespace fmha {
+namespace memory {
+
+// kIsV: V's rows (v, v_*), else K's.
+template <typename Element, bool kIsV>
+struct KvRows {
+    const Params& p;
+    const Element* base;  // token storage: key 0 of the sequence; paged: the pool; head applied
+    int batch;
+
+    FMHA_DEVICE bool paged() const { return p.kv_block_table != nullptr; }
+    FMHA_DEVICE int64_t row_stride() const { return kIsV ? p.v_row_stride : p.k_row_stride; }
+
+    // Key j's column 0. Paged: reads the table entry of j's block, so j must be one of the
+    // sequence's keys.
+    FMHA_DEVICE const Element* row(int j) const {
+        if (!paged()) return base + int64_t(j) * row_stride();
+        const int shift = __ffs(p.tokens_per_block) - 1;
+        const int block = __ldg(p.kv_block_table + int64_t(batch) * p.kv_table_stride + (j >> shift));
+        const int in_block = j & (p.tokens_per_block - 1);
+        return base + int64_t(block) * (kIsV ? p.v_block_stride : p.k_block_stride) + int64_t(in_block) * row_stride();
+    }
+};
+
+// K's (kIsV false) or V's rows of sequence `batch`, KV head `kv_head`.
+template <typename Element, bool kIsV>
+FMHA_DEVICE KvRows<Element, kIsV> kv_rows(const Params& p, int batch, int kv_head) {
+    const Element* t = static_cast<const Element*>(kIsV ? p.v : p.k);
+    const int64_t head = int64_t(kv_head) * (kIsV ? p.v_head_stride : p.k_head_stride);
+    const int64_t first = p.kv_block_table != nullptr ? 0 : int64_t(p.kv_offsets[batch]) * (kIsV ? p.v_row_stride : p.k_row_stride);
+    return KvRows<Element, kIsV>{p, t + first + head, batch};
+}
+
+template <typename Element>
+FMHA_DEVICE KvRows<Element, false> key_rows(const Params& p, int batch, int kv_head) {
+    return kv_rows<Element, false>(p, batch, kv_head);
+}
+
+template <typename Element>
+FMHA_DEVICE KvRows<Element, true> value_rows(const Params& p, int batch, int kv_head) {
+    return kv_rows<Element, true>(p, batch, kv_head);
+}
+
+}  // namespace memory
+}  // namespace fmha
