@@ -741,8 +741,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
     const auto load_kv = [&](int j) {
         const int key0 = key_begin + j * Tr::kBlockN;
         const uint32_t stage = static_cast<uint32_t>(j % Tr::kStages);
-        Tr::LoaderK::template load_keys<true>(smem_k + stage * Tr::kSmemK, k_rows, key0, key_end - key0, tid);
-        Tr::LoaderV::template load_keys<true>(smem_v + stage * Tr::kSmemV, v_rows, key0, key_end - key0, tid);
+        Tr::LoaderK::template load_keys<true, memory::PagedCopies::kUnrolled>(smem_k + stage * Tr::kSmemK, p, k_rows, key0, key_end - key0, tid);
+        Tr::LoaderV::template load_keys<true, memory::PagedCopies::kUnrolled>(smem_v + stage * Tr::kSmemV, p, v_rows, key0, key_end - key0, tid);
     };
 #pragma unroll
     for (int j = 0; j < Tr::kStages - 1; ++j) {

@@ -172,11 +172,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
         // the blocks below it are whole (a local mask's first block starts at key >= 0).
         const auto load_k = [&](uint32_t dst, int nb, auto check_rows) {
             const int n0 = nb * Tr::kBlockN;
-            Tr::LoaderK::template load_keys<decltype(check_rows)::value>(dst, k_rows, n0, kv_len - n0, tid);
+            Tr::LoaderK::template load_keys<decltype(check_rows)::value, memory::PagedCopies::kCall>(dst, p, k_rows, n0, kv_len - n0, tid);
         };
         const auto load_v = [&](uint32_t dst, int nb, auto check_rows) {
             const int n0 = nb * Tr::kBlockN;
-            Tr::LoaderV::template load_keys<decltype(check_rows)::value>(dst, v_rows, n0, kv_len - n0, tid);
+            Tr::LoaderV::template load_keys<decltype(check_rows)::value, memory::PagedCopies::kCall>(dst, p, v_rows, n0, kv_len - n0, tid);
         };
         const int top = blk.end - 1;
 

@@ -123,7 +123,7 @@ struct Traits {
     // (kLaunchRegs per thread, what __launch_bounds__ leaves): the producer gives up what the
     // consumers take. Two consumers: 168 -> 40 frees 16384, 168 -> 232 takes 16384; three:
     // 128 -> 32 frees 12288, 128 -> 160 takes 12288. (At 24 registers the producer's tile
-    // loop spilled; with the paged-KV loads, so did d = 192 and 256 at 32.)
+    // loop spilled; with a paged KV cache's loop, so did d = 256 at 32.)
     static constexpr int kLaunchRegs = (65536 / kThreads) / 8 * 8 > 255 ? 255 : (65536 / kThreads) / 8 * 8;
     static constexpr int kProducerRegs = kConsumerWarpgroups == 2 ? 40 : 32;
     static constexpr int kConsumerRegs = kConsumerWarpgroups == 2 ? 232 : 160;
@@ -262,66 +262,89 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         // Producer: per tile Q, then key blocks from the last one down, the order the
         // consumers take them. The ring position (kv_iter) runs on across tiles.
         setmaxnreg_dec<Tr::kProducerRegs>();
-        if (tid != 0) return;
-        memory::tma_prefetch_map(&maps.q);
-        memory::tma_prefetch_map(&maps.k);
-        memory::tma_prefetch_map(&maps.v);
-        const bool paged = p.kv_block_table != nullptr;
-        int kv_iter = 0, q_iter = 0;
-        int t = blockIdx.x;
-        for (int tile_iter = 0;; ++tile_iter) {
-            if constexpr (Tr::kPersistent) {
-                const int slot = tile_iter & 1;
-                memory::mbar_wait(tile_empty(slot), ((tile_iter >> 1) & 1) ^ 1);
-                asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(tile_slot0 + 4u * slot), "r"(t) : "memory");
-                memory::mbar_arrive(tile_full(slot));
+        // Token storage: one thread walks the tiles and issues the copies. A paged KV cache:
+        // one warp walks them; lane 0 issues Q's copies, and every lane looks up one box's
+        // block and copies that box. Two loops, so that each fits the producer's registers.
+        const auto produce = [&](auto paged_c) {
+            constexpr bool kPaged = decltype(paged_c)::value;
+            const int lane = tid;
+            const bool leader = !kPaged || lane == 0;
+            if (leader) {
+                memory::tma_prefetch_map(&maps.q);
+                memory::tma_prefetch_map(&maps.k);
+                memory::tma_prefetch_map(&maps.v);
             }
-            if (t >= num_tiles) break;
-            const TileWork w = tile_work<Tr, kMask>(p, t, m_blocks, section);
-            if (w.n_blocks > 0) {
-                memory::mbar_wait(q_empty, (q_iter & 1) ^ 1);
-                memory::mbar_arrive_expect_tx(q_full, Tr::kSmemQ);
-                memory::tma_load_head_tile(smem_q, &maps.q, q_full, w.q_off + w.m0, w.head);
-                ++q_iter;
-                // K and V of each key block into the ring; `load(dst, map, bar, key0)` issues
-                // one block's copies (one loop per storage, so neither holds the other's state).
-                const auto kv_blocks = [&](auto load) {
+            int kv_iter = 0, q_iter = 0;
+            int t = blockIdx.x;
+            for (int tile_iter = 0;; ++tile_iter) {
+                if constexpr (Tr::kPersistent) {
+                    const int slot = tile_iter & 1;
+                    memory::mbar_wait(tile_empty(slot), ((tile_iter >> 1) & 1) ^ 1);
+                    if (leader) {
+                        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(tile_slot0 + 4u * slot), "r"(t) : "memory");
+                        memory::mbar_arrive(tile_full(slot));
+                    }
+                }
+                if (t >= num_tiles) break;
+                const TileWork w = tile_work<Tr, kMask>(p, t, m_blocks, section);
+                if (w.n_blocks > 0) {
+                    memory::mbar_wait(q_empty, (q_iter & 1) ^ 1);
+                    if (leader) {
+                        memory::mbar_arrive_expect_tx(q_full, Tr::kSmemQ);
+                        memory::tma_load_head_tile(smem_q, &maps.q, q_full, w.q_off + w.m0, w.head);
+                    }
+                    ++q_iter;
+                    // K and V of each key block into the ring.
                     for (int it = 0; it < w.n_blocks; ++it, ++kv_iter) {
                         const int st = kv_iter % S;
                         const uint32_t phase = (kv_iter / S) & 1;
                         const int key0 = (w.blk_end - 1 - it) * Tr::kBlockN;
                         memory::mbar_wait(k_empty(st), phase ^ 1);
-                        memory::mbar_arrive_expect_tx(k_full(st), Tr::kSmemK);
-                        load(smem_k + st * Tr::kSmemK, &maps.k, k_full(st), key0, std::false_type{});
+                        if (leader) memory::mbar_arrive_expect_tx(k_full(st), Tr::kSmemK);
+                        if constexpr (kPaged) {
+                            memory::tma_load_paged_box<Tr::kBlockN, Tr::kHeadDim / memory::kTmaPanelCols,
+                                                       kPagedMaxBox<Tr>>(
+                                smem_k + st * Tr::kSmemK, &maps.k, k_full(st),
+                                p.kv_block_table + int64_t(w.batch) * p.kv_table_stride, key0, w.kv_len,
+                                p.tokens_per_block, w.kv_head, p.kv_pool_blocks, lane);
+                        } else {
+                            memory::tma_load_head_tile(smem_k + st * Tr::kSmemK, &maps.k, k_full(st),
+                                                       w.kv_off + key0, w.kv_head);
+                        }
                         memory::mbar_wait(v_empty(st), phase ^ 1);
-                        memory::mbar_arrive_expect_tx(v_full(st), Tr::kSmemV);
-                        load(smem_v + st * Tr::kSmemV, &maps.v, v_full(st), key0, std::true_type{});
+                        if (leader) memory::mbar_arrive_expect_tx(v_full(st), Tr::kSmemV);
+                        if constexpr (kPaged) {
+                            memory::tma_load_paged_box<Tr::kBlockN, Tr::kHeadDimV / memory::kTmaPanelCols,
+                                                       kPagedMaxBox<Tr>>(
+                                smem_v + st * Tr::kSmemV, &maps.v, v_full(st),
+                                p.kv_block_table + int64_t(w.batch) * p.kv_table_stride, key0, w.kv_len,
+                                p.tokens_per_block, w.kv_head, p.kv_pool_blocks, lane);
+                        } else {
+                            memory::tma_load_head_tile(smem_v + st * Tr::kSmemV, &maps.v, v_full(st),
+                                                       w.kv_off + key0, w.kv_head);
+                        }
                     }
-                };
-                if (paged) {
-                    const int* table = p.kv_block_table + int64_t(w.batch) * p.kv_table_stride;
-                    kv_blocks([&](uint32_t dst, const CUtensorMap* map, uint32_t bar, int key0, auto is_v) {
-                        constexpr int kPanels = (decltype(is_v)::value ? Tr::kHeadDimV : Tr::kHeadDim) /
-                                                memory::kTmaPanelCols;
-                        memory::tma_load_paged_tile<Tr::kBlockN, kPanels, kPagedMaxBox<Tr>>(
-                            dst, map, bar, table, key0, w.kv_len, p.tokens_per_block, w.kv_head, p.kv_pool_blocks);
-                    });
+                }
+                if constexpr (Tr::kPersistent) {
+                    // Every CTA draws until it gets an index past the end: num_tiles - gridDim.x
+                    // real draws plus one per CTA, so the draw that returns num_tiles - 1 is the
+                    // launch's last, and the counter is free to go back to 0.
+                    int drawn = 0;
+                    if (leader) {
+                        drawn = atomicAdd(p.tile_counter, 1);
+                        if (drawn == num_tiles - 1) atomicExch(p.tile_counter, 0);
+                    }
+                    if constexpr (kPaged) drawn = __shfl_sync(0xffffffffu, drawn, 0);
+                    t = static_cast<int>(gridDim.x) + drawn;
                 } else {
-                    kv_blocks([&](uint32_t dst, const CUtensorMap* map, uint32_t bar, int key0, auto) {
-                        memory::tma_load_head_tile(dst, map, bar, w.kv_off + key0, w.kv_head);
-                    });
+                    t = num_tiles;
                 }
             }
-            if constexpr (Tr::kPersistent) {
-                // Every CTA draws until it gets an index past the end: num_tiles - gridDim.x
-                // real draws plus one per CTA, so the draw that returns num_tiles - 1 is the
-                // launch's last, and the counter is free to go back to 0.
-                const int drawn = atomicAdd(p.tile_counter, 1);
-                if (drawn == num_tiles - 1) atomicExch(p.tile_counter, 0);
-                t = static_cast<int>(gridDim.x) + drawn;
-            } else {
-                t = num_tiles;
-            }
+        };
+        if (p.kv_block_table != nullptr) {
+            if (tid < kWarpSize) produce(std::true_type{});
+        } else if (tid == 0) {
+            produce(std::false_type{});
         }
         return;
     }

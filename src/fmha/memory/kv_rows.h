@@ -5,8 +5,9 @@
 // contiguous case is the plain pointer arithmetic it always was.
 //
 // KvRows keeps a pointer and the sequence index in registers and reads strides, the table
-// and the block size from the kernel's __grid_constant__ Params each time (constant-bank
-// operands, no registers): the loaders run inside the kernels' main loops.
+// and the block size from the kernel's __grid_constant__ Params, passed to each call (so they
+// stay constant-bank operands, not registers or loads): the loaders run inside the kernels'
+// main loops.
 #pragma once
 
 #include <cstdint>
@@ -17,24 +18,29 @@
 namespace fmha {
 namespace memory {
 
-// kIsV: V's rows (v, v_*), else K's.
+// kIsV: V's rows (v, v_*), else K's. The Params passed to the methods must be the ones the
+// rows came from (kv_rows).
 template <typename Element, bool kIsV>
 struct KvRows {
-    const Params& p;
     const Element* base;  // token storage: key 0 of the sequence; paged: the pool; head applied
     int batch;
 
-    FMHA_DEVICE bool paged() const { return p.kv_block_table != nullptr; }
-    FMHA_DEVICE int64_t row_stride() const { return kIsV ? p.v_row_stride : p.k_row_stride; }
+    static FMHA_DEVICE bool paged(const Params& p) { return p.kv_block_table != nullptr; }
+    static FMHA_DEVICE int64_t row_stride(const Params& p) { return kIsV ? p.v_row_stride : p.k_row_stride; }
+    // Paged: elements between two blocks of the pool, and the sequence's block-table row.
+    static FMHA_DEVICE int64_t block_stride(const Params& p) { return kIsV ? p.v_block_stride : p.k_block_stride; }
+    FMHA_DEVICE const int* table_row(const Params& p) const {
+        return p.kv_block_table + int64_t(batch) * p.kv_table_stride;
+    }
 
     // Key j's column 0. Paged: reads the table entry of j's block, so j must be one of the
     // sequence's keys.
-    FMHA_DEVICE const Element* row(int j) const {
-        if (!paged()) return base + int64_t(j) * row_stride();
+    FMHA_DEVICE const Element* row(const Params& p, int j) const {
+        if (!paged(p)) return base + int64_t(j) * row_stride(p);
         const int shift = __ffs(p.tokens_per_block) - 1;
-        const int block = __ldg(p.kv_block_table + int64_t(batch) * p.kv_table_stride + (j >> shift));
+        const int block = __ldg(table_row(p) + (j >> shift));
         const int in_block = j & (p.tokens_per_block - 1);
-        return base + int64_t(block) * (kIsV ? p.v_block_stride : p.k_block_stride) + int64_t(in_block) * row_stride();
+        return base + int64_t(block) * block_stride(p) + int64_t(in_block) * row_stride(p);
     }
 };
 
@@ -43,8 +49,9 @@ template <typename Element, bool kIsV>
 FMHA_DEVICE KvRows<Element, kIsV> kv_rows(const Params& p, int batch, int kv_head) {
     const Element* t = static_cast<const Element*>(kIsV ? p.v : p.k);
     const int64_t head = int64_t(kv_head) * (kIsV ? p.v_head_stride : p.k_head_stride);
-    const int64_t first = p.kv_block_table != nullptr ? 0 : int64_t(p.kv_offsets[batch]) * (kIsV ? p.v_row_stride : p.k_row_stride);
-    return KvRows<Element, kIsV>{p, t + first + head, batch};
+    const int64_t first =
+        p.kv_block_table != nullptr ? 0 : int64_t(p.kv_offsets[batch]) * (kIsV ? p.v_row_stride : p.k_row_stride);
+    return KvRows<Element, kIsV>{t + first + head, batch};
 }
 
 template <typename Element>
