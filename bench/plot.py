@@ -28,7 +28,7 @@ STYLE = {  # implementation -> (label, colour, marker); ours drawn thicker and o
     "cudnn": ("SDPA cuDNN", "tab:green", "^"),
     "efficient": ("SDPA efficient", "tab:orange", "v"),
 }
-SPLIT_FIELDS = ("b", "h", "h_kv", "s_q", "window", "softcap")  # panel keys when not determined by s
+SPLIT_FIELDS = ("b", "h", "h_kv", "s_q", "window", "softcap", "paged", "bias", "custom")  # panel keys when not determined by s
 PANEL_INCHES = (4.4, 3.3)
 MIN_WIDTH_INCHES = 9.0  # room for the title, legend and footer above and below one panel
 
@@ -72,6 +72,12 @@ def panel_title(shared: dict) -> str:
         parts.append(f"window {shared['window']}")
     if shared.get("softcap"):
         parts.append(f"softcap {shared['softcap']:g}")
+    if shared.get("paged"):
+        parts.append(f"paged {shared['paged']}")
+    if shared.get("bias"):
+        parts.append("bias")
+    if shared.get("custom"):
+        parts.append("custom mask")
     return ", ".join(parts)
 
 

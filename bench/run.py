@@ -173,7 +173,7 @@ def sdpa_timer(torch, who: str, runs: int, repeats: int, warm_up: int) -> Timer:
 
     def time_sdpa(p: Problem, dtype: str) -> Timing:
         if p.variant:
-            return Timing(NAN, f"{who}: SDPA has no sliding window or softcapping")
+            return Timing(NAN, f"{who}: SDPA has no sliding window, softcapping or paged KV cache")
         tdtype = getattr(torch, DTYPES[dtype].torch)
         n_sets = 1 if p.bytes(DTYPES[dtype].bytes) > ROTATE_BELOW_BYTES else 3
         try:
@@ -182,6 +182,15 @@ def sdpa_timer(torch, who: str, runs: int, repeats: int, warm_up: int) -> Timer:
                      torch.randn(p.b, p.h_kv, p.s, p.d, device="cuda", dtype=tdtype)) for _ in range(n_sets)]
         except torch.cuda.OutOfMemoryError:
             return Timing(NAN, f"{who}: out of memory for the inputs")
+        if p.bias or p.custom:  # ours: a bias per (batch, head); a bit mask per (batch, row), shared by the heads
+            try:
+                masks = [torch.randn(p.b, p.h, p.s_q, p.s, device="cuda", dtype=tdtype) if p.bias
+                         else torch.rand(p.b, 1, p.s_q, p.s, device="cuda") < 0.5 for _ in sets]
+            except torch.cuda.OutOfMemoryError:
+                return Timing(NAN, f"{who}: out of memory for the attn_mask")
+            sets = [(q, k, v, m) for (q, k, v), m in zip(sets, masks)]
+            us, why = attempt(sets, enable_gqa=p.h_kv != p.h)
+            return Timing(us, f"{who}: {why}" if why else "")
         if p.h_kv == p.h:
             us, why = attempt(sets, is_causal=p.causal)
             return Timing(us, f"{who}: {why}" if why else "")

@@ -38,6 +38,12 @@ class Problem:
     # same suite is the comparison: fmha.exe's own kernel without the variant.
     window: int = 0      # sliding-window causal mask: W keys up to the row's own (-sliding-window-size)
     softcap: float = 0.0  # logit softcapping cap (-softcapping-scale-bmm1)
+    paged: int = 0       # K/V in a paged cache of blocks of this many tokens (-paged-kv -tokens-per-block)
+    # Variants SDPA has as an attn_mask (so its rows are measured): an additive [b, h, s_q, s]
+    # bias (-attention-bias; a float mask) and a random bit per (sequence, row, key), half of
+    # them set (-custom-mask; a bool mask [b, 1, s_q, s]).
+    bias: bool = False
+    custom: bool = False
 
     def __post_init__(self):
         if self.h % self.h_kv:
@@ -47,16 +53,22 @@ class Problem:
             raise ValueError("a causal problem needs s_q == s to compare with SDPA")
         if self.window and not (self.causal and 1 <= self.window <= self.s):
             raise ValueError("a sliding window is causal, with 1 <= window <= s")
+        if self.paged not in (0, 16, 32, 64, 128):
+            raise ValueError("a paged KV cache has blocks of 16, 32, 64 or 128 tokens")
+        if (self.bias or self.custom) and (self.causal or self.bias == self.custom):
+            raise ValueError("a bias or a custom mask, one of them, on a non-causal problem")
 
     @property
     def variant(self) -> bool:
         """Whether the problem asks for something SDPA does not offer."""
-        return bool(self.window or self.softcap)
+        return bool(self.window or self.softcap or self.paged)
 
     def pairs(self) -> float:
         """(query, key) pairs the mask leaves per (batch, head). Causal is bottom-right aligned
         and keeps the diagonal, as fmha.exe counts: s_q·(s - s_q) + s_q·(s_q + 1)/2; a sliding
         window of W leaves min(p + 1, W) keys to the query at position p."""
+        if self.custom:  # half the bits are set; fmha.exe counts the visible pairs
+            return self.s_q * self.s / 2
         if not self.causal:
             return float(self.s_q * self.s)
         if self.window:
@@ -71,49 +83,60 @@ class Problem:
         """The fewest bytes to move: Q and O once, K and V once per KV head (not per query head)."""
         q_and_o = 2 * self.b * self.h * self.s_q * self.d
         k_and_v = 2 * self.b * self.h_kv * self.s * self.d
-        return float(elt * (q_and_o + k_and_v))
+        bias = self.b * self.h * self.s_q * self.s if self.bias else 0
+        return float(elt * (q_and_o + k_and_v + bias))
 
     def fmha_args(self) -> list[str]:
         args = ["-b", self.b, "-h", self.h, "-d", self.d, "-s", self.s]
         if self.h_kv != self.h:
             args += ["-gqa", self.h_kv]
+        if self.paged:  # a layout of its own: Q apart, K and V in the pool
+            args += ["-paged-kv", "-tokens-per-block", self.paged]
         if self.s_q != self.s:  # the default packed QKV layout needs s_q == s
-            args += ["-s-q", self.s_q, "-separate-q-k-v"]
+            args += ["-s-q", self.s_q] + ([] if self.paged else ["-separate-q-k-v"])
         if self.causal:
             args.append("-causal-mask")
         if self.window:
             args += ["-sliding-window-size", self.window]
         if self.softcap:
             args += ["-softcapping-scale-bmm1", f"{self.softcap:g}"]
+        if self.bias:
+            args.append("-attention-bias")
+        if self.custom:
+            args.append("-custom-mask")
         return [str(a) for a in args]
 
     def mask_label(self) -> str:
         """The table's causal cell: no, yes, or the window; a softcap follows."""
         cell = f"window {self.window}" if self.window else ("yes" if self.causal else "no")
-        return cell + (f", softcap {self.softcap:g}" if self.softcap else "")
+        return (cell + (f", softcap {self.softcap:g}" if self.softcap else "") + (", bias" if self.bias else "")
+                + (", custom mask" if self.custom else "") + (f", paged {self.paged}" if self.paged else ""))
 
     def label(self) -> str:
         heads = f"{self.h}" if self.h == self.h_kv else f"{self.h}/{self.h_kv}"
         length = f"{self.s}" if self.s_q == self.s else f"{self.s_q}/{self.s}"
         return (f"b={self.b} h={heads} s={length} d={self.d}{' causal' if self.causal else ''}"
-                + (f" window={self.window}" if self.window else "") + (f" softcap={self.softcap:g}" if self.softcap else ""))
+                + (f" window={self.window}" if self.window else "") + (f" softcap={self.softcap:g}" if self.softcap else "")
+                + (" bias" if self.bias else "") + (" custom-mask" if self.custom else "")
+                + (f" paged={self.paged}" if self.paged else ""))
 
     @classmethod
     def from_row(cls, row: dict) -> Problem:
         """The problem of a CSV row (values may be strings; the variant columns may be absent,
         in CSVs written before they existed)."""
-        causal = row["causal"]
-        if isinstance(causal, str):
-            causal = causal.strip().lower() in ("true", "1", "yes")
+        def flag(raw) -> bool:
+            return raw.strip().lower() in ("true", "1", "yes") if isinstance(raw, str) else bool(raw)
+
         values = {}
         for f in fields(cls):
-            if f.name == "causal":
-                continue
             raw = row.get(f.name)
             if raw in (None, "") and f.name not in REQUIRED_FIELDS:
                 continue  # the field's default
-            values[f.name] = float(raw) if f.type in (float, "float") else int(float(raw))
-        return cls(**values, causal=causal)
+            if f.type in (bool, "bool"):
+                values[f.name] = flag(raw)
+            else:
+                values[f.name] = float(raw) if f.type in (float, "float") else int(float(raw))
+        return cls(**values)
 
 
 PROBLEM_FIELDS = tuple(f.name for f in fields(Problem))
@@ -153,20 +176,28 @@ SUITES = {suite.name: suite for suite in (
           "the seed configs: b=1, h=12, d=128, s 2k/4k/8k, bf16, causal and not", dtype="bf16"),
     Suite("decode", "gbs",
           tuple(Problem(30720, h, h, 1, 2, d, False) for d, h in product((128, 256), (16, 32)))
-          + tuple(Problem(b, 32, 8, 1, s, 128, False) for b, s in product((1, 8, 64), (4096, 16384, 65536))),
+          + tuple(Problem(b, 32, 8, 1, s, 128, False) for b, s in product((1, 8, 64), (4096, 16384, 65536)))
+          + tuple(Problem(b, 32, 8, 1, s, 128, False, paged=t) for b, s, t in ((8, 16384, 16), (8, 16384, 128),
+                                                                              (64, 4096, 16))),
           "s_q = 1 against a 2-token KV (b=30720, h 16/32, d 128/256) and a long GQA KV cache "
-          "(b 1/8/64, h=32 over 8 KV heads, s 4k/16k/64k, d=128), ANCHORS.md's decode cases; a "
-          "bandwidth problem, so GB/s (bytes really moved), next to the copy bandwidth measured "
-          "in the same run"),
+          "(b 1/8/64, h=32 over 8 KV heads, s 4k/16k/64k, d=128), ANCHORS.md's decode cases, and "
+          "three of the long caches paged (blocks of 16 and 128 tokens; SDPA has no paged cache: "
+          "the same problem's dense row is the comparison); a bandwidth problem, so GB/s (bytes "
+          "really moved), next to the copy bandwidth measured in the same run"),
     Suite("variants", "tflops",
           tuple(mha(32768 // s, 16, s, 128, True) for s in VARIANT_LENGTHS)
           + tuple(Problem(32768 // s, 16, 16, s, s, 128, True, window=w)
                   for s, w in product(VARIANT_LENGTHS, (1024, 4096)))
           + (mha(4, 16, 8192, 128, False), Problem(4, 16, 16, 8192, 8192, 128, False, softcap=30.0),
-             Problem(4, 16, 16, 8192, 8192, 128, True, softcap=30.0)),
-          "variants SDPA has no equivalent of, next to our dense kernel on the same problem: sliding "
-          "window W = 1024, 4096 at s = 8k, 32k (32k tokens, h=16, d=128; time should follow the "
-          "window, not s) and logit softcapping (cap 30) at s = 8k, causal and not"),
+             Problem(4, 16, 16, 8192, 8192, 128, True, softcap=30.0))
+          + tuple(Problem(4, 16, 16, 8192, 8192, 128, False, paged=t) for t in (16, 128))
+          + (mha(2, 16, 4096, 128, False), Problem(2, 16, 16, 4096, 4096, 128, False, bias=True),
+             Problem(2, 16, 16, 4096, 4096, 128, False, custom=True)),
+          "variants next to our dense kernel on the same problem: sliding window W = 1024, 4096 at "
+          "s = 8k, 32k (32k tokens, h=16, d=128; time should follow the window, not s), logit "
+          "softcapping (cap 30) at s = 8k, causal and not, and a paged KV cache (blocks of 16 and 128 "
+          "tokens) at s = 8k, where SDPA has no equivalent; an additive bias and a custom bit mask "
+          "at s = 4k, b = 2, which SDPA takes as a float or bool attn_mask"),
     Suite("grid", "tflops",
           tuple(mha(b, h, s, d, causal)
                 for causal, d, b, h, s in product(MASKS, (64, 128), (8, 16), (8, 16), (256, 512, 1024))),

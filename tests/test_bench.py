@@ -20,7 +20,7 @@ NAN = float("nan")
 
 def test_suite_sizes():
     assert {name: len(s.problems) for name, s in SUITES.items()} == {
-        "readme": 1, "fa3": 36, "seed": 6, "decode": 13, "variants": 9, "grid": 48}
+        "readme": 1, "fa3": 36, "seed": 6, "decode": 16, "variants": 14, "grid": 48}
 
 
 def test_variants_pair_each_window_and_cap_with_the_dense_problem():
@@ -33,7 +33,38 @@ def test_variants_pair_each_window_and_cap_with_the_dense_problem():
     capped = [p for p in problems if p.softcap]
     assert capped and all(Problem(p.b, p.h, p.h_kv, p.s_q, p.s, p.d, p.causal) in problems or p.causal
                           for p in capped)
-    assert all(p.variant for p in windows + capped) and not any(p.variant for p in problems if p not in windows + capped)
+    paged = [p for p in problems if p.paged]
+    assert sorted(p.paged for p in paged) == [16, 128]
+    for p in paged:  # the dense problem of the same size is in the suite; paged is a layout of its own
+        assert Problem(p.b, p.h, p.h_kv, p.s_q, p.s, p.d, p.causal) in problems
+        assert p.fmha_args()[-3:] == ["-paged-kv", "-tokens-per-block", str(p.paged)]
+    others = windows + capped + paged
+    assert all(p.variant for p in others) and not any(p.variant for p in problems if p not in others)
+
+
+def test_bias_and_custom_mask_rows_are_measured_by_sdpa_and_pair_with_dense():
+    problems = SUITES["variants"].problems
+    masked = [p for p in problems if p.bias or p.custom]
+    assert sorted((p.bias, p.custom) for p in masked) == [(False, True), (True, False)]
+    for p in masked:
+        assert not p.variant  # SDPA takes them as an attn_mask
+        assert Problem(p.b, p.h, p.h_kv, p.s_q, p.s, p.d, False) in problems
+        assert ("-attention-bias" in p.fmha_args()) == p.bias and ("-custom-mask" in p.fmha_args()) == p.custom
+    dense = Problem(2, 16, 16, 4096, 4096, 128, False)
+    assert Problem(2, 16, 16, 4096, 4096, 128, False, custom=True).flop() == dense.flop() / 2
+    with pytest.raises(ValueError, match="non-causal"):
+        Problem(2, 16, 16, 4096, 4096, 128, True, bias=True)
+    # the new columns round-trip through a CSV row
+    p = Problem(2, 16, 16, 4096, 4096, 128, False, bias=True)
+    row = {f: str(getattr(p, f)) for f in ("b", "h", "h_kv", "s_q", "s", "d", "causal", "bias", "custom", "paged")}
+    assert Problem.from_row(row) == p
+
+
+def test_paged_decode_rows_pair_with_dense():
+    problems = SUITES["decode"].problems
+    paged = [p for p in problems if p.paged]
+    assert len(paged) == 3 and all(Problem(p.b, p.h, p.h_kv, p.s_q, p.s, p.d, False) in problems for p in paged)
+    assert paged[0].fmha_args()[-5:] == ["-paged-kv", "-tokens-per-block", "16", "-s-q", "1"]
 
 
 def test_window_pairs_count_min_of_position_and_window():
@@ -243,7 +274,8 @@ def test_panels_one_per_head_size_and_mask_split_where_b_or_h_vary():
     assert all(len(members) == 6 and "b" not in shared for shared, members in fa3)  # b follows s
     assert len(panels(rows_of("grid"))) == 2 * 2 * 2 * 2  # mask x d x b x h, 3 lengths each
     decode = panels(rows_of("decode"))
-    assert len(decode) == 4 + 3 and max(len(m) for _, m in decode) == 3  # tiny KV by (d, h); long KV by b
+    # tiny KV by (d, h); long KV by b, and the paged rows by (b, block size)
+    assert len(decode) == 4 + 3 + 3 and max(len(m) for _, m in decode) == 3
     for _, members in [*fa3, *decode]:  # a line never joins two problems at one s
         assert len({r["s"] for r in members}) == len(members)
 
