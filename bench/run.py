@@ -198,7 +198,10 @@ def sdpa_timer(torch, who: str, runs: int, repeats: int, warm_up: int) -> Timer:
         if not math.isnan(us):
             return Timing(us)
         group = p.h // p.h_kv
-        expanded = [(q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)) for q, k, v in sets]
+        try:
+            expanded = [(q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)) for q, k, v in sets]
+        except torch.cuda.OutOfMemoryError:
+            return Timing(NAN, f"{who}: {why}; out of memory expanding K/V to {p.h} heads")
         del sets
         us, why_expanded = attempt(expanded, is_causal=p.causal)
         if math.isnan(us):
