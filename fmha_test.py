@@ -799,6 +799,9 @@ SAVE_CONFIGS = {
                               "-causal-mask", "-paged-kv", "-tokens-per-block", "128", "-use-attention-sinks"],
     "mla_paged": ["-b", "2", "-h", "4", "-s", "333", "-min-s", "100", "-s-q", "90", "-paged-kv",
                   "-tokens-per-block", "32", "-randn"],
+    # a head size fmha_v2 serves beyond the powers of two (ODD_HEAD_CONFIGS)
+    "odd_head_size_varlen": ["-b", "3", "-h", "6", "-gqa", "3", "-s", "180", "-min-s", "20", "-causal-mask",
+                             "-randn", "-contiguous-q-kv", "-save-softmax"],
 }
 # The same configurations for a family that serves only a few query rows (decode): s_q <= 16, with key
 # splits (s up to 3000), GQA/MQA packing and causal rows on the diagonal.
@@ -842,9 +845,15 @@ SAVE_CONFIGS_FEW_ROWS = {
                               "-causal-mask", "-paged-kv", "-tokens-per-block", "128", "-use-attention-sinks"],
     "mla_paged": ["-b", "2", "-h", "4", "-s", "1333", "-min-s", "100", "-s-q", "9", "-paged-kv",
                   "-tokens-per-block", "32", "-randn"],
+    "odd_head_size_varlen": ["-b", "3", "-h", "6", "-gqa", "3", "-s", "1200", "-min-s", "20", "-s-q", "4",
+                             "-causal-mask", "-randn", "-contiguous-q-kv", "-save-softmax"],
 }
 # Configurations that run a kernel whose V head size differs from Q's (MLA: d=192, dv=128).
 MLA_CONFIGS = ("mla_causal_varlen", "mla_paged")
+# Configurations that run the family's smallest kernel of a head size fmha_v2 serves beyond the
+# powers of two (issue #6's list; 192 is MLA's, above).
+ODD_HEAD_SIZES = (40, 72, 80, 96, 104, 160)
+ODD_HEAD_CONFIGS = ("odd_head_size_varlen",)
 
 
 # The flag of each run-time variant in SAVE_CONFIGS.
@@ -1040,6 +1049,12 @@ def test_save_tensors_match_float64(kind, config, exe, gpu_sm, tmp_path):
         if not mla:
             pytest.skip(f"no {family} kernel of {kind} with dv != d (generator/enumerate.py MLA_HEAD_SIZES)")
         kernel = min(mla, key=lambda k: (k["d"], k["name"]))
+    if config in ODD_HEAD_CONFIGS:
+        odd = [k for k in KERNELS if k["family"] == family and k["dtype"] == dtype and k["acc"] == acc
+               and save_path(k) == path and k["d"] in ODD_HEAD_SIZES and k["dv"] == k["d"]]
+        if not odd:
+            pytest.skip(f"no {family} kernel of {kind} with d in {ODD_HEAD_SIZES} (README's variant table)")
+        kernel = min(odd, key=lambda k: (k["d"], k["name"]))
     # A variant some kernels of the family lack (generator.rules.VARIANT_EXCLUSIONS): the
     # smallest kernel of the family that has it.
     needs = {v for v, flag in SAVE_VARIANT_FLAGS.items() if flag in configs[config]}
