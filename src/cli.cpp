@@ -209,8 +209,14 @@ const char* const kExclusive[][5] = {
     {"-bidirectional-sliding-window-mask", "-chunked-attention-size", nullptr, nullptr, nullptr},
     {"-causal-mask", "-custom-mask", nullptr, nullptr, nullptr},
     // One score modifier per kernel (softmax/score_mod.h); the custom mask is one.
+    // (-attention-bias-shape counts as -attention-bias: kImplies.)
     {"-alibi", "-softcapping-scale-bmm1", "-attention-bias", "-custom-mask", nullptr},
-    {"-alibi", "-softcapping-scale-bmm1", "-attention-bias-shape", "-custom-mask", nullptr},
+};
+
+// Flags that stand for another in kExclusive's groups: given the first, the group sees the
+// second, under the name that was typed.
+const char* const kImplies[][2] = {
+    {"-attention-bias-shape", "-attention-bias"},
 };
 
 template <class T, size_t N>
@@ -260,12 +266,21 @@ float parse_float(const std::string& flag, const std::string& text, bool positiv
 void resolve_and_validate(Problem& p, const std::set<std::string>& seen) {
     auto given = [&](const char* f) { return seen.count(f) != 0; };
 
+    // The flag as typed that stands for f (f itself, or one that implies it); "" if none.
+    auto typed = [&](const char* f) -> std::string {
+        if (given(f)) return f;
+        for (const auto& imp : kImplies)
+            if (std::string(imp[1]) == f && given(imp[0])) return imp[0];
+        return "";
+    };
     for (const auto& group : kExclusive) {
         std::string first;
         for (const char* f : group) {
-            if (f == nullptr || !given(f)) continue;
-            if (!first.empty()) fail_args(first + " and " + f + " cannot be combined");
-            first = f;
+            if (f == nullptr) continue;
+            const std::string name = typed(f);
+            if (name.empty()) continue;
+            if (!first.empty()) fail_args(first + " and " + name + " cannot be combined");
+            first = name;
         }
     }
 

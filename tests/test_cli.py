@@ -82,7 +82,9 @@ BAD_ARGS = {
     "custom mask and window": (["-custom-mask", "-sliding-window-size", "8"], "cannot be combined"),
     "custom mask and alibi": (["-custom-mask", "-alibi"], "-alibi and -custom-mask cannot be combined"),
     "bias and softcapping": (["-attention-bias", "-softcapping-scale-bmm1", "30"], "cannot be combined"),
-    "bias shape and alibi": (["-alibi", "-attention-bias-shape", "1h"], "cannot be combined"),
+    "bias shape and alibi": (["-alibi", "-attention-bias-shape", "1h"], "-alibi and -attention-bias-shape cannot be combined"),
+    "bias shape and custom mask": (["-attention-bias-shape", "11", "-custom-mask"],
+                                   "-attention-bias-shape and -custom-mask cannot be combined"),
     "bias shape unknown": (["-attention-bias-shape", "hb"], "-attention-bias-shape must be bh, b1, 1h or 11"),
     "bias shape missing": (["-attention-bias-shape"], "needs a value"),
     # a paged KV cache is a layout of its own: Q apart, K and V in the pool's blocks
