@@ -4,7 +4,8 @@
 // A CTA works on tiles of kBlockM query rows of one (batch, head) with 1 + kBlockM / 64
 // warpgroups:
 //   warpgroup 0, producer (setmaxnreg down to kProducerRegs): one thread issues TMA loads,
-//     per tile Q once, then K[j] and V[j] for every key block into a kStages-deep ring;
+//     per tile Q once, then K[j] and V[j] for every key block into a kStages-deep ring (a
+//     paged KV cache: one warp, each lane copying one box of a block's keys);
 //     "full" mbarriers complete on the TMA bytes, "empty" ones on one arrival per consumer
 //     warp. Q has its own full/empty pair, so the next tile's Q loads as soon as every
 //     consumer has issued its last Q K^T of this one.

@@ -10,14 +10,14 @@
 namespace fmha {
 namespace memory {
 
+// How TileLoader::load_keys issues a paged KV cache's copies: an unrolled loop (decode: more
+// registers, fewer instructions), or a rolled loop in a function of its own (flash: the call
+// saves the caller's live registers, but costs a kernel at the register limit nothing on the
+// token-storage path; inline, the paged path moved its main loop's spills).
+enum class PagedCopies { kUnrolled, kCall };
+
 // Layout: the shared tile (SmemLayout). kValidChunks: chunks of a row that exist in global
 // memory (head size / 8); chunks past it are padding and read as zeros.
-// How TileLoader::load_keys issues a paged KV cache's copies: a rolled loop, an unrolled
-// one (more registers, fewer instructions), or a rolled loop in a function of its own (the
-// call saves the caller's registers, but costs a kernel at the register limit nothing on the
-// token-storage path).
-enum class PagedCopies { kRolled, kUnrolled, kCall };
-
 template <class Layout, int kValidChunks, int kThreads>
 struct TileLoader {
     static constexpr int kChunks = Layout::kChunks;
@@ -88,10 +88,10 @@ struct TileLoader {
         load_paged<kCheckRows, false>(smem_base, p, rows, key0, valid_rows, tid);
     }
 
-    // The tile's keys come in runs that share a block (at most kMaxRuns of them, blocks being
-    // >= 16 tokens): lane i of each warp looks up run i's block id, one coalesced load, and a
-    // row's id is a shuffle away. The copies are then issued like token storage's, from an
-    // unrolled loop (kUnroll) or a rolled one (fewer registers).
+    // The tile's keys come in runs that share a block (at most kRows / 16 + 1 of them, blocks
+    // being >= 16 tokens): lane i of each warp looks up run i's block id, one coalesced load,
+    // and a row's id is a shuffle away (so every lane of the warp must call this). The copies
+    // are then issued like token storage's, from an unrolled loop (kUnroll) or a rolled one.
     template <bool kCheckRows, bool kUnroll, typename Element, bool kIsV>
     static FMHA_DEVICE void load_paged(uint32_t smem_base, const Params& p, const KvRows<Element, kIsV>& rows,
                                        int key0, int valid_rows, int tid) {
