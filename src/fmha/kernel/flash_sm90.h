@@ -133,6 +133,11 @@ struct Traits {
     // these rows; the launch refuses it).
     template <softmax::ScoreMod M>
     static constexpr bool kHasMod = M != softmax::ScoreMod::kSoftcap || kConsumerWarpgroups == 2;
+    // A paged KV cache's producer loop in a kernel of its own (fwd_kernel's kPagedOnly): the
+    // three-consumer tile's producer has no register headroom (128 -> 32), and a second loop
+    // beside the token-storage one cost its dense path 2-5 % (bench/NOTES.md §16). The
+    // two-consumer tiles carry both loops in one kernel, chosen at run time.
+    static constexpr bool kSeparatePaged = kConsumerWarpgroups == 3;
 
     static_assert(kIsSupportedElement<Element>, "Element must be __half or __nv_bfloat16");
     static_assert(!kAccFp16, "flash_sm90: f32 accumulation only");
@@ -215,7 +220,9 @@ FMHA_DEVICE TileWork tile_work(const Params& p, int t, int m_blocks, int section
     return w;
 }
 
-template <class Tr, mask::Kind kMask, softmax::ScoreMod kMod = softmax::ScoreMod::kNone>
+// kPagedOnly (Traits::kSeparatePaged tiles only): the producer serves a paged KV cache and
+// nothing else; without it, token storage only. Other tiles ignore it and pick at run time.
+template <class Tr, mask::Kind kMask, softmax::ScoreMod kMod = softmax::ScoreMod::kNone, bool kPagedOnly = false>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
     fwd_kernel(const __grid_constant__ Params p, const __grid_constant__ TmaMaps maps) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -306,7 +313,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                             memory::tma_load_paged_box<Tr::kBlockN, Tr::kHeadDim / memory::kTmaPanelCols,
                                                        kPagedMaxBox<Tr>>(
                                 smem_k + st * Tr::kSmemK, &maps.k, k_full(st),
-                                p.kv_block_table + int64_t(w.batch) * p.kv_table_stride, key0, w.kv_len,
+                                p.kv_block_table, uint32_t(w.batch) * uint32_t(p.kv_table_stride), key0, w.kv_len,
                                 p.tokens_per_block, w.kv_head, p.kv_pool_blocks, lane);
                         } else {
                             memory::tma_load_head_tile(smem_k + st * Tr::kSmemK, &maps.k, k_full(st),
@@ -318,7 +325,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                             memory::tma_load_paged_box<Tr::kBlockN, Tr::kHeadDimV / memory::kTmaPanelCols,
                                                        kPagedMaxBox<Tr>>(
                                 smem_v + st * Tr::kSmemV, &maps.v, v_full(st),
-                                p.kv_block_table + int64_t(w.batch) * p.kv_table_stride, key0, w.kv_len,
+                                p.kv_block_table, uint32_t(w.batch) * uint32_t(p.kv_table_stride), key0, w.kv_len,
                                 p.tokens_per_block, w.kv_head, p.kv_pool_blocks, lane);
                         } else {
                             memory::tma_load_head_tile(smem_v + st * Tr::kSmemV, &maps.v, v_full(st),
@@ -342,7 +349,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                 }
             }
         };
-        if (p.kv_block_table != nullptr) {
+        if constexpr (Tr::kSeparatePaged) {
+            if constexpr (kPagedOnly) {
+                if (tid < kWarpSize) produce(std::true_type{});
+            } else if (tid == 0) {
+                produce(std::false_type{});
+            }
+        } else if (p.kv_block_table != nullptr) {
             if (tid < kWarpSize) produce(std::true_type{});
         } else if (tid == 0) {
             produce(std::false_type{});
@@ -563,10 +576,11 @@ int grid_size(const Params& p, int num_sms) {
 }
 
 // cudaFuncSetAttribute once per kernel and process (the first launch pays it).
-template <class Tr, mask::Kind kMask, softmax::ScoreMod kMod>
+template <class Tr, mask::Kind kMask, softmax::ScoreMod kMod, bool kPagedOnly>
 cudaError_t allow_smem() {
-    static const cudaError_t err = cudaFuncSetAttribute(reinterpret_cast<const void*>(&fwd_kernel<Tr, kMask, kMod>),
-                                                        cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
+    static const cudaError_t err =
+        cudaFuncSetAttribute(reinterpret_cast<const void*>(&fwd_kernel<Tr, kMask, kMod, kPagedOnly>),
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
     return err;
 }
 
@@ -619,11 +633,19 @@ cudaError_t launch_with_extents(const Params& p, int64_t q_tokens, int64_t kv_to
             if constexpr (!Tr::template kHasMod<kMod>) {
                 return cudaErrorInvalidValue;  // not a variant of this kernel (Traits::kHasMod)
             } else {
-                const cudaError_t e = allow_smem<Tr, kMask, kMod>();
-                if (e == cudaSuccess) {
-                    fwd_kernel<Tr, kMask, kMod><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, maps);
+                const auto go = [&](auto paged_only) {
+                    constexpr bool kPagedOnly = decltype(paged_only)::value;
+                    const cudaError_t e = allow_smem<Tr, kMask, kMod, kPagedOnly>();
+                    if (e == cudaSuccess) {
+                        fwd_kernel<Tr, kMask, kMod, kPagedOnly><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p,
+                                                                                                             maps);
+                    }
+                    return e;
+                };
+                if constexpr (Tr::kSeparatePaged) {
+                    if (p.kv_block_table != nullptr) return go(std::true_type{});
                 }
-                return e;
+                return go(std::false_type{});
             }
         },
         cudaErrorInvalidValue);

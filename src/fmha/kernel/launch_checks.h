@@ -45,13 +45,14 @@ inline bool bias_fits(const Params& p) {
 }
 
 // A paged KV cache's contract (Params::kv_block_table): blocks of a power of two >= 16
-// tokens, a table row long enough for the longest sequence, a pool of at least one block,
-// block strides in whole 16-byte chunks.
+// tokens, a table row long enough for the longest sequence and a table of < 2^32 entries, a
+// pool of at least one block, block strides in whole 16-byte chunks.
 inline bool paged_fits(const Params& p) {
     if (p.kv_block_table == nullptr) return true;
     const int t = p.tokens_per_block;
     if (t < 16 || (t & (t - 1)) != 0) return false;
     if (int64_t(p.kv_table_stride) * t < p.s_kv_max || p.kv_pool_blocks < 1) return false;
+    if (int64_t(p.b) * p.kv_table_stride > int64_t(UINT32_MAX)) return false;  // ws: a 32-bit table index
     return p.k_block_stride > 0 && p.v_block_stride > 0 && p.k_block_stride % kElemsPerChunk == 0 &&
            p.v_block_stride % kElemsPerChunk == 0;
 }

@@ -156,22 +156,24 @@ FMHA_DEVICE void tma_load_head_tile(uint32_t dst, const CUtensorMap* map, uint32
 // key0 + kRows - 1 of one sequence in boxes of min(tokens_per_block, kMaxBox) keys (kMaxBox: a
 // power of two dividing kRows; tokens_per_block a power of two >= 16, so kRows / 16 <= 32
 // boxes at most), lane i looking up box i's block and issuing its copies, one per panel.
-// `table`: the sequence's block-table row; a box at or past kv_len is not looked up and reads
-// the block past the pool's end, i.e. zeros (so the mbarrier's byte count is the whole
-// tile's either way).
+// The sequence's block-table row starts at table[row] (a 32-bit index: b <= 65535 rows of at
+// most 65536 entries, and one register less than a pointer in a producer at its limit); a box
+// at or past kv_len is not looked up and reads the block past the pool's end, i.e. zeros (so
+// the mbarrier's byte count is the whole tile's either way).
 template <int kRows, int kPanels, int kMaxBox>
-FMHA_DEVICE void tma_load_paged_box(uint32_t dst, const CUtensorMap* map, uint32_t bar, const int* table, int key0,
-                                    int kv_len, int tokens_per_block, int head, int pool_blocks, int lane) {
+FMHA_DEVICE void tma_load_paged_box(uint32_t dst, const CUtensorMap* map, uint32_t bar, const int* table, uint32_t row,
+                                    int key0, int kv_len, int tokens_per_block, int head, int pool_blocks, int lane) {
     static_assert(kRows / 16 <= 32, "a box per lane");
     const int box_rows = min_int(tokens_per_block, kMaxBox);
-    const int row = lane * box_rows;
-    if (row >= kRows) return;
-    const int key = key0 + row;
-    const int block = key < kv_len ? __ldg(table + (key >> (__ffs(tokens_per_block) - 1))) : pool_blocks;
+    const int first = lane * box_rows;
+    if (first >= kRows) return;
+    const int key = key0 + first;
+    const int block =
+        key < kv_len ? __ldg(table + (row + uint32_t(key >> (__ffs(tokens_per_block) - 1)))) : pool_blocks;
     const int in_block = key & (tokens_per_block - 1);
 #pragma unroll
     for (int c = 0; c < kPanels; ++c) {
-        tma_load_5d(dst + (c * kRows + row) * kTmaPanelRowBytes, map, bar, 0, in_block, c, head, block);
+        tma_load_5d(dst + (c * kRows + first) * kTmaPanelRowBytes, map, bar, 0, in_block, c, head, block);
     }
 }
 
