@@ -244,13 +244,14 @@ def test_ws_force_non_warp_specialization_needs_no_gpu(built_ws):
 def test_ws_kernel_does_not_spill(built_ws):
     """ptxas -v on the generated TU: the three mask kinds (padding, causal, local) x the score modifiers
     the kernel has (none, ALiBi, bias; this 192-row tile has no softcapping: rules.VARIANT_EXCLUSIONS),
-    and the custom mask (padding kind only), sm_90a, no stack and no spills."""
+    and the custom mask (padding kind only), each twice on this tile (token storage, and a paged KV
+    cache's producer: Traits::kSeparatePaged), sm_90a, no stack and no spills."""
     tree, _ = built_ws
     result = run(["nvcc", "-std=c++17", "-Isrc", "--expt-relaxed-constexpr", "-O3", SM90A.split()[0],
                   SM90A.split()[1], "-Xptxas", "-v", "-c", f"generated/kernels/{WS_KERNEL}.cu",
                   "-o", "ptxas_check.o"], tree)
     assert result.returncode == 0, result.stderr
     entries = re.findall(r"Compiling entry function '(\S*flash_sm90\S*)' for '(sm_\w+)'", result.stderr)
-    assert len(entries) == 10 and {arch for _, arch in entries} == {"sm_90a"}, result.stderr
+    assert len(entries) == 20 and {arch for _, arch in entries} == {"sm_90a"}, result.stderr
     usage = re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", result.stderr)
-    assert len(usage) == 10 and all(u == ("0", "0", "0") for u in usage), result.stderr
+    assert len(usage) == 20 and all(u == ("0", "0", "0") for u in usage), result.stderr
