@@ -1,8 +1,9 @@
 // Where the key rows of one (sequence, KV head) live: token storage, one row every
 // row_stride elements from the sequence's first token, or a paged KV cache, rows in blocks
 // of a pool found through the sequence's row of the block table (params.h,
-// Params::kv_block_table). The families' loaders ask KvRows for row j's address; the
-// contiguous case is the plain pointer arithmetic it always was.
+// Params::kv_block_table). The loaders (memory/gmem_tile.h TileLoader::load_keys) take the
+// rows' base and, when paged, the sequence's table row from KvRows: token storage is the
+// plain pointer arithmetic it always was.
 //
 // KvRows keeps a pointer and the sequence index in registers and reads strides, the table
 // and the block size from the kernel's __grid_constant__ Params, passed to each call (so they
@@ -31,16 +32,6 @@ struct KvRows {
     static FMHA_DEVICE int64_t block_stride(const Params& p) { return kIsV ? p.v_block_stride : p.k_block_stride; }
     FMHA_DEVICE const int* table_row(const Params& p) const {
         return p.kv_block_table + int64_t(batch) * p.kv_table_stride;
-    }
-
-    // Key j's column 0. Paged: reads the table entry of j's block, so j must be one of the
-    // sequence's keys.
-    FMHA_DEVICE const Element* row(const Params& p, int j) const {
-        if (!paged(p)) return base + int64_t(j) * row_stride(p);
-        const int shift = __ffs(p.tokens_per_block) - 1;
-        const int block = __ldg(table_row(p) + (j >> shift));
-        const int in_block = j & (p.tokens_per_block - 1);
-        return base + int64_t(block) * block_stride(p) + int64_t(in_block) * row_stride(p);
     }
 };
 
