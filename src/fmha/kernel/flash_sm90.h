@@ -302,35 +302,28 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                         memory::tma_load_head_tile(smem_q, &maps.q, q_full, w.q_off + w.m0, w.head);
                     }
                     ++q_iter;
-                    // K and V of each key block into the ring.
+                    // K and V of each key block into the ring; kPanels: the tensor's 64-column panels.
                     for (int it = 0; it < w.n_blocks; ++it, ++kv_iter) {
                         const int st = kv_iter % S;
                         const uint32_t phase = (kv_iter / S) & 1;
                         const int key0 = (w.blk_end - 1 - it) * Tr::kBlockN;
+                        const auto load = [&](uint32_t dst, const CUtensorMap* map, uint32_t bar, auto panels) {
+                            if constexpr (kPaged) {
+                                memory::tma_load_paged_box<Tr::kBlockN, decltype(panels)::value, kPagedMaxBox<Tr>>(
+                                    dst, map, bar, p.kv_block_table, uint32_t(w.batch) * uint32_t(p.kv_table_stride),
+                                    key0, w.kv_len, p.tokens_per_block, w.kv_head, p.kv_pool_blocks, lane);
+                            } else {
+                                memory::tma_load_head_tile(dst, map, bar, w.kv_off + key0, w.kv_head);
+                            }
+                        };
                         memory::mbar_wait(k_empty(st), phase ^ 1);
                         if (leader) memory::mbar_arrive_expect_tx(k_full(st), Tr::kSmemK);
-                        if constexpr (kPaged) {
-                            memory::tma_load_paged_box<Tr::kBlockN, Tr::kHeadDim / memory::kTmaPanelCols,
-                                                       kPagedMaxBox<Tr>>(
-                                smem_k + st * Tr::kSmemK, &maps.k, k_full(st),
-                                p.kv_block_table, uint32_t(w.batch) * uint32_t(p.kv_table_stride), key0, w.kv_len,
-                                p.tokens_per_block, w.kv_head, p.kv_pool_blocks, lane);
-                        } else {
-                            memory::tma_load_head_tile(smem_k + st * Tr::kSmemK, &maps.k, k_full(st),
-                                                       w.kv_off + key0, w.kv_head);
-                        }
+                        load(smem_k + st * Tr::kSmemK, &maps.k, k_full(st),
+                             std::integral_constant<int, Tr::kHeadDim / memory::kTmaPanelCols>{});
                         memory::mbar_wait(v_empty(st), phase ^ 1);
                         if (leader) memory::mbar_arrive_expect_tx(v_full(st), Tr::kSmemV);
-                        if constexpr (kPaged) {
-                            memory::tma_load_paged_box<Tr::kBlockN, Tr::kHeadDimV / memory::kTmaPanelCols,
-                                                       kPagedMaxBox<Tr>>(
-                                smem_v + st * Tr::kSmemV, &maps.v, v_full(st),
-                                p.kv_block_table, uint32_t(w.batch) * uint32_t(p.kv_table_stride), key0, w.kv_len,
-                                p.tokens_per_block, w.kv_head, p.kv_pool_blocks, lane);
-                        } else {
-                            memory::tma_load_head_tile(smem_v + st * Tr::kSmemV, &maps.v, v_full(st),
-                                                       w.kv_off + key0, w.kv_head);
-                        }
+                        load(smem_v + st * Tr::kSmemV, &maps.v, v_full(st),
+                             std::integral_constant<int, Tr::kHeadDimV / memory::kTmaPanelCols>{});
                     }
                 }
                 if constexpr (Tr::kPersistent) {
