@@ -386,44 +386,6 @@ DeviceTensors make_tensors(const Problem& p, const SeqLens& lens) {
     prm.mask = p.mask;
     prm.window = p.sliding_window_size;
     prm.chunk = p.chunked_attention_size;
-    if (p.layout == Layout::kPagedKv) {
-        t.paged_host = make_paged_kv(p, lens);
-        const PagedKv& g = t.paged_host;
-        const int64_t tpb = g.tokens_per_block;
-        const int64_t block_elems = hkv * tpb * (d + dv);
-        t.kv_pool = DeviceBuffer<uint16_t>(static_cast<size_t>(g.pool_blocks * block_elems));
-        const int64_t n = static_cast<int64_t>(t.kv_pool.size());
-        poison_kernel<<<std::max(1, grid_for(n, kThreads)), kThreads>>>(t.kv_pool.get(), n, kPoisonBits);
-        CUDA_CHECK(cudaGetLastError());
-        const DeviceBuffer<int> block_seq = to_device(g.block_seq), block_index = to_device(g.block_index);
-        const FillSpec tail{p.seed, kStreamPageTail, p.range_k, 1.f, false, false};
-        if (p.dtype == DataType::kBf16)
-            page_kernel<<<std::max(1, grid_for(n, kThreads)), kThreads>>>(
-                reinterpret_cast<__nv_bfloat16*>(t.kv_pool.get()), reinterpret_cast<const __nv_bfloat16*>(t.k.get()),
-                reinterpret_cast<const __nv_bfloat16*>(t.v.get()), block_seq.get(), block_index.get(),
-                t.kv_offsets.get(), t.kv_lens.get(), g.pool_blocks, p.h_kv, g.tokens_per_block, p.d, p.dv, tail);
-        else
-            page_kernel<<<std::max(1, grid_for(n, kThreads)), kThreads>>>(
-                reinterpret_cast<__half*>(t.kv_pool.get()), reinterpret_cast<const __half*>(t.k.get()),
-                reinterpret_cast<const __half*>(t.v.get()), block_seq.get(), block_index.get(), t.kv_offsets.get(),
-                t.kv_lens.get(), g.pool_blocks, p.h_kv, g.tokens_per_block, p.d, p.dv, tail);
-        CUDA_CHECK(cudaGetLastError());
-        CUDA_CHECK(cudaDeviceSynchronize());  // block_seq / block_index are freed on return
-        t.block_table = to_device(g.table);
-        prm.k = t.kv_pool.get();
-        prm.v = t.kv_pool.get() + hkv * tpb * d;
-        prm.k_row_stride = d;
-        prm.k_head_stride = tpb * d;
-        prm.k_block_stride = block_elems;
-        prm.v_row_stride = dv;
-        prm.v_head_stride = tpb * dv;
-        prm.v_block_stride = block_elems;
-        prm.kv_block_table = t.block_table.get();
-        prm.kv_table_stride = g.table_stride;
-        prm.tokens_per_block = g.tokens_per_block;
-        prm.kv_pool_blocks = g.pool_blocks;
-        prm.kv_tokens = int64_t(g.pool_blocks) * tpb;  // the pool's rows of one head
-    }
     prm.scale_bmm1 = p.scale_bmm1;
     prm.scale_softmax = p.scale_softmax;
     prm.scale_bmm2 = p.scale_bmm2;
@@ -466,19 +428,46 @@ DeviceTensors make_tensors(const Problem& p, const SeqLens& lens) {
         prm.custom_mask = t.custom_mask.get();
         prm.custom_mask_row_words = t.custom_mask_host.row_words;
     }
+    // What the reference and -save-tensors read: K and V in token storage. -paged-kv then
+    // builds the pool from them and points the kernel's K and V there.
     t.logical = prm;
-    if (p.layout == Layout::kPagedKv) {  // the K and V the pool was built from
-        Params& l = t.logical;
-        l.k = k.base;
-        l.v = v.base;
-        l.k_row_stride = k.row_stride;
-        l.k_head_stride = k.head_stride;
-        l.v_row_stride = v.row_stride;
-        l.v_head_stride = v.head_stride;
-        l.k_block_stride = l.v_block_stride = 0;
-        l.kv_block_table = nullptr;
-        l.kv_table_stride = l.tokens_per_block = l.kv_pool_blocks = 0;
-        l.kv_tokens = tkv;
+    if (p.layout == Layout::kPagedKv) {
+        t.paged_host = make_paged_kv(p, lens);
+        const PagedKv& g = t.paged_host;
+        const int64_t tpb = g.tokens_per_block;
+        const int64_t block_elems = hkv * tpb * (d + dv);
+        t.kv_pool = DeviceBuffer<uint16_t>(static_cast<size_t>(g.pool_blocks * block_elems));
+        const int64_t n = static_cast<int64_t>(t.kv_pool.size());
+        poison_kernel<<<std::max(1, grid_for(n, kThreads)), kThreads>>>(t.kv_pool.get(), n, kPoisonBits);
+        CUDA_CHECK(cudaGetLastError());
+        const DeviceBuffer<int> block_seq = to_device(g.block_seq), block_index = to_device(g.block_index);
+        const FillSpec tail{p.seed, kStreamPageTail, p.range_k, 1.f, false, false};
+        if (p.dtype == DataType::kBf16)
+            page_kernel<<<std::max(1, grid_for(n, kThreads)), kThreads>>>(
+                reinterpret_cast<__nv_bfloat16*>(t.kv_pool.get()), reinterpret_cast<const __nv_bfloat16*>(t.k.get()),
+                reinterpret_cast<const __nv_bfloat16*>(t.v.get()), block_seq.get(), block_index.get(),
+                t.kv_offsets.get(), t.kv_lens.get(), g.pool_blocks, p.h_kv, g.tokens_per_block, p.d, p.dv, tail);
+        else
+            page_kernel<<<std::max(1, grid_for(n, kThreads)), kThreads>>>(
+                reinterpret_cast<__half*>(t.kv_pool.get()), reinterpret_cast<const __half*>(t.k.get()),
+                reinterpret_cast<const __half*>(t.v.get()), block_seq.get(), block_index.get(), t.kv_offsets.get(),
+                t.kv_lens.get(), g.pool_blocks, p.h_kv, g.tokens_per_block, p.d, p.dv, tail);
+        CUDA_CHECK(cudaGetLastError());
+        CUDA_CHECK(cudaDeviceSynchronize());  // block_seq / block_index are freed on return
+        t.block_table = to_device(g.table);
+        prm.k = t.kv_pool.get();
+        prm.v = t.kv_pool.get() + hkv * tpb * d;
+        prm.k_row_stride = d;
+        prm.k_head_stride = tpb * d;
+        prm.k_block_stride = block_elems;
+        prm.v_row_stride = dv;
+        prm.v_head_stride = tpb * dv;
+        prm.v_block_stride = block_elems;
+        prm.kv_block_table = t.block_table.get();
+        prm.kv_table_stride = g.table_stride;
+        prm.tokens_per_block = g.tokens_per_block;
+        prm.kv_pool_blocks = g.pool_blocks;
+        prm.kv_tokens = int64_t(g.pool_blocks) * tpb;  // the pool's rows of one head
     }
     return t;
 }
