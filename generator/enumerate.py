@@ -73,12 +73,13 @@ def flash(config: Config) -> list[KernelSpec]:
     return _specs("flash", FLASH_DTYPES, HEAD_SIZES + MLA_HEAD_SIZES, flash_tile)
 
 
-# The ws family (src/fmha/kernel/flash_sm90.h): every head size its Traits accepts (64, 128,
-# 256: the wgmma N of P·V and the 64-column TMA panels; rules.py holds the list), fp32
-# accumulation only (wgmma with an f16 accumulator is not instantiated, so the -fp16 problem
-# stays on the flash family). fp16 with fp32 accumulation is the -fp16-fp32 problem:
-# rules.py keeps it behind ENABLE_HMMA_FP32=1, as for the flash family.
-WS_HEAD_SIZES = rules.WS_HEAD_SIZES
+# The ws family (src/fmha/kernel/flash_sm90.h): the head sizes fmha_v2 serves. Its Traits take
+# any multiple of 8 (shared memory rounds d up to whole 64-column TMA panels, zero-filled);
+# the other multiples of 8 run on the flash family, and a size joins this list when a model
+# needs it (each costs two more translation units of about 20 entry points). fp32 accumulation only (wgmma with an f16 accumulator is not
+# instantiated, so the -fp16 problem stays on the flash family). fp16 with fp32 accumulation is
+# the -fp16-fp32 problem: rules.py keeps it behind ENABLE_HMMA_FP32=1, as for the flash family.
+WS_HEAD_SIZES = (32, 40, 64, 72, 80, 96, 104, 128, 160, 192, 256)
 WS_DTYPES = (("fp16", "fp32"), ("bf16", "fp32"))
 
 
@@ -86,8 +87,15 @@ WS_DTYPES = (("fp16", "fp32"), ("bf16", "fp32"))
 WS_SMEM_BUDGET = 220 * 1024
 
 
+def ws_panels(d: int) -> int:
+    """Columns of a d-wide head tile in the ws family's shared memory: whole 64-column panels."""
+    return -(-d // 64) * 64
+
+
 def ws_tile(d: int, dv: int | None = None) -> tuple:
-    """(block_m, block_n, warps_m, warps_n) of the ws family for head sizes d and dv (default d).
+    """(block_m, block_n, warps_m, warps_n) of the ws family for head sizes d and dv (default d),
+    chosen by the columns they take in shared memory and registers (ws_panels: d = 32 and 40
+    as 64, 72..128 as 128, 160 as 192).
 
     block_m is the query rows of a CTA: one 64-row slab (the wgmma M) per consumer
     warpgroup. warps_m x warps_n counts the consumer warps (the producer warpgroup, 4 more
@@ -103,7 +111,7 @@ def ws_tile(d: int, dv: int | None = None) -> tuple:
     The Traits' scheduling parameter comes from SCHEDULING_MODE (render.py); kStages and
     kPingPong keep their defaults: 2 K/V stages (3 measured no better), ping-pong on.
     """
-    dv = dv or d
+    d, dv = ws_panels(d), ws_panels(dv or d)
     if d <= 64 and dv <= 64:
         return (192, 128, 12, 1)
     fits = 128 * d * 2 + 2 * 128 * (d + dv) * 2 <= WS_SMEM_BUDGET

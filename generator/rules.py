@@ -46,14 +46,10 @@ def _hmma_fp32_enabled(spec: KernelSpec, config: Config) -> bool:
 
 
 # What fmha::flash_sm90::Traits static_asserts (src/fmha/kernel/flash_sm90.h), so that a spec
-# outside it gets a reason here instead of a static_assert from nvcc.
-WS_HEAD_SIZES = (64, 128, 192, 256)   # whole 64-column TMA panels (128-byte swizzle rows)
+# outside it gets a reason here instead of a static_assert from nvcc. Its head sizes are those
+# of the head_size rule (multiples of 8 up to 256: shared memory pads them to 64-column panels).
 WS_BLOCK_M = (128, 192)               # two or three consumer warpgroups of 64 rows
 WS_BLOCK_N = (64, 128)
-
-
-# "{64, 128, 256}" with the braces doubled, since Rule.why formats the reason.
-_WS_HEADS = "{{" + ", ".join(map(str, WS_HEAD_SIZES)) + "}}"
 
 
 # What fmha::decode::Traits static_asserts (src/fmha/kernel/decode.h).
@@ -88,7 +84,7 @@ def _mma_family(spec: KernelSpec) -> bool:
 def _ws_traits_ok(spec: KernelSpec) -> bool:
     if spec.family != "ws":
         return True
-    return (spec.d in WS_HEAD_SIZES and spec.dv in WS_HEAD_SIZES and spec.acc == "fp32"
+    return (spec.acc == "fp32"
             and spec.block_m in WS_BLOCK_M and spec.warps_m == spec.block_m // 16 and spec.warps_n == 1
             and spec.block_n in WS_BLOCK_N)
 
@@ -131,7 +127,7 @@ RULES = (
     ),
     Rule(
         "ws_traits",
-        "family {family} (flash_sm90::Traits) needs d and dv in " + _WS_HEADS + ", fp32 accumulation, "
+        "family {family} (flash_sm90::Traits) needs fp32 accumulation, "
         "block_m " + " or ".join(map(str, WS_BLOCK_M)) + " over warps (block_m/16)x1 and block_n "
         + " or ".join(map(str, WS_BLOCK_N)),
         lambda s, c: _ws_traits_ok(s),

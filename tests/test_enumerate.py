@@ -67,7 +67,8 @@ def test_default_kernels():
     mla = [f"fmha_v2_ws_{dtype}_d192_dv128_128x128_w8x1_sm90" for dtype in ("fp16_fp32", "bf16")]
     ws = [f"fmha_v2_ws_{dtype}_d{d}_{'x'.join(map(str, enum.ws_tile(d)[:2]))}_w{enum.ws_tile(d)[2]}x1_sm90"
           for dtype in ("fp16_fp32", "bf16") for d in enum.WS_HEAD_SIZES]
-    ws = ws[:4] + mla[:1] + ws[4:] + mla[1:]
+    n = len(enum.WS_HEAD_SIZES)
+    ws = ws[:n] + mla[:1] + ws[n:] + mla[1:]
     flash = [
         f"fmha_v2_flash_{dtype}_d{d}_{'x'.join(map(str, enum.flash_tile(d)[:2]))}_w4x1_sm80"
         for dtype in ("fp16", "bf16") for d in enum.HEAD_SIZES
@@ -96,18 +97,12 @@ def test_decode_rows_ascend_so_dispatch_takes_the_smallest_that_holds_the_proble
 
 
 def test_ws_kernels_with_hmma_fp32():
+    tile = {32: "192x128_w12x1", 40: "192x128_w12x1", 64: "192x128_w12x1", 72: "128x128_w8x1",
+            80: "128x128_w8x1", 96: "128x128_w8x1", 104: "128x128_w8x1", 128: "128x128_w8x1",
+            160: "128x64_w8x1", 192: "128x64_w8x1", 256: "128x64_w8x1"}
     assert [n for n in names({"TORCH_CUDA_ARCH_LIST": "9.0", "ENABLE_HMMA_FP32": "1"}) if "_ws_" in n] == [
-        "fmha_v2_ws_fp16_fp32_d64_192x128_w12x1_sm90",
-        "fmha_v2_ws_fp16_fp32_d128_128x128_w8x1_sm90",
-        "fmha_v2_ws_fp16_fp32_d192_128x64_w8x1_sm90",
-        "fmha_v2_ws_fp16_fp32_d256_128x64_w8x1_sm90",
-        "fmha_v2_ws_fp16_fp32_d192_dv128_128x128_w8x1_sm90",
-        "fmha_v2_ws_bf16_d64_192x128_w12x1_sm90",
-        "fmha_v2_ws_bf16_d128_128x128_w8x1_sm90",
-        "fmha_v2_ws_bf16_d192_128x64_w8x1_sm90",
-        "fmha_v2_ws_bf16_d256_128x64_w8x1_sm90",
-        "fmha_v2_ws_bf16_d192_dv128_128x128_w8x1_sm90",
-    ]
+        f"fmha_v2_ws_{dtype}_{name}_sm90" for dtype in ("fp16_fp32", "bf16")
+        for name in [f"d{d}_{t}" for d, t in tile.items()] + ["d192_dv128_128x128_w8x1"]]
 
 
 def test_ws_rows_come_before_flash_rows_of_the_same_problem():
@@ -160,10 +155,11 @@ def test_tiles_come_from_their_tile_function_and_pass_the_rules():
 
 
 def test_ws_tile():
-    # d=64: 192 rows over three consumer warpgroups (12 warps); otherwise 128 rows over two.
-    # 128-key blocks, 64 at d=192 and 256 (shared memory).
-    assert [enum.ws_tile(d) for d in enum.WS_HEAD_SIZES] == [
-        (192, 128, 12, 1), (128, 128, 8, 1), (128, 64, 8, 1), (128, 64, 8, 1)]
+    # One 64-column panel (d <= 64): 192 rows over three consumer warpgroups (12 warps);
+    # otherwise 128 rows over two. 128-key blocks, 64 from three panels on (shared memory).
+    assert enum.WS_HEAD_SIZES == (32, 40, 64, 72, 80, 96, 104, 128, 160, 192, 256)
+    assert [enum.ws_tile(d) for d in enum.WS_HEAD_SIZES] == (
+        [(192, 128, 12, 1)] * 3 + [(128, 128, 8, 1)] * 5 + [(128, 64, 8, 1)] * 3)
     # MLA (d=192, dv=128): Q and two 128-key K/V stages fit, so 128 keys.
     assert enum.ws_tile(192, 128) == (128, 128, 8, 1)
 

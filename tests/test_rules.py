@@ -17,7 +17,7 @@ DECODE = {"family": "decode", "sm": 80, "dtype": "bf16", "acc": "fp32", "block_m
 DECODE_TRAITS = ("family decode (decode::Traits) needs d = dv in {32, 64, 128, 256}, fp32 accumulation, "
                  "and either the warp path's tile (block_m rows per warp in {1, 4, 8}, block_n a multiple of "
                  "256/d (1-8 passes), warps 1-8 x 1) or the mma path's 16x64, warps 1x4")
-WS_TRAITS = ("family ws (flash_sm90::Traits) needs d and dv in {64, 128, 192, 256}, fp32 accumulation, "
+WS_TRAITS = ("family ws (flash_sm90::Traits) needs fp32 accumulation, "
              "block_m 128 or 192 over warps (block_m/16)x1 and block_n 64 or 128")
 
 # rule name -> (spec changes, config, the reason -v prints). Each breaks exactly that rule.
@@ -46,9 +46,7 @@ CASES = {
         ({**WS, "sm": 80}, DEFAULT, "family ws is built for base arch 9.0: sm must match"),
     ],
     "ws_traits": [
-        ({**WS, "d": 96, "dv": 96}, DEFAULT, WS_TRAITS),
         ({**WS, "block_m": 192, "warps_m": 4}, DEFAULT, WS_TRAITS),   # 192 rows need 12 warps
-        ({**WS, "dv": 96}, DEFAULT, WS_TRAITS),                       # dv not whole 64-column panels
         ({**WS, "dtype": "fp16", "acc": "fp16"}, DEFAULT, WS_TRAITS),
         ({**WS, "block_n": 192}, DEFAULT, WS_TRAITS),
         ({**WS, "block_m": 64, "warps_m": 4}, DEFAULT, WS_TRAITS),
@@ -92,6 +90,9 @@ def test_good_spec_breaks_nothing():
     ws = KernelSpec(**{**GOOD.__dict__, **WS})
     for arch_list in ("9.0", "9.0a", "8.0;9.0", "9.0+PTX;12.0"):
         assert broken(ws, parse({"TORCH_CUDA_ARCH_LIST": arch_list})) == []
+    # ws head sizes: any multiple of 8 (Traits pad shared memory to 64-column panels), dv != d too.
+    for d, dv in ((40, 40), (96, 96), (104, 104), (160, 160), (192, 128), (96, 64)):
+        assert broken(KernelSpec(**{**ws.__dict__, "d": d, "dv": dv}), DEFAULT) == []
 
 
 @pytest.mark.parametrize("rule, changes, config, reason",

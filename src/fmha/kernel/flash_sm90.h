@@ -33,8 +33,13 @@
 //
 // What an instantiation supports (static_asserted in Traits; launch checks the rest):
 //   Element      __half or __nv_bfloat16, f32 accumulation only (kAccFp16 == false)
-//   kHeadDim(V)  64, 128, 192 or 256 (whole 64-column TMA panels); dv may differ from d (MLA:
-//                d = 192, dv = 128)
+//   kHeadDim(V)  multiples of 8 up to 256; dv may differ from d (MLA: d = 192, dv = 128).
+//                Shared memory holds whole 64-column TMA panels: a head size that ends inside
+//                one (40, 72, 80, 96, 104, 160) pads it with the zeros TMA reads past the
+//                tensor's d columns. Q K^T then runs ceil(d / 16) k16 steps and P V a wgmma N
+//                of whole panels (64 per panel: the N of an MN-major SW128 operand), whose
+//                extra columns are never stored; so d = 72 costs about what d = 80 does in
+//                Q K^T and d = 128 in P V.
 //   kBlockM      128 or 192 (two or three consumer warpgroups), kWarpsM = kBlockM / 16, kWarpsN 1
 //   kBlockN      64 or 128 (a wgmma N), shared memory <= 227 KB
 //   run time     every MaskType (padding, causal, sliding/bidirectional window, chunked;
@@ -102,17 +107,21 @@ struct Traits {
     // so that one's softmax runs while another's GEMMs own the tensor cores.
     static constexpr bool kPingPong = kPingPong_ && kConsumerWarpgroups >= 2;
 
-    static constexpr int kNTilesS = kBlockN / 8;     // n8 tiles of S per thread row pair
-    static constexpr int kNTilesO = kHeadDimV / 8;   // n8 tiles of O
-    static constexpr int kKSlicesQK = kHeadDim / 16; // k16 steps of Q K^T
-    static constexpr int kKSlicesPV = kBlockN / 16;  // k16 steps of P V
+    // Columns in shared memory: whole 64-column panels (zero fill past d, dv).
+    static constexpr int kDimQK = memory::tma_panels(kHeadDim) * memory::kTmaPanelCols;
+    static constexpr int kDimV = memory::tma_panels(kHeadDimV) * memory::kTmaPanelCols;
+    static constexpr int kNTilesS = kBlockN / 8;                   // n8 tiles of S per thread row pair
+    static constexpr int kNTilesO = kDimV / 8;                     // n8 tiles of the P V accumulator
+    static constexpr int kNTilesOut = kHeadDimV / 8;               // ... of them stored (dv columns)
+    static constexpr int kKSlicesQK = (kHeadDim + 15) / 16;        // k16 steps of Q K^T
+    static constexpr int kKSlicesPV = kBlockN / 16;                // k16 steps of P V
 
     static constexpr int kRowBytes = memory::kTmaPanelRowBytes;
     static constexpr int kPanelBytesQ = kBlockM * kRowBytes;   // one 64-column panel of Q
     static constexpr int kPanelBytesKV = kBlockN * kRowBytes;  // ... of a K or V stage
-    static constexpr int kSmemQ = kBlockM * kHeadDim * 2;      // [kBlockM, d]
-    static constexpr int kSmemK = kBlockN * kHeadDim * 2;      // [kBlockN, d], one stage
-    static constexpr int kSmemV = kBlockN * kHeadDimV * 2;     // [kBlockN, dv], one stage
+    static constexpr int kSmemQ = kBlockM * kDimQK * 2;        // [kBlockM, d]
+    static constexpr int kSmemK = kBlockN * kDimQK * 2;        // [kBlockN, d], one stage
+    static constexpr int kSmemV = kBlockN * kDimV * 2;         // [kBlockN, dv], one stage
     // Q full/empty; K full/empty, V full/empty per stage; tile slot full/empty x 2.
     static constexpr int kNumBarriers = 2 + 4 * kStages + 4;
     static constexpr int kSmemAlign = 1024;                    // SW128 tiles: one swizzle period
@@ -141,10 +150,10 @@ struct Traits {
 
     static_assert(kIsSupportedElement<Element>, "Element must be __half or __nv_bfloat16");
     static_assert(!kAccFp16, "flash_sm90: f32 accumulation only");
-    static_assert(kHeadDim % memory::kTmaPanelCols == 0 && kHeadDim <= 256,
-                  "flash_sm90: d in {64, 128, 192, 256} (whole 64-column TMA panels)");
-    static_assert(kHeadDimV % memory::kTmaPanelCols == 0 && kHeadDimV <= 256,
-                  "flash_sm90: dv in {64, 128, 192, 256} (whole 64-column TMA panels)");
+    static_assert(kHeadDim % 8 == 0 && kHeadDim >= 8 && kHeadDim <= 256,
+                  "flash_sm90: d a multiple of 8 up to 256 (16-byte TMA rows)");
+    static_assert(kHeadDimV % 8 == 0 && kHeadDimV >= 8 && kHeadDimV <= 256,
+                  "flash_sm90: dv a multiple of 8 up to 256 (16-byte TMA rows)");
     static_assert((kBlockM == 128 || kBlockM == 192) && kWarpsM == kBlockM / 16,
                   "flash_sm90: 128 or 192 rows over two or three consumer warpgroups");
     static_assert(kBlockM == kConsumerWarpgroups * kWarpgroupRows, "one 64-row slab per consumer warpgroup");
@@ -299,31 +308,34 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                     memory::mbar_wait(q_empty, (q_iter & 1) ^ 1);
                     if (leader) {
                         memory::mbar_arrive_expect_tx(q_full, Tr::kSmemQ);
-                        memory::tma_load_head_tile(smem_q, &maps.q, q_full, w.q_off + w.m0, w.head);
+                        memory::tma_load_head_tile<Tr::kHeadDim, Tr::kPanelBytesQ>(smem_q, &maps.q, q_full,
+                                                                                    w.q_off + w.m0, w.head);
                     }
                     ++q_iter;
-                    // K and V of each key block into the ring; kPanels: the tensor's 64-column panels.
+                    // K and V of each key block into the ring; dim: the tensor's head size.
                     for (int it = 0; it < w.n_blocks; ++it, ++kv_iter) {
                         const int st = kv_iter % S;
                         const uint32_t phase = (kv_iter / S) & 1;
                         const int key0 = (w.blk_end - 1 - it) * Tr::kBlockN;
-                        const auto load = [&](uint32_t dst, const CUtensorMap* map, uint32_t bar, auto panels) {
+                        const auto load = [&](uint32_t dst, const CUtensorMap* map, uint32_t bar, auto dim) {
+                            constexpr int kD = decltype(dim)::value;
                             if constexpr (kPaged) {
-                                memory::tma_load_paged_box<Tr::kBlockN, decltype(panels)::value, kPagedMaxBox<Tr>>(
+                                memory::tma_load_paged_box<Tr::kBlockN, kD, kPagedMaxBox<Tr>>(
                                     dst, map, bar, p.kv_block_table, uint32_t(w.batch) * uint32_t(p.kv_table_stride),
                                     key0, w.kv_len, p.tokens_per_block, w.kv_head, p.kv_pool_blocks, lane);
                             } else {
-                                memory::tma_load_head_tile(dst, map, bar, w.kv_off + key0, w.kv_head);
+                                memory::tma_load_head_tile<kD, Tr::kPanelBytesKV>(dst, map, bar, w.kv_off + key0,
+                                                                                  w.kv_head);
                             }
                         };
                         memory::mbar_wait(k_empty(st), phase ^ 1);
                         if (leader) memory::mbar_arrive_expect_tx(k_full(st), Tr::kSmemK);
                         load(smem_k + st * Tr::kSmemK, &maps.k, k_full(st),
-                             std::integral_constant<int, Tr::kHeadDim / memory::kTmaPanelCols>{});
+                             std::integral_constant<int, Tr::kHeadDim>{});
                         memory::mbar_wait(v_empty(st), phase ^ 1);
                         if (leader) memory::mbar_arrive_expect_tx(v_full(st), Tr::kSmemV);
                         load(smem_v + st * Tr::kSmemV, &maps.v, v_full(st),
-                             std::integral_constant<int, Tr::kHeadDimV / memory::kTmaPanelCols>{});
+                             std::integral_constant<int, Tr::kHeadDimV>{});
                     }
                 }
                 if constexpr (Tr::kPersistent) {
@@ -424,7 +436,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         const float alibi_slope =
             kMod == softmax::ScoreMod::kAlibi ? __fdividef(p.alibi_slopes[w.head], p.scale_bmm1) : 0.f;
 
-        float acc_o[1][Tr::kNTilesO][4];  // [64 rows, dv] f32 of this warpgroup
+        float acc_o[1][Tr::kNTilesO][4];  // [64 rows, dv in whole panels] f32 of this warpgroup
 #pragma unroll
         for (int nt = 0; nt < Tr::kNTilesO; ++nt) {
 #pragma unroll
@@ -439,7 +451,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 #pragma unroll
             for (int kk = 0; kk < Tr::kKSlicesPV; ++kk) {
                 const uint32_t off_v = st * Tr::kSmemV + kk * kSliceBytesV;
-                mma::wgmma_rs<Tr::kBf16, Tr::kHeadDimV>(mma::flat(acc_o), p_frag[0][kk], desc_v + (off_v >> 4), true);
+                mma::wgmma_rs<Tr::kBf16, Tr::kDimV>(mma::flat(acc_o), p_frag[0][kk], desc_v + (off_v >> 4), true);
             }
             mma::wgmma_commit();
         };
@@ -546,7 +558,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         softmax.store_lse(p, w.batch, w.head, wg_row0 + row_g, w.q_len, lane);
         Element* o = static_cast<Element*>(p.o) + static_cast<int64_t>(w.q_off + wg_row0) * p.o_row_stride +
                      static_cast<int64_t>(w.head) * p.o_head_stride;
-        epilogue::store_o_rows<Element>(acc_o, inv, o, p.o_row_stride, row_g, lane, w.q_len - wg_row0);
+        epilogue::store_o_rows<Element, Tr::kNTilesOut>(acc_o, inv, o, p.o_row_stride, row_g, lane,
+                                                        w.q_len - wg_row0);
     }
 #endif
 }

@@ -12,6 +12,11 @@
 //   dim3 = head (head_stride); box {64, rows, d/64, 1}.
 // Rows past the token extent read as zeros; rows inside the extent but past a
 // sequence's end are the next sequence's data, which the kernel must mask.
+// A head size that ends inside a panel (d % 64 != 0: 40, 72, ..., 160) cannot split its
+// columns into a panel dimension, so its map is 3D, dim0 = d columns (the extent), and the
+// tile is loaded one panel at a time at column 64c: the columns past d read as zeros, which
+// is what wgmma needs (Q K^T's k16 steps then run over ceil(d / 16) * 16 columns, P V's N
+// over whole panels whose extra columns are never stored).
 #pragma once
 
 #include <cuda.h>  // CUtensorMap and its enums only: no libcuda symbol is referenced
@@ -28,6 +33,11 @@ namespace memory {
 constexpr int kTmaPanelCols = 64;      // 16-bit elements in one 128-byte swizzle row
 constexpr int kTmaPanelRowBytes = 128;
 constexpr int kTmaMaxBoxRows = 256;
+
+// The panels a d-column head tile takes, and whether they are whole (the 4D / 5D maps with a
+// panel dimension) or the last one is partly zero fill (the column-extent maps).
+constexpr int tma_panels(int d) { return (d + kTmaPanelCols - 1) / kTmaPanelCols; }
+constexpr bool tma_whole_panels(int d) { return d % kTmaPanelCols == 0; }
 
 // ---------------------------------------------------------------------------------------
 // Host.
@@ -59,16 +69,25 @@ inline cudaError_t encode_tiled(CUtensorMap* map, CUtensorMapDataType type, int 
     return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-// The head-tile map described at the top: tokens x heads x d of 16-bit `Element`.
+// The head-tile map described at the top: tokens x heads x d of 16-bit `Element`; d a
+// multiple of 8 (16-byte rows), whole panels or not.
 template <typename Element>
 cudaError_t make_head_tile_map(CUtensorMap* map, const void* base, int64_t tokens, int heads, int d,
                                int64_t row_stride, int64_t head_stride, int box_rows) {
-    if (d % kTmaPanelCols != 0 || box_rows < 1 || box_rows > kTmaMaxBoxRows || tokens < 1) {
+    if (d % 8 != 0 || d < 8 || box_rows < 1 || box_rows > kTmaMaxBoxRows || tokens < 1) {
         return cudaErrorInvalidValue;
     }
     constexpr int64_t kElem = 2;
     const CUtensorMapDataType type =
         ElementTraits<Element>::kIsBf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    if (!tma_whole_panels(d)) {
+        const cuuint64_t dims[3] = {static_cast<cuuint64_t>(d), static_cast<cuuint64_t>(tokens),
+                                    static_cast<cuuint64_t>(heads)};
+        const cuuint64_t strides[2] = {static_cast<cuuint64_t>(row_stride * kElem),
+                                       static_cast<cuuint64_t>(head_stride * kElem)};
+        const cuuint32_t box[3] = {static_cast<cuuint32_t>(kTmaPanelCols), static_cast<cuuint32_t>(box_rows), 1u};
+        return encode_tiled(map, type, 3, base, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+    }
     const cuuint64_t dims[4] = {static_cast<cuuint64_t>(kTmaPanelCols), static_cast<cuuint64_t>(tokens),
                                 static_cast<cuuint64_t>(d / kTmaPanelCols), static_cast<cuuint64_t>(heads)};
     const cuuint64_t strides[3] = {static_cast<cuuint64_t>(row_stride * kElem),
@@ -83,17 +102,28 @@ cudaError_t make_head_tile_map(CUtensorMap* map, const void* base, int64_t token
 // tokens_per_block rows of each head; one copy lands box_rows rows of one 64-column panel:
 //   dim0 = 64 columns, dim1 = row in the block (row_stride), dim2 = panel (128 bytes),
 //   dim3 = head (head_stride), dim4 = block (block_stride); box {64, box_rows, 1, 1, 1}.
+// A head size that ends inside a panel: dim0 = d columns and no panel dimension (4D), the
+// copy of panel c at column 64c.
 // Blocks past the pool's end read as zeros (how the kernel fills the keys past a sequence).
 template <typename Element>
 cudaError_t make_paged_tile_map(CUtensorMap* map, const void* base, int blocks, int tokens_per_block, int heads,
                                 int d, int64_t row_stride, int64_t head_stride, int64_t block_stride, int box_rows) {
-    if (d % kTmaPanelCols != 0 || box_rows < 1 || box_rows > tokens_per_block || box_rows > kTmaMaxBoxRows ||
+    if (d % 8 != 0 || d < 8 || box_rows < 1 || box_rows > tokens_per_block || box_rows > kTmaMaxBoxRows ||
         blocks < 1) {
         return cudaErrorInvalidValue;
     }
     constexpr int64_t kElem = 2;
     const CUtensorMapDataType type =
         ElementTraits<Element>::kIsBf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    if (!tma_whole_panels(d)) {
+        const cuuint64_t dims[4] = {static_cast<cuuint64_t>(d), static_cast<cuuint64_t>(tokens_per_block),
+                                    static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(blocks)};
+        const cuuint64_t strides[3] = {static_cast<cuuint64_t>(row_stride * kElem),
+                                       static_cast<cuuint64_t>(head_stride * kElem),
+                                       static_cast<cuuint64_t>(block_stride * kElem)};
+        const cuuint32_t box[4] = {static_cast<cuuint32_t>(kTmaPanelCols), static_cast<cuuint32_t>(box_rows), 1u, 1u};
+        return encode_tiled(map, type, 4, base, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+    }
     const cuuint64_t dims[5] = {static_cast<cuuint64_t>(kTmaPanelCols), static_cast<cuuint64_t>(tokens_per_block),
                                 static_cast<cuuint64_t>(d / kTmaPanelCols), static_cast<cuuint64_t>(heads),
                                 static_cast<cuuint64_t>(blocks)};
@@ -146,13 +176,21 @@ FMHA_DEVICE void tma_load_5d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
         : "memory");
 }
 
-// Loads the [box_rows, d] tile of `head` starting at `token` (map from make_head_tile_map).
+// Loads the [box_rows, d] tile of `head` starting at `token` (map from make_head_tile_map
+// with this d): one copy of every panel, or (d ends inside a panel) one copy per panel;
+// kPanelBytes = box_rows * 128.
+template <int kD, int kPanelBytes>
 FMHA_DEVICE void tma_load_head_tile(uint32_t dst, const CUtensorMap* map, uint32_t bar, int token, int head) {
-    tma_load_4d(dst, map, bar, 0, token, 0, head);
+    if constexpr (tma_whole_panels(kD)) {
+        tma_load_4d(dst, map, bar, 0, token, 0, head);
+    } else {
+#pragma unroll
+        for (int c = 0; c < tma_panels(kD); ++c) tma_load_3d(dst + c * kPanelBytes, map, bar, c * kTmaPanelCols, token, head);
+    }
 }
 
-// The same [kRows, kPanels * 64] tile (panel after panel, the head-tile layout) from a paged
-// KV cache (map from make_paged_tile_map), called by every lane of a warp: keys key0 ..
+// The same [kRows, kD] tile (panel after panel, the head-tile layout) from a paged KV cache
+// (map from make_paged_tile_map with this d), called by every lane of a warp: keys key0 ..
 // key0 + kRows - 1 of one sequence in boxes of min(tokens_per_block, kMaxBox) keys (kMaxBox: a
 // power of two dividing kRows; tokens_per_block a power of two >= 16, so kRows / 16 <= 32
 // boxes at most), lane i looking up box i's block and issuing its copies, one per panel.
@@ -160,7 +198,7 @@ FMHA_DEVICE void tma_load_head_tile(uint32_t dst, const CUtensorMap* map, uint32
 // most 65536 entries, and one register less than a pointer in a producer at its limit); a box
 // at or past kv_len is not looked up and reads the block past the pool's end, i.e. zeros (so
 // the mbarrier's byte count is the whole tile's either way).
-template <int kRows, int kPanels, int kMaxBox>
+template <int kRows, int kD, int kMaxBox>
 FMHA_DEVICE void tma_load_paged_box(uint32_t dst, const CUtensorMap* map, uint32_t bar, const int* table, uint32_t row,
                                     int key0, int kv_len, int tokens_per_block, int head, int pool_blocks, int lane) {
     static_assert(kRows / 16 <= 32, "a box per lane");
@@ -172,8 +210,13 @@ FMHA_DEVICE void tma_load_paged_box(uint32_t dst, const CUtensorMap* map, uint32
         key < kv_len ? __ldg(table + (row + uint32_t(key >> (__ffs(tokens_per_block) - 1)))) : pool_blocks;
     const int in_block = key & (tokens_per_block - 1);
 #pragma unroll
-    for (int c = 0; c < kPanels; ++c) {
-        tma_load_5d(dst + (c * kRows + first) * kTmaPanelRowBytes, map, bar, 0, in_block, c, head, block);
+    for (int c = 0; c < tma_panels(kD); ++c) {
+        const uint32_t to = dst + (c * kRows + first) * kTmaPanelRowBytes;
+        if constexpr (tma_whole_panels(kD)) {
+            tma_load_5d(to, map, bar, 0, in_block, c, head, block);
+        } else {
+            tma_load_4d(to, map, bar, c * kTmaPanelCols, in_block, head, block);
+        }
     }
 }
 
