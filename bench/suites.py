@@ -162,6 +162,7 @@ FA3_TOKENS = 16384     # FlashAttention-3's grid: b = 16k / s, hidden 2048 = h·
 FA3_HEADS = {64: 32, 128: 16, 256: 8}
 FA3_LENGTHS = (512, 1024, 2048, 4096, 8192, 16384)
 VARIANT_LENGTHS = (8192, 32768)
+ODD_HEAD_SIZES = (40, 72, 80, 96, 104, 160)
 
 SUITES = {suite.name: suite for suite in (
     Suite("readme", "tflops", (mha(4, 32, 1024, 128, True),),
@@ -198,6 +199,11 @@ SUITES = {suite.name: suite for suite in (
           "softcapping (cap 30) at s = 8k, causal and not, and a paged KV cache (blocks of 16 and 128 "
           "tokens) at s = 8k, where SDPA has no equivalent; an additive bias and a custom bit mask "
           "at s = 4k, b = 2, which SDPA takes as a float or bool attn_mask"),
+    Suite("heads", "tflops",
+          tuple(mha(4, 16, 4096, d, causal) for causal, d in product(MASKS, ODD_HEAD_SIZES)),
+          "the head sizes fmha_v2 serves beyond the powers of two (40, 72, 80, 96, 104, 160) at "
+          "b=4, h=16, s=4k, causal and not; on Hopper they run on the ws family, padded to whole "
+          "64-column panels"),
     Suite("grid", "tflops",
           tuple(mha(b, h, s, d, causal)
                 for causal, d, b, h, s in product(MASKS, (64, 128), (8, 16), (8, 16), (256, 512, 1024))),

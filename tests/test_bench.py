@@ -20,7 +20,7 @@ NAN = float("nan")
 
 def test_suite_sizes():
     assert {name: len(s.problems) for name, s in SUITES.items()} == {
-        "readme": 1, "fa3": 36, "seed": 6, "decode": 16, "variants": 14, "grid": 48}
+        "readme": 1, "fa3": 36, "seed": 6, "decode": 16, "variants": 14, "heads": 12, "grid": 48}
 
 
 def test_variants_pair_each_window_and_cap_with_the_dense_problem():
