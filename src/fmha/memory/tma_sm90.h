@@ -38,6 +38,11 @@ constexpr int kTmaMaxBoxRows = 256;
 // panel dimension) or the last one is partly zero fill (the column-extent maps).
 constexpr int tma_panels(int d) { return (d + kTmaPanelCols - 1) / kTmaPanelCols; }
 constexpr bool tma_whole_panels(int d) { return d % kTmaPanelCols == 0; }
+// L2 promotion of the maps of head sizes that end inside a panel: 128 bytes. Their rows start
+// on 16- or 32-byte boundaries (d = 72: 144-byte rows), and 256-byte promotion fetched around
+// each one: d = 72 and 104 ran 11-16 % faster at 128 bytes, 40 and 80 the same (H100,
+// bench/NOTES.md §18). Whole-panel maps keep 256 bytes.
+constexpr CUtensorMapL2promotion kPartialPanelPromotion = CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
 
 // ---------------------------------------------------------------------------------------
 // Host.
@@ -59,12 +64,13 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 // of them), box in elements.
 inline cudaError_t encode_tiled(CUtensorMap* map, CUtensorMapDataType type, int rank, const void* base,
                                 const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box,
-                                CUtensorMapSwizzle swizzle) {
+                                CUtensorMapSwizzle swizzle,
+                                CUtensorMapL2promotion promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
     const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
     if (encode == nullptr) return cudaErrorNotSupported;
     const cuuint32_t elem_strides[5] = {1, 1, 1, 1, 1};
     const CUresult r = encode(map, type, static_cast<cuuint32_t>(rank), const_cast<void*>(base), dims, strides, box,
-                              elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                              elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, promotion,
                               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
@@ -86,7 +92,8 @@ cudaError_t make_head_tile_map(CUtensorMap* map, const void* base, int64_t token
         const cuuint64_t strides[2] = {static_cast<cuuint64_t>(row_stride * kElem),
                                        static_cast<cuuint64_t>(head_stride * kElem)};
         const cuuint32_t box[3] = {static_cast<cuuint32_t>(kTmaPanelCols), static_cast<cuuint32_t>(box_rows), 1u};
-        return encode_tiled(map, type, 3, base, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+        return encode_tiled(map, type, 3, base, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B,
+                            kPartialPanelPromotion);
     }
     const cuuint64_t dims[4] = {static_cast<cuuint64_t>(kTmaPanelCols), static_cast<cuuint64_t>(tokens),
                                 static_cast<cuuint64_t>(d / kTmaPanelCols), static_cast<cuuint64_t>(heads)};
@@ -122,7 +129,8 @@ cudaError_t make_paged_tile_map(CUtensorMap* map, const void* base, int blocks, 
                                        static_cast<cuuint64_t>(head_stride * kElem),
                                        static_cast<cuuint64_t>(block_stride * kElem)};
         const cuuint32_t box[4] = {static_cast<cuuint32_t>(kTmaPanelCols), static_cast<cuuint32_t>(box_rows), 1u, 1u};
-        return encode_tiled(map, type, 4, base, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+        return encode_tiled(map, type, 4, base, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B,
+                            kPartialPanelPromotion);
     }
     const cuuint64_t dims[5] = {static_cast<cuuint64_t>(kTmaPanelCols), static_cast<cuuint64_t>(tokens_per_block),
                                 static_cast<cuuint64_t>(d / kTmaPanelCols), static_cast<cuuint64_t>(heads),
