@@ -76,9 +76,10 @@ def flash(config: Config) -> list[KernelSpec]:
 # The ws family (src/fmha/kernel/flash_sm90.h): the head sizes fmha_v2 serves. Its Traits take
 # any multiple of 8 (shared memory rounds d up to whole 64-column TMA panels, zero-filled);
 # the other multiples of 8 run on the flash family, and a size joins this list when a model
-# needs it (each costs two more translation units of about 20 entry points). fp32 accumulation only (wgmma with an f16 accumulator is not
-# instantiated, so the -fp16 problem stays on the flash family). fp16 with fp32 accumulation is
-# the -fp16-fp32 problem: rules.py keeps it behind ENABLE_HMMA_FP32=1, as for the flash family.
+# needs it (each costs two more translation units of about 20 entry points). fp32
+# accumulation only (wgmma with an f16 accumulator is not instantiated, so the -fp16 problem
+# stays on the flash family). fp16 with fp32 accumulation is the -fp16-fp32 problem:
+# rules.py keeps it behind ENABLE_HMMA_FP32=1, as for the flash family.
 WS_HEAD_SIZES = (32, 40, 64, 72, 80, 96, 104, 128, 160, 192, 256)
 WS_DTYPES = (("fp16", "fp32"), ("bf16", "fp32"))
 

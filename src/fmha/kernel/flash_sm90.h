@@ -35,7 +35,7 @@
 //   Element      __half or __nv_bfloat16, f32 accumulation only (kAccFp16 == false)
 //   kHeadDim(V)  multiples of 8 up to 256; dv may differ from d (MLA: d = 192, dv = 128).
 //                Shared memory holds whole 64-column TMA panels: a head size that ends inside
-//                one (40, 72, 80, 96, 104, 160) pads it with the zeros TMA reads past the
+//                one (32, 40, 72, 80, 96, 104, 160) pads it with the zeros TMA reads past the
 //                tensor's d columns. Q K^T then runs ceil(d / 16) k16 steps and P V a wgmma N
 //                of whole panels (64 per panel: the N of an MN-major SW128 operand), whose
 //                extra columns are never stored; so d = 72 costs about what d = 80 does in
@@ -406,7 +406,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     // and store O; the last consumer makes one arrival before its first tile and consumer 0 one
     // wait after its last. Otherwise the last consumer opens each tile with an arrival on
     // consumer 0's barrier and skips its own last hand-over. Either way every arrival is
-    // matched by one wait. Measured (bench/NOTES.md §18, H200): across tiles is 1-4.5 % faster
+    // matched by one wait. Measured (bench/NOTES.md §19, H200): across tiles is 1-4.5 % faster
     // with three consumers and with the causal mask (tiles of unequal length), 0.7-1.1 %
     // slower for the two-consumer tiles' equal tiles.
     constexpr bool kAcrossTiles = Tr::kConsumerWarpgroups == 3 || kMask == mask::Kind::kCausal;
