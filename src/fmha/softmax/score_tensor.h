@@ -45,26 +45,31 @@ FMHA_DEVICE const uint32_t* custom_mask_row(const Params& p, int batch, int row)
 FMHA_DEVICE uint32_t mask_bits_from(const uint32_t* row, int key) { return __ldg(row + (key >> 5)) >> (key & 31); }
 FMHA_DEVICE bool mask_visible(const uint32_t* row, int key) { return (mask_bits_from(row, key) & 1u) != 0; }
 
-// s += mul * bias for keys below kv_len (mul: the units of s per logit unit, 1 / scale_bmm1
-// for raw Q K^T scores). key0: this lane's first key.
-template <class Element, int kMmaM, int kNTiles, class RowFn>
-FMHA_DEVICE void apply_bias(float (&s)[kMmaM][kNTiles][4], RowFn&& row_of, int key0, int kv_len, float mul) {
+// Walks this thread's score pairs row by row: f(row, key, s_even, s_odd) for every n8 tile of
+// each of its rows whose row_of(mi, h) is not null (null: a row past the sequence), key the
+// pair's first key (key0 + 8 * ni).
+template <int kMmaM, int kNTiles, class RowFn, class F>
+FMHA_DEVICE void for_each_row_pair(float (&s)[kMmaM][kNTiles][4], RowFn&& row_of, int key0, F&& f) {
 #pragma unroll
     for (int mi = 0; mi < kMmaM; ++mi) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const Element* row = row_of(mi, h);
+            const auto row = row_of(mi, h);
             if (row == nullptr) continue;
 #pragma unroll
-            for (int ni = 0; ni < kNTiles; ++ni) {
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int key = key0 + 8 * ni + e;
-                    if (key < kv_len) s[mi][ni][2 * h + e] = fmaf(mul, bias_at(row, key), s[mi][ni][2 * h + e]);
-                }
-            }
+            for (int ni = 0; ni < kNTiles; ++ni) f(row, key0 + 8 * ni, s[mi][ni][2 * h], s[mi][ni][2 * h + 1]);
         }
     }
+}
+
+// s += mul * bias for keys below kv_len (mul: the units of s per logit unit, 1 / scale_bmm1
+// for raw Q K^T scores). key0: this lane's first key.
+template <class Element, int kMmaM, int kNTiles, class RowFn>
+FMHA_DEVICE void apply_bias(float (&s)[kMmaM][kNTiles][4], RowFn&& row_of, int key0, int kv_len, float mul) {
+    for_each_row_pair(s, row_of, key0, [&](const Element* row, int key, float& s0, float& s1) {
+        if (key < kv_len) s0 = fmaf(mul, bias_at(row, key), s0);
+        if (key + 1 < kv_len) s1 = fmaf(mul, bias_at(row, key + 1), s1);
+    });
 }
 
 // s = -inf where the mask bit is clear, for keys below kv_len. key0 even: a lane's key pair
@@ -72,22 +77,12 @@ FMHA_DEVICE void apply_bias(float (&s)[kMmaM][kNTiles][4], RowFn&& row_of, int k
 // multiples of the block size in every family).
 template <int kMmaM, int kNTiles, class RowFn>
 FMHA_DEVICE void apply_custom_mask(float (&s)[kMmaM][kNTiles][4], RowFn&& row_of, int key0, int kv_len) {
-#pragma unroll
-    for (int mi = 0; mi < kMmaM; ++mi) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const uint32_t* row = row_of(mi, h);
-            if (row == nullptr) continue;
-#pragma unroll
-            for (int ni = 0; ni < kNTiles; ++ni) {
-                const int key = key0 + 8 * ni;
-                if (key >= kv_len) continue;
-                const uint32_t bits = mask_bits_from(row, key);
-                if (!(bits & 1u)) s[mi][ni][2 * h] = -INFINITY;
-                if (!(bits & 2u)) s[mi][ni][2 * h + 1] = -INFINITY;
-            }
-        }
-    }
+    for_each_row_pair(s, row_of, key0, [&](const uint32_t* row, int key, float& s0, float& s1) {
+        if (key >= kv_len) return;
+        const uint32_t bits = mask_bits_from(row, key);
+        if (!(bits & 1u)) s0 = -INFINITY;
+        if (!(bits & 2u)) s1 = -INFINITY;
+    });
 }
 
 }  // namespace softmax
