@@ -75,34 +75,44 @@ inline cudaError_t encode_tiled(CUtensorMap* map, CUtensorMapDataType type, int 
     return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
+// What both maps below share: dim0 the columns, dim1 rows (row_stride elements apart), then a
+// panel dimension (128 bytes apart; whole panels only) and the `outer` dimensions (extent and
+// stride in elements, innermost first). A head size that ends inside a panel has no panel
+// dimension: dim0 spans d columns, the box one 64-column panel, and a copy of panel c starts
+// at column 64c. box_all_panels: a box holds every panel when whole (or one).
+template <typename Element, int kOuter>
+cudaError_t encode_head_map(CUtensorMap* map, const void* base, int d, int64_t rows, int64_t row_stride,
+                            int box_rows, bool box_all_panels, const int64_t (&outer)[kOuter][2]) {
+    if (d % 8 != 0 || d < 8 || box_rows < 1 || box_rows > kTmaMaxBoxRows || rows < 1) return cudaErrorInvalidValue;
+    constexpr int64_t kElem = 2;
+    const bool whole = tma_whole_panels(d);
+    cuuint64_t dims[5] = {static_cast<cuuint64_t>(whole ? kTmaPanelCols : d), static_cast<cuuint64_t>(rows)};
+    cuuint64_t strides[4] = {static_cast<cuuint64_t>(row_stride * kElem)};
+    cuuint32_t box[5] = {static_cast<cuuint32_t>(kTmaPanelCols), static_cast<cuuint32_t>(box_rows)};
+    int rank = 2;
+    if (whole) {
+        dims[rank] = static_cast<cuuint64_t>(d / kTmaPanelCols);
+        strides[rank - 1] = kTmaPanelRowBytes;
+        box[rank++] = box_all_panels ? static_cast<cuuint32_t>(d / kTmaPanelCols) : 1u;
+    }
+    for (const auto& o : outer) {
+        dims[rank] = static_cast<cuuint64_t>(o[0]);
+        strides[rank - 1] = static_cast<cuuint64_t>(o[1] * kElem);
+        box[rank++] = 1u;
+    }
+    const CUtensorMapDataType type =
+        ElementTraits<Element>::kIsBf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    return encode_tiled(map, type, rank, base, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B,
+                        whole ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B : kPartialPanelPromotion);
+}
+
 // The head-tile map described at the top: tokens x heads x d of 16-bit `Element`; d a
-// multiple of 8 (16-byte rows), whole panels or not.
+// multiple of 8 (16-byte rows), whole panels or not. One box holds every panel.
 template <typename Element>
 cudaError_t make_head_tile_map(CUtensorMap* map, const void* base, int64_t tokens, int heads, int d,
                                int64_t row_stride, int64_t head_stride, int box_rows) {
-    if (d % 8 != 0 || d < 8 || box_rows < 1 || box_rows > kTmaMaxBoxRows || tokens < 1) {
-        return cudaErrorInvalidValue;
-    }
-    constexpr int64_t kElem = 2;
-    const CUtensorMapDataType type =
-        ElementTraits<Element>::kIsBf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-    if (!tma_whole_panels(d)) {
-        const cuuint64_t dims[3] = {static_cast<cuuint64_t>(d), static_cast<cuuint64_t>(tokens),
-                                    static_cast<cuuint64_t>(heads)};
-        const cuuint64_t strides[2] = {static_cast<cuuint64_t>(row_stride * kElem),
-                                       static_cast<cuuint64_t>(head_stride * kElem)};
-        const cuuint32_t box[3] = {static_cast<cuuint32_t>(kTmaPanelCols), static_cast<cuuint32_t>(box_rows), 1u};
-        return encode_tiled(map, type, 3, base, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B,
-                            kPartialPanelPromotion);
-    }
-    const cuuint64_t dims[4] = {static_cast<cuuint64_t>(kTmaPanelCols), static_cast<cuuint64_t>(tokens),
-                                static_cast<cuuint64_t>(d / kTmaPanelCols), static_cast<cuuint64_t>(heads)};
-    const cuuint64_t strides[3] = {static_cast<cuuint64_t>(row_stride * kElem),
-                                   static_cast<cuuint64_t>(kTmaPanelRowBytes),
-                                   static_cast<cuuint64_t>(head_stride * kElem)};
-    const cuuint32_t box[4] = {static_cast<cuuint32_t>(kTmaPanelCols), static_cast<cuuint32_t>(box_rows),
-                               static_cast<cuuint32_t>(d / kTmaPanelCols), 1u};
-    return encode_tiled(map, type, 4, base, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+    const int64_t outer[1][2] = {{heads, head_stride}};
+    return encode_head_map<Element>(map, base, d, tokens, row_stride, box_rows, true, outer);
 }
 
 // A paged KV cache's map (params.h, Params::kv_block_table): every block of the pool holds
@@ -115,32 +125,9 @@ cudaError_t make_head_tile_map(CUtensorMap* map, const void* base, int64_t token
 template <typename Element>
 cudaError_t make_paged_tile_map(CUtensorMap* map, const void* base, int blocks, int tokens_per_block, int heads,
                                 int d, int64_t row_stride, int64_t head_stride, int64_t block_stride, int box_rows) {
-    if (d % 8 != 0 || d < 8 || box_rows < 1 || box_rows > tokens_per_block || box_rows > kTmaMaxBoxRows ||
-        blocks < 1) {
-        return cudaErrorInvalidValue;
-    }
-    constexpr int64_t kElem = 2;
-    const CUtensorMapDataType type =
-        ElementTraits<Element>::kIsBf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-    if (!tma_whole_panels(d)) {
-        const cuuint64_t dims[4] = {static_cast<cuuint64_t>(d), static_cast<cuuint64_t>(tokens_per_block),
-                                    static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(blocks)};
-        const cuuint64_t strides[3] = {static_cast<cuuint64_t>(row_stride * kElem),
-                                       static_cast<cuuint64_t>(head_stride * kElem),
-                                       static_cast<cuuint64_t>(block_stride * kElem)};
-        const cuuint32_t box[4] = {static_cast<cuuint32_t>(kTmaPanelCols), static_cast<cuuint32_t>(box_rows), 1u, 1u};
-        return encode_tiled(map, type, 4, base, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B,
-                            kPartialPanelPromotion);
-    }
-    const cuuint64_t dims[5] = {static_cast<cuuint64_t>(kTmaPanelCols), static_cast<cuuint64_t>(tokens_per_block),
-                                static_cast<cuuint64_t>(d / kTmaPanelCols), static_cast<cuuint64_t>(heads),
-                                static_cast<cuuint64_t>(blocks)};
-    const cuuint64_t strides[4] = {
-        static_cast<cuuint64_t>(row_stride * kElem), static_cast<cuuint64_t>(kTmaPanelRowBytes),
-        static_cast<cuuint64_t>(head_stride * kElem), static_cast<cuuint64_t>(block_stride * kElem)};
-    const cuuint32_t box[5] = {static_cast<cuuint32_t>(kTmaPanelCols), static_cast<cuuint32_t>(box_rows), 1u, 1u,
-                               1u};
-    return encode_tiled(map, type, 5, base, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+    if (box_rows > tokens_per_block || blocks < 1) return cudaErrorInvalidValue;
+    const int64_t outer[2][2] = {{heads, head_stride}, {blocks, block_stride}};
+    return encode_head_map<Element>(map, base, d, tokens_per_block, row_stride, box_rows, false, outer);
 }
 
 // ---------------------------------------------------------------------------------------
