@@ -769,16 +769,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int row = row0 + lane / 4 + 8 * h;
-            limit[h] = row < rows ? min_int(key_end, mrows.end(row / shape.group)) : 0;
-            lo[h] = row < rows ? mrows.begin(row / shape.group) : 0;
-            key_pos[0][h] = row / shape.group + mrows.shift;
+            const int pos = row / shape.group;                  // the row's query position
+            const int head = g * shape.group + row % shape.group;  // ... and query head
+            limit[h] = row < rows ? min_int(key_end, mrows.end(pos)) : 0;
+            lo[h] = row < rows ? mrows.begin(pos) : 0;
+            key_pos[0][h] = pos + mrows.shift;
             alibi[0][h] = kMod == softmax::ScoreMod::kAlibi && row < rows
-                              ? __fdividef(p.alibi_slopes[g * shape.group + row % shape.group], p.scale_bmm1)
+                              ? __fdividef(p.alibi_slopes[head], p.scale_bmm1)
                               : 0.f;
-            if (kMod == softmax::ScoreMod::kBias && row < rows)
-                bias_rows[h] = softmax::bias_row<Element>(p, b, g * shape.group + row % shape.group, row / shape.group);
-            if (kMod == softmax::ScoreMod::kCustomMask && row < rows)
-                mask_rows[h] = softmax::custom_mask_row(p, b, row / shape.group);
+            if (kMod == softmax::ScoreMod::kBias && row < rows) bias_rows[h] = softmax::bias_row<Element>(p, b, head, pos);
+            if (kMod == softmax::ScoreMod::kCustomMask && row < rows) mask_rows[h] = softmax::custom_mask_row(p, b, pos);
         }
     }
     const int col0 = key_begin + warp * Tr::kWarpKeys + 2 * (lane % 4);  // this lane's first key, block 0
