@@ -77,7 +77,7 @@ struct TileLoader {
         } else if constexpr (kPaged == PagedCopies::kCall) {
             load_paged_call<kCheckRows>(smem_base, p, rows, key0, valid_rows, tid);
         } else {
-            load_paged<kCheckRows, kPaged == PagedCopies::kUnrolled>(smem_base, p, rows, key0, valid_rows, tid);
+            load_paged<kCheckRows, true>(smem_base, p, rows, key0, valid_rows, tid);  // kUnrolled
         }
     }
 
