@@ -1,7 +1,10 @@
-// SM90 epilogue: O = acc * (out_scale / l) per row, converted and stored straight from
-// the wgmma accumulator layout with one predicate per row. Rows at or past the sequence's
-// q_len are never written (a TMA store of the whole tile would spill into the next
-// sequence of a packed batch), nor columns past dv.
+// SM90 epilogue: O = acc * (out_scale / l) per row, converted to the element type, then
+//   stage_o_rows: into shared memory in the head-tile layout (64-column panels, 128-byte
+//     swizzle), for a TMA store of a slab whose rows all belong to the sequence;
+//   store_o_rows: straight from the wgmma accumulator layout to global memory with one
+//     predicate per row, for a slab that ends past the sequence's q_len (a TMA store of the
+//     whole slab would spill into the next sequence of a packed batch).
+// Neither writes columns past dv to global memory.
 #pragma once
 
 #include "fmha/utils.h"
@@ -26,6 +29,40 @@ FMHA_DEVICE void store_o_rows(const float (&o)[1][kNTilesO][4], const float (&in
             *reinterpret_cast<uint32_t*>(dst + 8 * nt) =
                 ElementTraits<Element>::pack(o[0][nt][2 * h] * inv[h], o[0][nt][2 * h + 1] * inv[h]);
         }
+    }
+}
+
+// The warpgroup's [64, 8 * kNTilesO] slab into shared memory at `smem` (1024-byte aligned):
+// panel c (8 n8 tiles) at smem + c * 64 * 128, row r at + r * 128, its 16-byte chunk k at
+// + ((k ^ r % 8) * 16), the SW128 layout a TMA store of a head tile reads. One stmatrix.x4 per
+// pair of n8 tiles: matrices (rows 0-7, tile nt), (8-15, nt), (0-7, nt + 1), (8-15, nt + 1) of
+// this warp's 16 rows, each lane giving the address of one matrix row.
+template <typename Element, int kNTilesO>
+FMHA_DEVICE void stage_o_rows(const float (&o)[1][kNTilesO][4], const float (&inv)[2], uint32_t smem, int warp,
+                              int lane) {
+    static_assert(kNTilesO % 8 == 0, "whole 64-column panels");
+    // The lane's chunk in the pair (nt even) is nt % 8 + lane / 16, so its swizzled chunk is
+    // (nt % 8) ^ swz: four addresses serve every panel (the panel offset is an immediate).
+    // The lane index read here, opaque to the compiler: the addresses are loop-invariant in a
+    // persistent kernel, and hoisted out of its tile loop they held 4 registers through the
+    // main loop, which spilled at d = 256.
+    int lane_now;
+    asm volatile("mov.u32 %0, %%laneid;\n" : "=r"(lane_now));
+    const int row = warp * 16 + (lane_now / 8 % 2) * 8 + lane_now % 8;  // the matrix row this lane addresses
+    const int swz = (lane_now / 16) ^ (lane_now % 8);
+    uint32_t addr4[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) addr4[j] = smem + row * 128 + (((2 * j) ^ swz) * 16);
+#pragma unroll
+    for (int nt = 0; nt < kNTilesO; nt += 2) {
+        const uint32_t addr = addr4[nt % 8 / 2] + (nt / 8) * (64 * 128);
+        const uint32_t r0 = ElementTraits<Element>::pack(o[0][nt][0] * inv[0], o[0][nt][1] * inv[0]);
+        const uint32_t r1 = ElementTraits<Element>::pack(o[0][nt][2] * inv[1], o[0][nt][3] * inv[1]);
+        const uint32_t r2 = ElementTraits<Element>::pack(o[0][nt + 1][0] * inv[0], o[0][nt + 1][1] * inv[0]);
+        const uint32_t r3 = ElementTraits<Element>::pack(o[0][nt + 1][2] * inv[1], o[0][nt + 1][3] * inv[1]);
+        asm volatile("stmatrix.sync.aligned.x4.m8n8.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0),
+                     "r"(r1), "r"(r2), "r"(r3)
+                     : "memory");
     }
 }
 

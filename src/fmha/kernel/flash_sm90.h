@@ -15,7 +15,9 @@
 //       issue S[j] = Q K[j]^T (wgmma SS); issue O += P[j+1] V[j+1] (wgmma RS, P from
 //       registers); wait for S[j] -> release K[j], mask, softmax; wait for the P.V ->
 //       release V[j+1], rescale O; pack P[j]. Softmax of one block thus runs while the
-//       tensor cores do the other block's P.V (FA3's intra-warpgroup overlap).
+//       tensor cores do the other block's P.V (FA3's intra-warpgroup overlap). At the tile's
+//       end O is normalised and staged in shared memory (stmatrix), and one thread stores
+//       each warpgroup's 64 rows with TMA (Traits::kStoreOTma).
 // Ping-pong (kPingPong, default on): the consumer warpgroups take turns issuing their
 // wgmmas, round robin through named barriers, so one's softmax overlaps another's GEMMs.
 // Causal and local masks: key blocks no row of the tile sees are never loaded (block
@@ -48,7 +50,8 @@
 //                that are multiples of 8 elements, 16-byte aligned bases; a paged KV cache
 //                (Params::kv_block_table): the maps of K and V then span the pool, and the
 //                producer issues one copy per (min(tokens_per_block, kBlockN) keys, panel)
-// Storage extent: the TMA maps need the number of tokens each tensor holds. launch() takes
+// Storage extent: the TMA maps need the number of tokens each tensor holds (O: as many as Q,
+// Params::q_tokens says so for both). launch() takes
 // them from Params::q_tokens / kv_tokens (the driver fills them; 0 is refused with
 // cudaErrorInvalidValue, never guessed); launch_with_extents() takes them as arguments.
 // Neither synchronises: both are capturable in a CUDA graph.
@@ -122,12 +125,28 @@ struct Traits {
     static constexpr int kSmemQ = kBlockM * kDimQK * 2;        // [kBlockM, d]
     static constexpr int kSmemK = kBlockN * kDimQK * 2;        // [kBlockN, d], one stage
     static constexpr int kSmemV = kBlockN * kDimV * 2;         // [kBlockN, dv], one stage
-    // Q full/empty; K full/empty, V full/empty per stage; tile slot full/empty x 2.
-    static constexpr int kNumBarriers = 2 + 4 * kStages + 4;
+    // Q full/empty; K full/empty, V full/empty per stage; tile slot full/empty x 2; O free.
+    static constexpr int kNumBarriers = 2 + 4 * kStages + 4 + 1;
     static constexpr int kSmemAlign = 1024;                    // SW128 tiles: one swizzle period
-    static constexpr int kSmemBytes =
-        kSmemAlign + kSmemQ + kStages * (kSmemK + kSmemV) + 8 * kNumBarriers + 2 * 4 /* tile slots */;
     static constexpr int kMaxSmemBytes = 227 * 1024;
+    static constexpr int kSmemMain =
+        kSmemAlign + kSmemQ + kStages * (kSmemK + kSmemV) + 8 * kNumBarriers + 2 * 4 /* tile slots */;
+    // The two-consumer tiles' O leaves through shared memory and a TMA store: staging a
+    // 64-row slab there takes 8 stmatrix per warp (d = 128), where storing it from registers
+    // took 32 4-byte stores of 8 rows each (bench/NOTES.md §23). Its [kBlockM, dv] buffer sits
+    // beside the rest where it fits (kOBeside), else over the V ring (kOInV: d = 256, MLA), which
+    // every consumer's last P V of the tile must have read (a barrier of all consumers) and
+    // whose next V loads wait for the stores to have read it (the O-free mbarrier; the bias and
+    // custom-mask kernels, which have no registers to spare for it, store from registers). A
+    // slab with rows past its sequence's end is stored from registers too (a TMA store would
+    // write the next sequence's rows). The three-consumer tiles (d <= 64) store from
+    // registers: there the staging measured 1 % slower.
+    static constexpr int kSmemO = kBlockM * kDimV * 2;
+    static constexpr int kPanelBytesO = kWarpgroupRows * kRowBytes;  // one panel of a warpgroup's slab
+    static constexpr bool kOBeside = kConsumerWarpgroups == 2 && kSmemMain + kSmemO <= kMaxSmemBytes;
+    static constexpr bool kOInV = kConsumerWarpgroups == 2 && !kOBeside && kSmemO <= kStages * kSmemV;
+    static constexpr bool kStoreOTma = kOBeside || kOInV;
+    static constexpr int kSmemBytes = kSmemMain + (kOBeside ? kSmemO : 0);
 
     // setmaxnreg moves registers between the warpgroups of the CTA's launch allocation
     // (kLaunchRegs per thread, what __launch_bounds__ leaves): the producer gives up what the
@@ -170,7 +189,7 @@ struct Traits {
 // k and v: head-tile maps over token storage, or paged-tile maps over a paged KV cache's
 // pool (memory/tma_sm90.h).
 struct TmaMaps {
-    CUtensorMap q, k, v;
+    CUtensorMap q, k, v, o;  // o: boxes of one warpgroup's 64 rows (Traits::kStoreOTma)
 };
 
 // Keys per TMA copy from a paged KV cache: min(tokens_per_block, kPagedMaxBox), the largest
@@ -182,6 +201,9 @@ constexpr int kPagedMaxBox = Tr::kBlockN & -Tr::kBlockN;
 // and hands the turn over with an arrival on the next consumer's (round robin).
 constexpr int kPingPongBarrier0 = 1;
 constexpr int kPingPongThreads = 2 * kWarpgroupThreads;
+// Named barriers of the O epilogue: kWarpgroupBarrier0, every consumer thread; + 1 + c,
+// consumer c's four warps alone.
+constexpr int kWarpgroupBarrier0 = 4;
 FMHA_DEVICE void named_barrier_sync(int id) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kPingPongThreads) : "memory");
 }
@@ -241,7 +263,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     const uint32_t smem_q = (smem_u32(smem_raw) + Tr::kSmemAlign - 1) & ~uint32_t(Tr::kSmemAlign - 1);
     const uint32_t smem_k = smem_q + Tr::kSmemQ;      // S x [kBlockN, d]
     const uint32_t smem_v = smem_k + S * Tr::kSmemK;  // S x [kBlockN, dv]
-    const uint32_t bar_base = smem_v + S * Tr::kSmemV;
+    // [kBlockM, dv] staging of O (kStoreOTma): after the V ring, or over it.
+    const uint32_t smem_o = Tr::kOInV ? smem_v : smem_v + S * Tr::kSmemV;
+    // O over the V ring, but not in the bias and custom-mask kernels: their consumers have no
+    // registers to spare for it at d = 256 (they spilled).
+    constexpr bool kOInV = Tr::kOInV && kMod != softmax::ScoreMod::kBias && kMod != softmax::ScoreMod::kCustomMask;
+    const uint32_t bar_base = smem_v + S * Tr::kSmemV + (Tr::kOBeside ? Tr::kSmemO : 0);
     const uint32_t q_full = bar_base, q_empty = bar_base + 8u;
     const auto k_full = [&](int st) { return bar_base + 8u * (2 + st); };
     const auto k_empty = [&](int st) { return bar_base + 8u * (2 + S + st); };
@@ -249,6 +276,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     const auto v_empty = [&](int st) { return bar_base + 8u * (2 + 3 * S + st); };
     const auto tile_full = [&](int slot) { return bar_base + 8u * (2 + 4 * S + slot); };
     const auto tile_empty = [&](int slot) { return bar_base + 8u * (2 + 4 * S + 2 + slot); };
+    // kOInV: completes once per tile with key blocks, when every consumer warpgroup is done with
+    // the V ring (its O stored from there and read, or stored from registers).
+    const uint32_t o_free = bar_base + 8u * (2 + 4 * S + 4);
     const uint32_t tile_slot0 = bar_base + 8u * Tr::kNumBarriers;  // int[2]
 
     const int m_blocks = ceil_div(p.s_q_max, Tr::kBlockM);
@@ -271,6 +301,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
             memory::mbar_init(tile_full(slot), 1);
             memory::mbar_init(tile_empty(slot), Tr::kConsumerWarps);
         }
+        memory::mbar_init(o_free, Tr::kConsumerWarpgroups);
         memory::mbar_fence_init();
     }
     __syncthreads();
@@ -332,6 +363,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                         if (leader) memory::mbar_arrive_expect_tx(k_full(st), Tr::kSmemK);
                         load(smem_k + st * Tr::kSmemK, &maps.k, k_full(st),
                              std::integral_constant<int, Tr::kHeadDim>{});
+                        // kOInV: the last tile's O may be in the V ring until its stores read it
+                        // (q_iter counts this tile; the consumers cannot be a tile further on,
+                        // this one needs these loads).
+                        if (kOInV && it == 0 && q_iter > 1) memory::mbar_wait(o_free, q_iter & 1);
                         memory::mbar_wait(v_empty(st), phase ^ 1);
                         if (leader) memory::mbar_arrive_expect_tx(v_full(st), Tr::kSmemV);
                         load(smem_v + st * Tr::kSmemV, &maps.v, v_full(st),
@@ -372,6 +407,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     const int lane = tid % kWarpSize;
     const int consumer = warpgroup - 1;
     const int row_g = (tid / kWarpSize) % 4 * 16 + lane / 4;  // this thread's first row in its warpgroup
+    const int wg_tid = tid % kWarpgroupThreads;
+    const auto wg_barrier = [&] {  // the consumer warpgroup's own named barrier
+        asm volatile("bar.sync %0, %1;\n" ::"r"(kWarpgroupBarrier0 + 1 + consumer), "n"(kWarpgroupThreads) : "memory");
+    };
+    const auto consumers_barrier = [&] {  // every consumer thread
+        asm volatile("bar.sync %0, %1;\n" ::"n"(kWarpgroupBarrier0), "n"(Tr::kConsumerWarpgroups * kWarpgroupThreads)
+                     : "memory");
+    };
 
     // Descriptors at stage 0 / k-slice 0; slices and stages add (bytes >> 4).
     const uint64_t desc_q = mma::make_smem_desc_sw128(smem_q + consumer * kWarpgroupRows * Tr::kRowBytes, 16,
@@ -564,12 +607,38 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         float inv[2];
         softmax.finalize(inv, p.scale_softmax * p.scale_bmm2, p, w.head);
         softmax.store_lse(p, w.batch, w.head, wg_row0 + row_g, w.q_len, lane);
-        Element* o = static_cast<Element*>(p.o) + static_cast<int64_t>(w.q_off + wg_row0) * p.o_row_stride +
-                     static_cast<int64_t>(w.head) * p.o_head_stride;
-        epilogue::store_o_rows<Element, Tr::kNTilesOut>(acc_o, inv, o, p.o_row_stride, row_g, lane,
-                                                        w.q_len - wg_row0);
+        // kOInV: every consumer's last P V has read the V ring before any O lands there. A tile
+        // without key blocks loaded nothing there; its O (zeros) goes from registers.
+        const bool o_in_v = kOInV && n_blocks > 0;
+        if (o_in_v) consumers_barrier();
+        if ((Tr::kOBeside || o_in_v) && wg_row0 + kWarpgroupRows <= w.q_len) {
+            // The slab's rows are all this sequence's: stage it in shared memory, one thread
+            // stores it with TMA. The slab's buffer is free once the last store has read it.
+            const uint32_t slab = smem_o + consumer * (Tr::kSmemO / Tr::kConsumerWarpgroups);
+            if (Tr::kOBeside && wg_tid == 0) memory::bulk_wait_read<0>();
+            if constexpr (Tr::kOBeside) wg_barrier();
+            epilogue::stage_o_rows<Element>(acc_o, inv, slab, wg_tid / kWarpSize, lane);
+            memory::fence_proxy_async_smem();
+            wg_barrier();
+            if (wg_tid == 0) {
+                memory::tma_store_head_tile<Tr::kHeadDimV, Tr::kPanelBytesO>(slab, &maps.o, w.q_off + wg_row0,
+                                                                             w.head);
+                memory::bulk_commit();
+                if (o_in_v) {
+                    memory::bulk_wait_read<0>();
+                    memory::mbar_arrive(o_free);
+                }
+            }
+        } else {
+            Element* o = static_cast<Element*>(p.o) + static_cast<int64_t>(w.q_off + wg_row0) * p.o_row_stride +
+                         static_cast<int64_t>(w.head) * p.o_head_stride;
+            epilogue::store_o_rows<Element, Tr::kNTilesOut>(acc_o, inv, o, p.o_row_stride, row_g, lane,
+                                                            w.q_len - wg_row0);
+            if (o_in_v && wg_tid == 0) memory::mbar_arrive(o_free);
+        }
     }
     if (kAcrossTiles && consumer == 0) my_turn();  // the last consumer's last hand-over
+    if ((Tr::kOBeside || kOInV) && wg_tid == 0) memory::bulk_wait<0>();  // the shared memory outlives the stores
 #endif
 }
 
@@ -638,6 +707,10 @@ cudaError_t launch_with_extents(const Params& p, int64_t q_tokens, int64_t kv_to
             err = memory::make_head_tile_map<Element>(&maps.v, p.v, kv_tokens, p.h_kv, Tr::kHeadDimV,
                                                       p.v_row_stride, p.v_head_stride, Tr::kBlockN);
         }
+    }
+    if (err == cudaSuccess && Tr::kStoreOTma) {
+        err = memory::make_head_tile_map<Element>(&maps.o, p.o, q_tokens, p.h, Tr::kHeadDimV, p.o_row_stride,
+                                                  p.o_head_stride, kWarpgroupRows);
     }
     if (err != cudaSuccess) return err;
     err = kernel::with_variant(

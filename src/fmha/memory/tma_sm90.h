@@ -184,6 +184,44 @@ FMHA_DEVICE void tma_load_head_tile(uint32_t dst, const CUtensorMap* map, uint32
     }
 }
 
+// Stores: shared -> global through a bulk group (the issuing thread's groups complete in
+// order; bulk_wait_read<N> returns once all but the last N have read their shared memory, so
+// it may be written again). Rows and columns past the map's extent are not written.
+FMHA_DEVICE void tma_store_3d(const CUtensorMap* map, uint32_t src, int c0, int c1, int c2) {
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
+                     reinterpret_cast<uint64_t>(map)),
+                 "r"(src), "r"(c0), "r"(c1), "r"(c2)
+                 : "memory");
+}
+FMHA_DEVICE void tma_store_4d(const CUtensorMap* map, uint32_t src, int c0, int c1, int c2, int c3) {
+    asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
+                     reinterpret_cast<uint64_t>(map)),
+                 "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+                 : "memory");
+}
+FMHA_DEVICE void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+template <int N>
+FMHA_DEVICE void bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+template <int N>
+FMHA_DEVICE void bulk_wait() {
+    asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+// Orders this thread's generic-proxy writes to shared memory before later async-proxy (TMA)
+// reads of it; then a barrier, then the store.
+FMHA_DEVICE void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Stores the [box_rows, d] tile at `token` of `head` from shared memory in the head-tile
+// layout (the mirror of tma_load_head_tile; kPanelBytes = box_rows * 128). The caller commits.
+template <int kD, int kPanelBytes>
+FMHA_DEVICE void tma_store_head_tile(uint32_t src, const CUtensorMap* map, int token, int head) {
+    if constexpr (tma_whole_panels(kD)) {
+        tma_store_4d(map, src, 0, token, 0, head);
+    } else {
+#pragma unroll
+        for (int c = 0; c < tma_panels(kD); ++c) tma_store_3d(map, src + c * kPanelBytes, c * kTmaPanelCols, token, head);
+    }
+}
 // The same [kRows, kD] tile (panel after panel, the head-tile layout) from a paged KV cache
 // (map from make_paged_tile_map with this d), called by every lane of a warp: keys key0 ..
 // key0 + kRows - 1 of one sequence in boxes of min(tokens_per_block, kMaxBox) keys (kMaxBox: a
