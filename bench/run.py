@@ -12,7 +12,11 @@ suite's start and end.
 
 Timing: fmha.exe times itself (-skip-checks, -runs back-to-back launches after
 -warm-up-runs, one input set, CUDA events). SDPA: CUDA events around back-to-back launches
-after warm-up ones, the median of --repeats measurements; inputs randn [b, h, s, d],
+after warm-up ones, the median of --repeats measurements. Both take the same burst: about
+MEASURE_MS of timed launches (at most --runs) after warm-up ones that stop past WARM_UP_MS
+(`burst`); for ours a one-launch probe run gives the call's length where it may be long
+(a GPU at its power limit clocks down within tens of ms, so a longer burst reads slower:
+bench/NOTES.md §24); inputs randn [b, h, s, d],
 rotated over 3 sets when small enough to stay in L2. GQA goes to SDPA with enable_gqa=True;
 a backend that refuses it gets K and V expanded to h heads beforehand (repeat_interleave,
 outside the timing; the row's note says so, and GB/s still counts the GQA bytes). A backend
@@ -53,6 +57,28 @@ MEASURE_MS = 25.0
 WARM_UP_MS = 200.0      # stop warming up early past this, after at least two launches
 SPIN_CYCLES = 4_000_000  # ~2 ms of GPU spin before each measurement: covers enqueueing its launches
 ROTATE_BELOW_BYTES = 256 * 2**20  # inputs this small get 3 sets, rotated, so L2 does not serve repeats
+# Lower bounds on any backend's speed, to tell a problem whose --runs launches surely fit in
+# MEASURE_MS (no probe run for ours) from one that may not.
+PROBE_ABOVE_FLOPS = 50e12   # FLOP/s
+PROBE_ABOVE_BYTES = 200e9   # bytes/s
+
+
+def needs_probe(p: Problem, dtype: str, runs: int) -> bool:
+    """Whether `runs` launches of p might take longer than MEASURE_MS even for a backend as
+    slow as PROBE_ABOVE_FLOPS / PROBE_ABOVE_BYTES (then ours is probed for its length)."""
+    slowest_us = max(p.flop() / PROBE_ABOVE_FLOPS, p.bytes(DTYPES[dtype].bytes) / PROBE_ABOVE_BYTES) * 1e6
+    return runs > 1 and runs * slowest_us > MEASURE_MS * 1e3
+
+
+def burst(us_per_call: float, runs: int, warm_up: int) -> tuple[int, int]:
+    """(timed, warm-up) launches of one measurement of a call this long, the rule SDPA's
+    measurement follows (median_us_per_call): about MEASURE_MS of timed launches, at most
+    `runs`, at least one; warm-up launches up to `warm_up` (at least two) while under
+    WARM_UP_MS."""
+    us = max(us_per_call, 1e-3)
+    timed = max(1, min(runs, int(MEASURE_MS * 1e3 / us)))
+    warm = max(2, min(max(warm_up, 2), int(WARM_UP_MS * 1e3 / us) + 1))
+    return timed, warm
 
 
 @dataclass
@@ -75,22 +101,33 @@ def fmha_timer(exe: Path, extra: list[str], runs: int, warm_up: int, deadline: f
     except pytest.skip.Exception as error:
         raise SystemExit(f"cannot use fmha_test.py's parser: {error}")
 
-    def time_ours(p: Problem, dtype: str) -> Timing:
+    def run(p: Problem, dtype: str, timed: int, warm: int) -> tuple[dict | None, str]:
         args = [*p.fmha_args(), DTYPES[dtype].flag, *extra, "-skip-checks", "-v", "0",
-                "-runs", str(runs), "-warm-up-runs", str(warm_up)]
+                "-runs", str(timed), "-warm-up-runs", str(warm)]
         timeout = FMHA_TIMEOUT_S if deadline is None else \
             max(MIN_FMHA_TIMEOUT_S, min(FMHA_TIMEOUT_S, deadline - time.monotonic()))
         try:
             proc = run_fmha(exe, args, timeout=timeout)
         except subprocess.TimeoutExpired:
-            return Timing(NAN, f"ours: no result in {timeout:.0f} s")
+            return None, f"ours: no result in {timeout:.0f} s"
         if proc.returncode != 0:
             why = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
-            return Timing(NAN, f"ours: exit {proc.returncode}: {why[-1] if why else ''}"[:200])
+            return None, f"ours: exit {proc.returncode}: {why[-1] if why else ''}"[:200]
         try:
-            fields = parse_output(proc.stdout)
+            return parse_output(proc.stdout), ""
         except AssertionError as error:
-            return Timing(NAN, f"ours: unparsed output ({str(error).splitlines()[0]})"[:200])
+            return None, f"ours: unparsed output ({str(error).splitlines()[0]})"[:200]
+
+    def time_ours(p: Problem, dtype: str) -> Timing:
+        timed, warm = runs, warm_up
+        if needs_probe(p, dtype, runs):  # may be long: SDPA's burst for its length
+            fields, why = run(p, dtype, 1, 1)
+            if fields is None:
+                return Timing(NAN, why)
+            timed, warm = burst(float(fields["us"]), runs, warm_up)
+        fields, why = run(p, dtype, timed, warm)
+        if fields is None:
+            return Timing(NAN, why)
         us, reported = float(fields["us"]), float(fields["tflops"])
         ours = p.flop() / us / 1e6
         note = "" if abs(reported - ours) <= 0.01 * ours + 0.01 else \
@@ -117,7 +154,7 @@ def median_us_per_call(torch, launch: Callable[[int], None], max_launches: int, 
     launch(0)
     end.record()
     end.synchronize()
-    launches = max(1, min(max_launches, int(MEASURE_MS / max(start.elapsed_time(end), 1e-3))))
+    launches, _ = burst(start.elapsed_time(end) * 1e3, max_launches, warm_up)
     times = []
     for _ in range(repeats):
         torch.cuda._sleep(SPIN_CYCLES)  # the launches below are all queued before `start` fires
@@ -280,7 +317,8 @@ def run_context(torch, args) -> dict:
             "torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": cudnn_version(torch),
             "commit": git_commit(), "command": shlex.join(sys.argv),
             "ours": f"{args.exe.name} -skip-checks -runs {args.runs} -warm-up-runs {args.warm_up_runs} "
-                    f"{args.fmha_args}".strip() + " (its own CUDA-event timing of back-to-back launches)",
+                    f"{args.fmha_args}".strip() + " (its own CUDA-event timing of back-to-back launches; "
+                    f"as for SDPA, fewer where {args.runs} would pass {MEASURE_MS:.0f} ms: a 1-launch probe run sets them)",
             "sdpa": f"median of {args.repeats} measurements of up to {args.runs} back-to-back launches "
                     f"(about {MEASURE_MS:.0f} ms each); GQA through enable_gqa, K/V expanded where a "
                     "backend refuses it (see notes)"}

@@ -365,3 +365,24 @@ def test_refusal_quotes_the_asked_backends_reasons():
         "Memory Efficient attention requires q, k and v to have the same number of heads"
     assert run.refusal("efficient", error, []) == "No available kernel. Aborting execution."
     assert run.refusal("flash", error, caught) == "Flash attention has been runtime disabled."
+
+
+# ---------------------------------------------------------------------------------------------
+# One burst rule for ours and SDPA
+
+def test_burst_is_about_measure_ms_of_launches_after_a_capped_warm_up():
+    assert run.burst(100.0, 20, 10) == (20, 10)        # short calls: every requested launch
+    assert run.burst(3400.0, 20, 10) == (7, 10)        # 25 ms of 3.4 ms calls
+    assert run.burst(30_000.0, 20, 10) == (1, 7)       # warm-up stops past 200 ms
+    assert run.burst(150_000.0, 20, 10) == (1, 2)      # at least one timed, two warm-up
+    assert run.burst(0.0, 20, 1) == (20, 2)
+
+
+def test_only_problems_that_may_pass_measure_ms_are_probed():
+    short = mha(1, 16, 512, 128, False)                # 2.1 GFLOP: 20 x 43 us at 50 TFLOP/s
+    long = mha(1, 16, 16384, 128, False)               # 2.2 TFLOP: one call may take 44 ms
+    assert not run.needs_probe(short, "bf16", 20)
+    assert run.needs_probe(long, "bf16", 20)
+    assert not run.needs_probe(long, "bf16", 1)        # one launch is what the probe would give
+    decode = SUITES["decode"].problems[0]              # b = 30720 against 2 keys: bytes, not FLOPs
+    assert run.needs_probe(decode, "fp16", 20) == (20 * decode.bytes(2) / run.PROBE_ABOVE_BYTES > 0.025)
