@@ -443,16 +443,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     };
     const float scale_log2 = p.scale_bmm1 * kLog2e;
 
-    // Turns: n_blocks + 1 issue phases per warpgroup and tile, round robin from consumer 0.
-    // kAcrossTiles: the round robin runs on across tiles, the last consumer's last hand-over of
-    // a tile letting consumer 0 start the next one while the others still run their last P V
-    // and store O; the last consumer makes one arrival before its first tile and consumer 0 one
-    // wait after its last. Otherwise the last consumer opens each tile with an arrival on
-    // consumer 0's barrier and skips its own last hand-over. Either way every arrival is
-    // matched by one wait. Measured (bench/NOTES.md §19, H200): across tiles is 1-4.5 % faster
-    // with three consumers and with the causal mask (tiles of unequal length), 0.7-1.1 %
-    // slower for the two-consumer tiles' equal tiles.
-    constexpr bool kAcrossTiles = Tr::kConsumerWarpgroups == 3 || kMask == mask::Kind::kCausal;
+    // Turns: n_blocks + 1 issue phases per warpgroup and tile, round robin from consumer 0,
+    // running on across tiles: the last consumer's last hand-over of a tile lets consumer 0
+    // start the next one while the others still run their last P V and store O. The last
+    // consumer makes one arrival before its first tile and consumer 0 one wait after its last,
+    // so every arrival is matched by one wait. Measured against restarting the round robin
+    // every tile (bench/NOTES.md §19, §24): 1-4.5 % faster with three consumers and with the
+    // causal mask; with the two-consumer tiles' equal tiles 0.7-1.1 % slower while O was
+    // stored from registers, 0.5-1 % faster (d = 128) since it goes through TMA.
     constexpr int kLastConsumer = Tr::kConsumerWarpgroups - 1;
     const auto my_turn = [&] {
         if constexpr (Tr::kPingPong) named_barrier_sync(kPingPongBarrier0 + consumer);
@@ -465,7 +463,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 
     int kv_iter = 0, q_iter = 0;
     int t = blockIdx.x;
-    if (kAcrossTiles && consumer == kLastConsumer) your_turn();
+    if (consumer == kLastConsumer) your_turn();
     for (int tile_iter = 0;; ++tile_iter) {
         if constexpr (Tr::kPersistent) {
             const int slot = tile_iter & 1;
@@ -549,7 +547,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 
         if (n_blocks > 0) {
             const int g0 = kv_iter;  // ring position of this tile's first block
-            if (!kAcrossTiles && consumer == kLastConsumer) your_turn();
             memory::mbar_wait(q_full, q_iter & 1);
             {
                 float acc_s[1][Tr::kNTilesS][4];
@@ -596,7 +593,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
             mma::fence_operands(acc_o);
             my_turn();
             issue_pv(last);
-            if (kAcrossTiles || consumer != kLastConsumer) your_turn();
+            your_turn();
             mma::wgmma_wait<0>();
             mma::fence_operands(acc_o);
             release(v_empty(last));
@@ -637,7 +634,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
             if (o_in_v && wg_tid == 0) memory::mbar_arrive(o_free);
         }
     }
-    if (kAcrossTiles && consumer == 0) my_turn();  // the last consumer's last hand-over
+    if (consumer == 0) my_turn();  // the last consumer's last hand-over
     if ((Tr::kOBeside || kOInV) && wg_tid == 0) memory::bulk_wait<0>();  // the shared memory outlives the stores
 #endif
 }
