@@ -12,22 +12,28 @@
 namespace fmha {
 namespace epilogue {
 
+// The pair of this thread's n8 tile nt in row half h (rows row_g, row_g + 8), scaled by the
+// row's inv and packed: what both stores write.
+template <typename Element, int kNTilesO>
+FMHA_DEVICE uint32_t scaled_pair(const float (&o)[1][kNTilesO][4], const float (&inv)[2], int nt, int h) {
+    return ElementTraits<Element>::pack(o[0][nt][2 * h] * inv[h], o[0][nt][2 * h + 1] * inv[h]);
+}
+
 // o: [1][kNTilesO][4] accumulator of this thread (rows row_g and row_g + 8 relative to
 // `gmem`, columns 8*nt + 2*(lane%4) + {0,1}); rows >= valid_rows are skipped, and so are the
 // n8 tiles from kNTilesOut on (zero-fill columns past dv).
 template <typename Element, int kNTilesOut, int kNTilesO>
 FMHA_DEVICE void store_o_rows(const float (&o)[1][kNTilesO][4], const float (&inv)[2], Element* gmem,
                               int64_t row_stride, int row_g, int lane, int valid_rows) {
+    static_assert(kNTilesOut <= kNTilesO, "stores past the accumulator");
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int row = row_g + 8 * h;
         if (row >= valid_rows) continue;
-        static_assert(kNTilesOut <= kNTilesO, "stores past the accumulator");
         Element* dst = gmem + row * row_stride + 2 * (lane % 4);
 #pragma unroll
         for (int nt = 0; nt < kNTilesOut; ++nt) {
-            *reinterpret_cast<uint32_t*>(dst + 8 * nt) =
-                ElementTraits<Element>::pack(o[0][nt][2 * h] * inv[h], o[0][nt][2 * h + 1] * inv[h]);
+            *reinterpret_cast<uint32_t*>(dst + 8 * nt) = scaled_pair<Element>(o, inv, nt, h);
         }
     }
 }
@@ -38,12 +44,11 @@ FMHA_DEVICE void store_o_rows(const float (&o)[1][kNTilesO][4], const float (&in
 // pair of n8 tiles: matrices (rows 0-7, tile nt), (8-15, nt), (0-7, nt + 1), (8-15, nt + 1) of
 // this warp's 16 rows, each lane giving the address of one matrix row.
 template <typename Element, int kNTilesO>
-FMHA_DEVICE void stage_o_rows(const float (&o)[1][kNTilesO][4], const float (&inv)[2], uint32_t smem, int warp,
-                              int lane) {
+FMHA_DEVICE void stage_o_rows(const float (&o)[1][kNTilesO][4], const float (&inv)[2], uint32_t smem, int warp) {
     static_assert(kNTilesO % 8 == 0, "whole 64-column panels");
     // The lane's chunk in the pair (nt even) is nt % 8 + lane / 16, so its swizzled chunk is
     // (nt % 8) ^ swz: four addresses serve every panel (the panel offset is an immediate).
-    // The lane index read here, opaque to the compiler: the addresses are loop-invariant in a
+    // The lane index is read here, opaque to the compiler: the addresses are loop-invariant in a
     // persistent kernel, and hoisted out of its tile loop they held 4 registers through the
     // main loop, which spilled at d = 256.
     int lane_now;
@@ -56,12 +61,9 @@ FMHA_DEVICE void stage_o_rows(const float (&o)[1][kNTilesO][4], const float (&in
 #pragma unroll
     for (int nt = 0; nt < kNTilesO; nt += 2) {
         const uint32_t addr = addr4[nt % 8 / 2] + (nt / 8) * (64 * 128);
-        const uint32_t r0 = ElementTraits<Element>::pack(o[0][nt][0] * inv[0], o[0][nt][1] * inv[0]);
-        const uint32_t r1 = ElementTraits<Element>::pack(o[0][nt][2] * inv[1], o[0][nt][3] * inv[1]);
-        const uint32_t r2 = ElementTraits<Element>::pack(o[0][nt + 1][0] * inv[0], o[0][nt + 1][1] * inv[0]);
-        const uint32_t r3 = ElementTraits<Element>::pack(o[0][nt + 1][2] * inv[1], o[0][nt + 1][3] * inv[1]);
-        asm volatile("stmatrix.sync.aligned.x4.m8n8.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0),
-                     "r"(r1), "r"(r2), "r"(r3)
+        asm volatile("stmatrix.sync.aligned.x4.m8n8.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+                     "r"(scaled_pair<Element>(o, inv, nt, 0)), "r"(scaled_pair<Element>(o, inv, nt, 1)),
+                     "r"(scaled_pair<Element>(o, inv, nt + 1, 0)), "r"(scaled_pair<Element>(o, inv, nt + 1, 1))
                      : "memory");
     }
 }

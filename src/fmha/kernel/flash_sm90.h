@@ -614,7 +614,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
             const uint32_t slab = smem_o + consumer * (Tr::kSmemO / Tr::kConsumerWarpgroups);
             if (Tr::kOBeside && wg_tid == 0) memory::bulk_wait_read<0>();
             if constexpr (Tr::kOBeside) wg_barrier();
-            epilogue::stage_o_rows<Element>(acc_o, inv, slab, wg_tid / kWarpSize, lane);
+            epilogue::stage_o_rows<Element>(acc_o, inv, slab, wg_tid / kWarpSize);
             memory::fence_proxy_async_smem();
             wg_barrier();
             if (wg_tid == 0) {
