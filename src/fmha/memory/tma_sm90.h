@@ -171,17 +171,24 @@ FMHA_DEVICE void tma_load_5d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
         : "memory");
 }
 
-// Loads the [box_rows, d] tile of `head` starting at `token` (map from make_head_tile_map
-// with this d): one copy of every panel, or (d ends inside a panel) one copy per panel;
-// kPanelBytes = box_rows * 128.
-template <int kD, int kPanelBytes>
-FMHA_DEVICE void tma_load_head_tile(uint32_t dst, const CUtensorMap* map, uint32_t bar, int token, int head) {
+// The copies of a [box_rows, d] head tile (map from make_head_tile_map with this d;
+// kPanelBytes = box_rows * 128): whole() once, one copy of every panel, or, d ending inside
+// a panel, part(byte offset, first column) once per panel.
+template <int kD, int kPanelBytes, class Whole, class Part>
+FMHA_DEVICE void for_each_head_copy(Whole&& whole, Part&& part) {
     if constexpr (tma_whole_panels(kD)) {
-        tma_load_4d(dst, map, bar, 0, token, 0, head);
+        whole();
     } else {
 #pragma unroll
-        for (int c = 0; c < tma_panels(kD); ++c) tma_load_3d(dst + c * kPanelBytes, map, bar, c * kTmaPanelCols, token, head);
+        for (int c = 0; c < tma_panels(kD); ++c) part(uint32_t(c * kPanelBytes), c * kTmaPanelCols);
     }
+}
+
+// Loads the [box_rows, d] tile of `head` starting at `token` into dst.
+template <int kD, int kPanelBytes>
+FMHA_DEVICE void tma_load_head_tile(uint32_t dst, const CUtensorMap* map, uint32_t bar, int token, int head) {
+    for_each_head_copy<kD, kPanelBytes>([&] { tma_load_4d(dst, map, bar, 0, token, 0, head); },
+                                        [&](uint32_t off, int col) { tma_load_3d(dst + off, map, bar, col, token, head); });
 }
 
 // Stores: shared -> global through a bulk group (the issuing thread's groups complete in
@@ -211,16 +218,12 @@ FMHA_DEVICE void bulk_wait() {
 // Orders this thread's generic-proxy writes to shared memory before later async-proxy (TMA)
 // reads of it; then a barrier, then the store.
 FMHA_DEVICE void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-// Stores the [box_rows, d] tile at `token` of `head` from shared memory in the head-tile
-// layout (the mirror of tma_load_head_tile; kPanelBytes = box_rows * 128). The caller commits.
+// Stores the [box_rows, d] tile at `token` of `head` from src in the head-tile layout (the
+// mirror of tma_load_head_tile). The caller commits.
 template <int kD, int kPanelBytes>
 FMHA_DEVICE void tma_store_head_tile(uint32_t src, const CUtensorMap* map, int token, int head) {
-    if constexpr (tma_whole_panels(kD)) {
-        tma_store_4d(map, src, 0, token, 0, head);
-    } else {
-#pragma unroll
-        for (int c = 0; c < tma_panels(kD); ++c) tma_store_3d(map, src + c * kPanelBytes, c * kTmaPanelCols, token, head);
-    }
+    for_each_head_copy<kD, kPanelBytes>([&] { tma_store_4d(map, src, 0, token, 0, head); },
+                                        [&](uint32_t off, int col) { tma_store_3d(map, src + off, col, token, head); });
 }
 // The same [kRows, kD] tile (panel after panel, the head-tile layout) from a paged KV cache
 // (map from make_paged_tile_map with this d), called by every lane of a warp: keys key0 ..
