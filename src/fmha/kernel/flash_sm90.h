@@ -136,16 +136,19 @@ struct Traits {
     // took 32 4-byte stores of 8 rows each (bench/NOTES.md §23). Its [kBlockM, dv] buffer sits
     // beside the rest where it fits (kOBeside), else over the V ring (kOInV: d = 256, MLA), which
     // every consumer's last P V of the tile must have read (a barrier of all consumers) and
-    // whose next V loads wait for the stores to have read it (the O-free mbarrier; the bias and
-    // custom-mask kernels, which have no registers to spare for it, store from registers). A
-    // slab with rows past its sequence's end is stored from registers too (a TMA store would
-    // write the next sequence's rows). The three-consumer tiles (d <= 64) store from
-    // registers: there the staging measured 1 % slower.
+    // whose next V loads wait for the stores to have read it (the O-free mbarrier; not in every
+    // kernel: kOInVFor). A slab with rows past its sequence's end is stored from registers (a
+    // TMA store would write the next sequence's rows), and so are the three-consumer tiles'
+    // (d <= 64): there the staging measured 1 % slower.
     static constexpr int kSmemO = kBlockM * kDimV * 2;
     static constexpr int kPanelBytesO = kWarpgroupRows * kRowBytes;  // one panel of a warpgroup's slab
     static constexpr bool kOBeside = kConsumerWarpgroups == 2 && kSmemMain + kSmemO <= kMaxSmemBytes;
     static constexpr bool kOInV = kConsumerWarpgroups == 2 && !kOBeside && kSmemO <= kStages * kSmemV;
     static constexpr bool kStoreOTma = kOBeside || kOInV;
+    // Whether the kernel of score modifier M stages O over the V ring (kOInV but for the bias
+    // and custom-mask kernels: their consumers had no registers to spare for it and spilled).
+    template <softmax::ScoreMod M>
+    static constexpr bool kOInVFor = kOInV && M != softmax::ScoreMod::kBias && M != softmax::ScoreMod::kCustomMask;
     static constexpr int kSmemBytes = kSmemMain + (kOBeside ? kSmemO : 0);
 
     // setmaxnreg moves registers between the warpgroups of the CTA's launch allocation
@@ -263,11 +266,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     const uint32_t smem_q = (smem_u32(smem_raw) + Tr::kSmemAlign - 1) & ~uint32_t(Tr::kSmemAlign - 1);
     const uint32_t smem_k = smem_q + Tr::kSmemQ;      // S x [kBlockN, d]
     const uint32_t smem_v = smem_k + S * Tr::kSmemK;  // S x [kBlockN, dv]
-    // [kBlockM, dv] staging of O (kStoreOTma): after the V ring, or over it.
+    // [kBlockM, dv] staging of O (kStoreOTma): after the V ring, or over it (this kernel:
+    // kStageOverV).
     const uint32_t smem_o = Tr::kOInV ? smem_v : smem_v + S * Tr::kSmemV;
-    // O over the V ring, but not in the bias and custom-mask kernels: their consumers have no
-    // registers to spare for it at d = 256 (they spilled).
-    constexpr bool kOInV = Tr::kOInV && kMod != softmax::ScoreMod::kBias && kMod != softmax::ScoreMod::kCustomMask;
+    constexpr bool kStageOverV = Tr::template kOInVFor<kMod>;
     const uint32_t bar_base = smem_v + S * Tr::kSmemV + (Tr::kOBeside ? Tr::kSmemO : 0);
     const uint32_t q_full = bar_base, q_empty = bar_base + 8u;
     const auto k_full = [&](int st) { return bar_base + 8u * (2 + st); };
@@ -276,8 +278,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     const auto v_empty = [&](int st) { return bar_base + 8u * (2 + 3 * S + st); };
     const auto tile_full = [&](int slot) { return bar_base + 8u * (2 + 4 * S + slot); };
     const auto tile_empty = [&](int slot) { return bar_base + 8u * (2 + 4 * S + 2 + slot); };
-    // kOInV: completes once per tile with key blocks, when every consumer warpgroup is done with
-    // the V ring (its O stored from there and read, or stored from registers).
+    // kStageOverV: completes once per tile with key blocks, when every consumer warpgroup is
+    // done with the V ring (its O stored from there and read, or stored from registers).
     const uint32_t o_free = bar_base + 8u * (2 + 4 * S + 4);
     const uint32_t tile_slot0 = bar_base + 8u * Tr::kNumBarriers;  // int[2]
 
@@ -363,10 +365,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                         if (leader) memory::mbar_arrive_expect_tx(k_full(st), Tr::kSmemK);
                         load(smem_k + st * Tr::kSmemK, &maps.k, k_full(st),
                              std::integral_constant<int, Tr::kHeadDim>{});
-                        // kOInV: the last tile's O may be in the V ring until its stores read it
-                        // (q_iter counts this tile; the consumers cannot be a tile further on,
-                        // this one needs these loads).
-                        if (kOInV && it == 0 && q_iter > 1) memory::mbar_wait(o_free, q_iter & 1);
+                        // kStageOverV: the last tile's O may be in the V ring until its stores
+                        // read it (q_iter counts this tile; the consumers cannot be a tile
+                        // further on, this one needs these loads).
+                        if (kStageOverV && it == 0 && q_iter > 1) memory::mbar_wait(o_free, q_iter & 1);
                         memory::mbar_wait(v_empty(st), phase ^ 1);
                         if (leader) memory::mbar_arrive_expect_tx(v_full(st), Tr::kSmemV);
                         load(smem_v + st * Tr::kSmemV, &maps.v, v_full(st),
@@ -604,9 +606,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         float inv[2];
         softmax.finalize(inv, p.scale_softmax * p.scale_bmm2, p, w.head);
         softmax.store_lse(p, w.batch, w.head, wg_row0 + row_g, w.q_len, lane);
-        // kOInV: every consumer's last P V has read the V ring before any O lands there. A tile
-        // without key blocks loaded nothing there; its O (zeros) goes from registers.
-        const bool o_in_v = kOInV && n_blocks > 0;
+        // kStageOverV: every consumer's last P V has read the V ring before any O lands there. A
+        // tile without key blocks loaded nothing there; its O (zeros) goes from registers.
+        const bool o_in_v = kStageOverV && n_blocks > 0;
         if (o_in_v) consumers_barrier();
         if ((Tr::kOBeside || o_in_v) && wg_row0 + kWarpgroupRows <= w.q_len) {
             // The slab's rows are all this sequence's: stage it in shared memory, one thread
@@ -635,7 +637,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         }
     }
     if (consumer == 0) my_turn();  // the last consumer's last hand-over
-    if ((Tr::kOBeside || kOInV) && wg_tid == 0) memory::bulk_wait<0>();  // the shared memory outlives the stores
+    if ((Tr::kOBeside || kStageOverV) && wg_tid == 0) memory::bulk_wait<0>();  // the shared memory outlives the stores
 #endif
 }
 
