@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 
 from bench import perf_baseline as perf
+from bench.suites import ODD_HEAD_SIZES
 from generator.rules import decode_is_mma
 from generator.spec import FAMILIES, KernelSpec
 
@@ -851,8 +852,7 @@ SAVE_CONFIGS_FEW_ROWS = {
 # Configurations that run a kernel whose V head size differs from Q's (MLA: d=192, dv=128).
 MLA_CONFIGS = ("mla_causal_varlen", "mla_paged")
 # Configurations that run the family's smallest kernel of a head size fmha_v2 serves beyond the
-# powers of two (issue #6's list; 192 is MLA's, above).
-ODD_HEAD_SIZES = (40, 72, 80, 96, 104, 160)
+# powers of two (ODD_HEAD_SIZES, the bench's `heads` suite; 192 is MLA's, above).
 ODD_HEAD_CONFIGS = ("odd_head_size_varlen",)
 
 
