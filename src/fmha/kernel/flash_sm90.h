@@ -28,10 +28,11 @@
 //   kPersistent == false (SCHEDULING_MODE 0): a 1-D grid of one CTA per tile.
 //   kPersistent == true  (SCHEDULING_MODE 1): min(tiles, SMs) CTAs; CTA i starts with tile
 //     i and the producer pulls each next tile from Params::tile_counter (atomicAdd), passes
-//     it to the consumers through a 2-slot shared-memory ring (mbarriers) and starts its
-//     loads while the consumers finish the tile before (normalise, store O). The CTA that
-//     draws the launch's last index puts the counter back to 0, so it needs no reset
-//     between launches (launches that share a counter must not overlap in time).
+//     it with its bounds (TileWork) to the consumers through a 2-slot shared-memory ring
+//     (mbarriers) and starts its loads while the consumers finish the tile before
+//     (normalise, store O). The CTA that draws the launch's last index puts the counter
+//     back to 0, so it needs no reset between launches (launches that share a counter must
+//     not overlap in time).
 //
 // What an instantiation supports (static_asserted in Traits; launch checks the rest):
 //   Element      __half or __nv_bfloat16, f32 accumulation only (kAccFp16 == false)
@@ -127,10 +128,13 @@ struct Traits {
     static constexpr int kSmemV = kBlockN * kDimV * 2;         // [kBlockN, dv], one stage
     // Q full/empty; K full/empty, V full/empty per stage; tile slot full/empty x 2; O free.
     static constexpr int kNumBarriers = 2 + 4 * kStages + 4 + 1;
+    // Persistent tiles: two slots, each the next tile's index and TileWork (tile_slot_*).
+    static constexpr int kTileSlotBytes = 48;
+    static constexpr int kTileSlotsOffset = (8 * kNumBarriers + 15) / 16 * 16;
     static constexpr int kSmemAlign = 1024;                    // SW128 tiles: one swizzle period
     static constexpr int kMaxSmemBytes = 227 * 1024;
     static constexpr int kSmemMain =
-        kSmemAlign + kSmemQ + kStages * (kSmemK + kSmemV) + 8 * kNumBarriers + 2 * 4 /* tile slots */;
+        kSmemAlign + kSmemQ + kStages * (kSmemK + kSmemV) + kTileSlotsOffset + 2 * kTileSlotBytes;
     // The two-consumer tiles' O leaves through shared memory and a TMA store: staging a
     // 64-row slab there takes 8 stmatrix per warp (d = 128), where storing it from registers
     // took 32 4-byte stores of 8 rows each (bench/NOTES.md §23). Its [kBlockM, dv] buffer sits
@@ -254,6 +258,30 @@ FMHA_DEVICE TileWork tile_work(const Params& p, int t, int m_blocks, int section
     return w;
 }
 
+// A persistent CTA's tile slot (Traits::kTileSlotBytes): the tile index and its TileWork,
+// which the producer has computed a tile ahead, so that the consumers start a tile without
+// loading its sequence's lengths and offsets again (bench/NOTES.md §25).
+FMHA_DEVICE void store_tile_slot(uint32_t slot, int t, const TileWork& w) {
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n"
+                 ::"r"(slot), "r"(t), "r"(w.batch), "r"(w.head), "r"(w.kv_head) : "memory");
+    asm volatile("st.shared.v4.b32 [%0 + 16], {%1, %2, %3, %4};\n"
+                 ::"r"(slot), "r"(w.m0), "r"(w.q_len), "r"(w.kv_len), "r"(w.q_off) : "memory");
+    asm volatile("st.shared.v4.b32 [%0 + 32], {%1, %2, %3, %4};\n"
+                 ::"r"(slot), "r"(w.kv_off), "r"(w.blk_end), "r"(w.n_blocks), "r"(int(w.active)) : "memory");
+}
+
+FMHA_DEVICE int load_tile_slot(uint32_t slot, TileWork& w) {
+    int t, active;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(t), "=r"(w.batch), "=r"(w.head), "=r"(w.kv_head) : "r"(slot) : "memory");
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4 + 16];\n"
+                 : "=r"(w.m0), "=r"(w.q_len), "=r"(w.kv_len), "=r"(w.q_off) : "r"(slot) : "memory");
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4 + 32];\n"
+                 : "=r"(w.kv_off), "=r"(w.blk_end), "=r"(w.n_blocks), "=r"(active) : "r"(slot) : "memory");
+    w.active = active != 0;
+    return t;
+}
+
 // kPagedOnly (Traits::kSeparatePaged tiles only): the producer serves a paged KV cache and
 // nothing else; without it, token storage only. Other tiles ignore it and pick at run time.
 template <class Tr, mask::Kind kMask, softmax::ScoreMod kMod = softmax::ScoreMod::kNone, bool kPagedOnly = false>
@@ -281,7 +309,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     // kStageOverV: completes once per tile with key blocks, when every consumer warpgroup is
     // done with the V ring (its O stored from there and read, or stored from registers).
     const uint32_t o_free = bar_base + 8u * (2 + 4 * S + 4);
-    const uint32_t tile_slot0 = bar_base + 8u * Tr::kNumBarriers;  // int[2]
+    const auto tile_slot = [&](int slot) {
+        return bar_base + uint32_t(Tr::kTileSlotsOffset + slot * Tr::kTileSlotBytes);
+    };
 
     const int m_blocks = ceil_div(p.s_q_max, Tr::kBlockM);
     const int num_tiles = m_blocks * p.h * p.b;
@@ -327,16 +357,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
             int kv_iter = 0, q_iter = 0;
             int t = blockIdx.x;
             for (int tile_iter = 0;; ++tile_iter) {
+                const TileWork w = t < num_tiles ? tile_work<Tr, kMask>(p, t, m_blocks, section) : TileWork{};
                 if constexpr (Tr::kPersistent) {
                     const int slot = tile_iter & 1;
                     memory::mbar_wait(tile_empty(slot), ((tile_iter >> 1) & 1) ^ 1);
                     if (leader) {
-                        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(tile_slot0 + 4u * slot), "r"(t) : "memory");
+                        store_tile_slot(tile_slot(slot), t, w);
                         memory::mbar_arrive(tile_full(slot));
                     }
                 }
                 if (t >= num_tiles) break;
-                const TileWork w = tile_work<Tr, kMask>(p, t, m_blocks, section);
                 if (w.n_blocks > 0) {
                     memory::mbar_wait(q_empty, (q_iter & 1) ^ 1);
                     if (leader) {
@@ -467,16 +497,17 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     int t = blockIdx.x;
     if (consumer == kLastConsumer) your_turn();
     for (int tile_iter = 0;; ++tile_iter) {
+        TileWork w;
         if constexpr (Tr::kPersistent) {
             const int slot = tile_iter & 1;
             memory::mbar_wait(tile_full(slot), (tile_iter >> 1) & 1);
-            asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(t) : "r"(tile_slot0 + 4u * slot) : "memory");
+            t = load_tile_slot(tile_slot(slot), w);
             release(tile_empty(slot));
         } else if (tile_iter > 0) {
             t = num_tiles;
         }
         if (t >= num_tiles) break;
-        const TileWork w = tile_work<Tr, kMask>(p, t, m_blocks, section);
+        if constexpr (!Tr::kPersistent) w = tile_work<Tr, kMask>(p, t, m_blocks, section);
         if (!w.active) continue;
         const int n_blocks = w.n_blocks;
         const int wg_row0 = w.m0 + consumer * kWarpgroupRows;  // first query row of this warpgroup
