@@ -3,11 +3,18 @@
 // probabilities and returns the per-row rescale factors; rescale() applies them to O
 // once that wgmma has completed.
 //
-// The arithmetic is online_softmax.h's, rule for rule: exp2 with scale*log2(e) folded in,
-// the subtracted max rounded up to an integer in log2 units (so every rescale is an exact
-// power of two and the P rounded to 16 bits does not depend on the tiling, like the
-// reference), per-lane partial row sums reduced once in finalize(). A thread holds two
-// rows of a warpgroup's 64 (wgmma D layout: rows g and g + 8 of its warp's 16).
+// The arithmetic is online_softmax.h's: exp2 with scale*log2(e) folded in, the subtracted
+// max rounded up to an integer in log2 units (so every rescale is an exact power of two and
+// the P rounded to 16 bits does not depend on the tiling, like the reference), per-lane
+// partial row sums reduced once in finalize(). A thread holds two rows of a warpgroup's 64
+// (wgmma D layout: rows g and g + 8 of its warp's 16).
+//
+// One rule differs: the subtracted max M is not raised while a block's max stays within
+// kMaxSlack (log2 units) of it, so P <= 2^kMaxSlack, and O is rescaled only when some row of
+// the warp raised its M. After a row's first blocks that is rare, and the rescale (dv / 2
+// multiplies per thread and block) and its exp2 drop out of the softmax that the other
+// warpgroup's GEMMs must hide (bench/NOTES.md §25: +2.5-8 %). M stays an integer, so O, l and
+// the LSE are what the exact max gives, up to where fp32 sums round.
 #pragma once
 
 #include <math_constants.h>
@@ -19,7 +26,8 @@ namespace fmha {
 namespace softmax {
 
 struct OnlineSoftmaxSm90 {
-    float row_max[2];  // running M = ceil(scale_log2 * max S) per row (integer-valued)
+    static constexpr float kMaxSlack = 8.f;  // P <= 256: far from overflow in fp16, bf16 and f32 sums
+    float row_max[2];  // running M per row: an integer, at most kMaxSlack below ceil(scale_log2 * max S)
     float row_sum[2];  // this lane's partial running sum
 
     FMHA_DEVICE void init() {
@@ -37,7 +45,8 @@ struct OnlineSoftmaxSm90 {
             float mx = -CUDART_INF_F;
 #pragma unroll
             for (int ni = 0; ni < kNTiles; ++ni) mx = fmaxf(mx, fmaxf(s[0][ni][2 * h], s[0][ni][2 * h + 1]));
-            mx = fmaxf(row_max[h], ceilf(quad_max(mx) * scale_log2));
+            mx = ceilf(quad_max(mx) * scale_log2);
+            mx = mx > row_max[h] + kMaxSlack ? mx : row_max[h];  // -inf + slack: the first block sets it
             const float max_scaled = (kCheckInf && mx == -CUDART_INF_F) ? 0.f : mx;
             alpha[h] = mx != row_max[h] ? fast_exp2(row_max[h] - max_scaled) : 1.f;
             row_max[h] = mx;
@@ -55,8 +64,10 @@ struct OnlineSoftmaxSm90 {
         }
     }
 
+    // Skipped, warp-uniformly, when no row of the warp raised its M.
     template <int kNTilesO>
     FMHA_DEVICE static void rescale(float (&o)[1][kNTilesO][4], const float (&alpha)[2]) {
+        if (__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) return;
 #pragma unroll
         for (int nd = 0; nd < kNTilesO; ++nd) {
             o[0][nd][0] *= alpha[0];
