@@ -11,8 +11,9 @@ with the GPU, driver, torch/CUDA/cuDNN versions and nvidia-smi's SM and memory c
 suite's start and end.
 
 Timing: fmha.exe times itself (-skip-checks, -runs back-to-back launches after
--warm-up-runs, one input set, CUDA events). SDPA: CUDA events around back-to-back launches
-after warm-up ones, the median of --repeats measurements. Both take the same burst: about
+-warm-up-runs, one input set, CUDA events); ours is the median of --ours-repeats such runs.
+SDPA: CUDA events around back-to-back launches after warm-up ones, the median of --repeats
+measurements. Both take the same burst: about
 MEASURE_MS of timed launches (at most --runs) after warm-up ones that stop past WARM_UP_MS
 (`burst`); for ours a one-launch probe run gives the call's length where it may be long
 (a GPU at its power limit clocks down within tens of ms, so a longer burst reads slower:
@@ -94,7 +95,21 @@ Timer = Callable[[Problem, str], Timing]  # (problem, dtype) -> Timing
 # ---------------------------------------------------------------------------------------------
 # Ours: bin/fmha.exe
 
-def fmha_timer(exe: Path, extra: list[str], runs: int, warm_up: int, deadline: float | None = None) -> Timer:
+def median_of_runs(measure: Callable[[], tuple[dict | None, str]], repeats: int) -> tuple[dict | None, str]:
+    """The run with the median "us" of `repeats` calls of `measure` (fmha.exe's parsed fields,
+    or None and why); the first failure ends it."""
+    runs = []
+    for _ in range(max(1, repeats)):
+        fields, why = measure()
+        if fields is None:
+            return None, why
+        runs.append(fields)
+    runs.sort(key=lambda fields: float(fields["us"]))
+    return runs[(len(runs) - 1) // 2], ""
+
+
+def fmha_timer(exe: Path, extra: list[str], runs: int, warm_up: int, deadline: float | None = None,
+               repeats: int = 1) -> Timer:
     import pytest  # fmha_test.py skips itself with pytest's exception where no manifest is found
     try:
         from fmha_test import parse_output, run_fmha
@@ -125,7 +140,7 @@ def fmha_timer(exe: Path, extra: list[str], runs: int, warm_up: int, deadline: f
             if fields is None:
                 return Timing(NAN, why)
             timed, warm = burst(float(fields["us"]), runs, warm_up)
-        fields, why = run(p, dtype, timed, warm)
+        fields, why = median_of_runs(lambda: run(p, dtype, timed, warm), repeats)
         if fields is None:
             return Timing(NAN, why)
         us, reported = float(fields["us"]), float(fields["tflops"])
@@ -436,6 +451,8 @@ def parse_args(argv):
     parser.add_argument("--runs", type=int, default=20, help="timed launches per measurement (SDPA: at most)")
     parser.add_argument("--warm-up-runs", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=10, help="SDPA: measurements, median taken")
+    parser.add_argument("--ours-repeats", type=int, default=3,
+                        help="ours: fmha.exe runs (one measurement each), median taken")
     return parser, parser.parse_args(argv)
 
 
@@ -460,7 +477,8 @@ def main(argv=None) -> int:
 
     context = run_context(torch, args)
     deadline = began + args.time_budget if args.time_budget else None
-    timers = {"ours": fmha_timer(args.exe, shlex.split(args.fmha_args), args.runs, args.warm_up_runs, deadline),
+    timers = {"ours": fmha_timer(args.exe, shlex.split(args.fmha_args), args.runs, args.warm_up_runs, deadline,
+                                 args.ours_repeats),
               **{who: sdpa_timer(torch, who, args.runs, args.repeats, args.warm_up_runs) for who in BACKENDS}}
     args.out.mkdir(parents=True, exist_ok=True)
     total = sum(len(suite.problems) for suite, _ in work)

@@ -386,3 +386,18 @@ def test_only_problems_that_may_pass_measure_ms_are_probed():
     assert not run.needs_probe(long, "bf16", 1)        # one launch is what the probe would give
     decode = SUITES["decode"].problems[0]              # b = 30720 against 2 keys: bytes, not FLOPs
     assert run.needs_probe(decode, "fp16", 20) == (20 * decode.bytes(2) / run.PROBE_ABOVE_BYTES > 0.025)
+
+
+def test_ours_is_the_median_run_and_a_failure_ends_it():
+    times = iter([30.0, 10.0, 20.0, 40.0])
+    calls = []
+
+    def measure():
+        calls.append(1)
+        return {"us": str(next(times)), "kernel": "k"}, ""
+
+    fields, why = run.median_of_runs(measure, 3)
+    assert (float(fields["us"]), why, len(calls)) == (20.0, "", 3)
+    assert float(run.median_of_runs(lambda: ({"us": "5"}, ""), 0)[0]["us"]) == 5.0   # at least one run
+    outcomes = iter([({"us": "1"}, ""), (None, "ours: exit 1: boom"), ({"us": "2"}, "")])
+    assert run.median_of_runs(lambda: next(outcomes), 3) == (None, "ours: exit 1: boom")
