@@ -331,8 +331,9 @@ def run_context(torch, args) -> dict:
     return {"gpu": torch.cuda.get_device_name(), "driver": nvidia_smi("driver_version")[0],
             "torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": cudnn_version(torch),
             "commit": git_commit(), "command": shlex.join(sys.argv),
-            "ours": f"{args.exe.name} -skip-checks -runs {args.runs} -warm-up-runs {args.warm_up_runs} "
-                    f"{args.fmha_args}".strip() + " (its own CUDA-event timing of back-to-back launches; "
+            "ours": f"median of {args.ours_repeats} runs of {args.exe.name} -skip-checks -runs {args.runs} "
+                    f"-warm-up-runs {args.warm_up_runs} {args.fmha_args}".strip()
+                    + " (its own CUDA-event timing of back-to-back launches; "
                     f"as for SDPA, fewer where {args.runs} would pass {MEASURE_MS:.0f} ms: a 1-launch probe run sets them)",
             "sdpa": f"median of {args.repeats} measurements of up to {args.runs} back-to-back launches "
                     f"(about {MEASURE_MS:.0f} ms each); GQA through enable_gqa, K/V expanded where a "
