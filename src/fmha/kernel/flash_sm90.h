@@ -331,7 +331,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         }
         for (int slot = 0; slot < 2; ++slot) {
             memory::mbar_init(tile_full(slot), 1);
-            memory::mbar_init(tile_empty(slot), Tr::kConsumerWarps);
+            memory::mbar_init(tile_empty(slot), Tr::kConsumerWarps * kWarpSize);  // every reader
         }
         memory::mbar_init(o_free, Tr::kConsumerWarpgroups);
         memory::mbar_fence_init();
@@ -502,7 +502,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
             const int slot = tile_iter & 1;
             memory::mbar_wait(tile_full(slot), (tile_iter >> 1) & 1);
             t = load_tile_slot(tile_slot(slot), w);
-            release(tile_empty(slot));
+            // Every thread that read the slot arrives (not one per warp after __syncwarp): the
+            // producer's next write is then ordered after each read by the mbarrier itself.
+            memory::mbar_arrive(tile_empty(slot));
         } else if (tile_iter > 0) {
             t = num_tiles;
         }
