@@ -401,3 +401,25 @@ def test_ours_is_the_median_run_and_a_failure_ends_it():
     assert float(run.median_of_runs(lambda: ({"us": "5"}, ""), 0)[0]["us"]) == 5.0   # at least one run
     outcomes = iter([({"us": "1"}, ""), (None, "ours: exit 1: boom"), ({"us": "2"}, "")])
     assert run.median_of_runs(lambda: next(outcomes), 3) == (None, "ours: exit 1: boom")
+
+
+def test_ours_repeats_flag_defaults_to_three_and_is_named_in_the_results_header(monkeypatch):
+    _, args = run.parse_args([])
+    assert args.ours_repeats == 3
+    _, args = run.parse_args(["--ours-repeats", "5"])
+    assert args.ours_repeats == 5
+
+    class FakeTorch:  # what run_context reads of torch
+        __version__ = "t"
+
+        class cuda:
+            @staticmethod
+            def get_device_name():
+                return "GPU"
+
+        class version:
+            cuda = "c"
+
+    monkeypatch.setattr(run, "nvidia_smi", lambda *query: ["driver"])
+    monkeypatch.setattr(run, "cudnn_version", lambda torch: "9")
+    assert run.run_context(FakeTorch, args)["ours"].startswith("median of 5 runs of fmha.exe -skip-checks")
