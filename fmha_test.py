@@ -389,6 +389,12 @@ def decode_cases(kernel: dict, index: int) -> list[Case]:
         varlen.append((Shape(3, 3000, s_q=sq, min_s=300), local[index % len(local)]))
     for shape, mask in varlen:
         cases.append(heads_case(kernel, mask, "separate_q_k_v", shape, hkv))
+    # the mma path beyond one wave of CTAs (160 units: 3 splits of 6720 keys, 480 CTAs in 4 waves
+    # of 132, or 2 of 10048 where 3 CTAs fit an SM): var-len from 3000 keys, so some sequences
+    # fill one split, some two or three
+    if decode_is_mma(KernelSpec.parse(kernel["name"], masks=tuple(kernel["masks"]))):
+        cases.append(heads_case(kernel, "padding", "separate_q_k_v", Shape(20, 20000, s_q=1, min_s=3000), 8,
+                                tag="beyond_one_wave"))
     # numerics: unit-normal inputs and unusual scales, on the kernel's first (s_q, KV heads) pair
     sq, hkv = combos[0]
     for ni, (tag, flags) in enumerate(numerics_for(kernel)):

@@ -73,6 +73,9 @@ constexpr int kMaxSq = 16;            // query rows per sequence the family serv
 constexpr int kMaxSplits = 128;       // key splits per unit at most
 constexpr int kMinKeysPerSplit = 128; // fewer keys per warp do not pay for the partial write
 constexpr int kMmaMinKeysPerSplit = 256;  // 4 blocks: a CTA's pipeline fill is worth it
+// Beyond one wave of CTAs, at least this share (in eighths) of the slots of the waves the CTAs
+// take are busy: a last wave that leaves most SMs idle for a whole unit is split finer.
+constexpr int kMmaMinWaveEighths = 7;
 
 template <typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockM_, int kBlockN_, int kWarpsM_,
           int kWarpsN_, bool kAccFp16_>
@@ -270,12 +273,20 @@ inline int choose_splits_warp(const Params& p, int num_sms, size_t workspace_byt
 // Mma path: as many splits as fit the CTAs into one wave of resident CTAs (num_sms *
 // ctas_per_sm) without exceeding it, so no CTA streams alone at the end; none shorter than
 // kMmaMinKeysPerSplit keys; at most what `workspace_bytes` holds. Problems with more units
-// than one wave holds run unsplit.
+// than one wave holds take the fewest splits (often none) that keep kMmaMinWaveEighths of
+// their waves' slots busy (192 units on 132 slots: 2 splits, 384 CTAs in 3 waves, not 1.45).
 template <class Tr>
 inline int choose_splits_mma(const Params& p, int num_sms, int ctas_per_sm, size_t workspace_bytes) {
     const Shape one = make_shape<Tr>(p, 1);
     const int64_t slots = int64_t(std::max(num_sms, 1)) * std::max(ctas_per_sm, 1);
     int splits = static_cast<int>(std::min<int64_t>(kMaxSplits, std::max<int64_t>(1, slots / one.units)));
+    if (one.units > slots) {
+        const auto busy_enough = [&](int s) {
+            const int64_t ctas = one.units * s;
+            return ctas * 8 >= (ctas + slots - 1) / slots * slots * kMmaMinWaveEighths;
+        };
+        while (splits < kMaxSplits && !busy_enough(splits)) ++splits;
+    }
     splits = std::min(splits, std::max(1, mask::key_span_max(p) / kMmaMinKeysPerSplit));
     while (splits > 1 && partial_bytes<Tr>(p, splits) > workspace_bytes) --splits;
     return std::max(splits, 1);

@@ -1,5 +1,6 @@
 // src/fmha/kernel/decode.h, host side: the mma path's split choice (one wave of resident
-// CTAs, never more; no split under kMmaMinKeysPerSplit keys; within the workspace) and the
+// CTAs, never more; beyond one wave, a last wave mostly busy; no split under
+// kMmaMinKeysPerSplit keys; within the workspace) and the
 // workspace layout (arrival counters first, 256-byte aligned, then the partials).
 #include "fmha/kernel/decode.h"
 #include "unit_test.h"
@@ -31,6 +32,16 @@ TEST(DecodeSplits, FillOneWaveOfResidentCtas) {
     EXPECT_EQ(mma_splits(problem(64, 8, 1, 4096), 132, 1), 1);   // 512 tiles: more than a wave
     // 16 rows x 4 query heads per KV head -> 4 row tiles per (b, KV head): 32 tiles -> 4 splits
     EXPECT_EQ(mma_splits(problem(1, 8, 16, 65536), 132, 1), 4);
+}
+
+TEST(DecodeSplits, BeyondOneWaveFillTheLastWave) {
+    EXPECT_EQ(mma_splits(problem(64, 8, 1, 65536), 132, 1), 1);  // 512 of 528 slots (4 waves) busy
+    EXPECT_EQ(mma_splits(problem(32, 8, 1, 65536), 132, 1), 1);  // 256 of 264
+    EXPECT_EQ(mma_splits(problem(24, 8, 1, 65536), 132, 1), 2);  // 192 of 264: 384 of 396
+    EXPECT_EQ(mma_splits(problem(20, 8, 1, 65536), 132, 1), 3);  // 160 / 264, 320 / 396, 480 / 528
+    EXPECT_EQ(mma_splits(problem(24, 8, 1, 300), 132, 1), 1);    // no split under the minimum keys
+    const fmha::Params p = problem(20, 8, 1, 65536);
+    EXPECT_EQ(mma_splits(p, 132, 1, fmha::decode::partial_bytes<Mma>(p, 3) - 1), 2);  // the workspace
 }
 
 TEST(DecodeSplits, NoSplitUnderTheMinimumKeys) {
