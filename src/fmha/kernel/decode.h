@@ -76,6 +76,9 @@ constexpr int kMmaMinKeysPerSplit = 256;  // 4 blocks: a CTA's pipeline fill is 
 // Beyond one wave of CTAs, at least this share (in eighths) of the slots of the waves the CTAs
 // take are busy: a last wave that leaves most SMs idle for a whole unit is split finer.
 constexpr int kMmaMinWaveEighths = 7;
+// ... but no such split under this many keys (H100: 24 x 8 units of 4096 keys ran 3.5 % slower
+// as two 2048-key splits; bench/NOTES.md §26).
+constexpr int kMmaMinKeysPerWaveSplit = 4096;
 
 template <typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockM_, int kBlockN_, int kWarpsM_,
           int kWarpsN_, bool kAccFp16_>
@@ -274,7 +277,8 @@ inline int choose_splits_warp(const Params& p, int num_sms, size_t workspace_byt
 // ctas_per_sm) without exceeding it, so no CTA streams alone at the end; none shorter than
 // kMmaMinKeysPerSplit keys; at most what `workspace_bytes` holds. Problems with more units
 // than one wave holds take the fewest splits (often none) that keep kMmaMinWaveEighths of
-// their waves' slots busy (192 units on 132 slots: 2 splits, 384 CTAs in 3 waves, not 1.45).
+// their waves' slots busy (192 units on 132 slots: 2 splits, 384 CTAs in 3 waves, not 1.45),
+// none shorter than kMmaMinKeysPerWaveSplit keys.
 template <class Tr>
 inline int choose_splits_mma(const Params& p, int num_sms, int ctas_per_sm, size_t workspace_bytes) {
     const Shape one = make_shape<Tr>(p, 1);
@@ -285,7 +289,8 @@ inline int choose_splits_mma(const Params& p, int num_sms, int ctas_per_sm, size
             const int64_t ctas = one.units * s;
             return ctas * 8 >= (ctas + slots - 1) / slots * slots * kMmaMinWaveEighths;
         };
-        while (splits < kMaxSplits && !busy_enough(splits)) ++splits;
+        const int most = std::min(kMaxSplits, std::max(1, mask::key_span_max(p) / kMmaMinKeysPerWaveSplit));
+        while (splits < most && !busy_enough(splits)) ++splits;
     }
     splits = std::min(splits, std::max(1, mask::key_span_max(p) / kMmaMinKeysPerSplit));
     while (splits > 1 && partial_bytes<Tr>(p, splits) > workspace_bytes) --splits;

@@ -39,7 +39,9 @@ TEST(DecodeSplits, BeyondOneWaveFillTheLastWave) {
     EXPECT_EQ(mma_splits(problem(32, 8, 1, 65536), 132, 1), 1);  // 256 of 264
     EXPECT_EQ(mma_splits(problem(24, 8, 1, 65536), 132, 1), 2);  // 192 of 264: 384 of 396
     EXPECT_EQ(mma_splits(problem(20, 8, 1, 65536), 132, 1), 3);  // 160 / 264, 320 / 396, 480 / 528
-    EXPECT_EQ(mma_splits(problem(24, 8, 1, 300), 132, 1), 1);    // no split under the minimum keys
+    EXPECT_EQ(mma_splits(problem(24, 8, 1, 8192), 132, 1), 2);
+    EXPECT_EQ(mma_splits(problem(24, 8, 1, 8191), 132, 1), 1);    // none under kMmaMinKeysPerWaveSplit
+    EXPECT_EQ(mma_splits(problem(20, 8, 1, 8192), 132, 1), 2);    // 3 would be busier, but too short
     const fmha::Params p = problem(20, 8, 1, 65536);
     EXPECT_EQ(mma_splits(p, 132, 1, fmha::decode::partial_bytes<Mma>(p, 3) - 1), 2);  // the workspace
 }
