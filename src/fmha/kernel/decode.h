@@ -283,16 +283,17 @@ template <class Tr>
 inline int choose_splits_mma(const Params& p, int num_sms, int ctas_per_sm, size_t workspace_bytes) {
     const Shape one = make_shape<Tr>(p, 1);
     const int64_t slots = int64_t(std::max(num_sms, 1)) * std::max(ctas_per_sm, 1);
+    const int span = mask::key_span_max(p);
     int splits = static_cast<int>(std::min<int64_t>(kMaxSplits, std::max<int64_t>(1, slots / one.units)));
     if (one.units > slots) {
         const auto busy_enough = [&](int s) {
             const int64_t ctas = one.units * s;
             return ctas * 8 >= (ctas + slots - 1) / slots * slots * kMmaMinWaveEighths;
         };
-        const int most = std::min(kMaxSplits, std::max(1, mask::key_span_max(p) / kMmaMinKeysPerWaveSplit));
+        const int most = std::min(kMaxSplits, std::max(1, span / kMmaMinKeysPerWaveSplit));
         while (splits < most && !busy_enough(splits)) ++splits;
     }
-    splits = std::min(splits, std::max(1, mask::key_span_max(p) / kMmaMinKeysPerSplit));
+    splits = std::min(splits, std::max(1, span / kMmaMinKeysPerSplit));
     while (splits > 1 && partial_bytes<Tr>(p, splits) > workspace_bytes) --splits;
     return std::max(splits, 1);
 }

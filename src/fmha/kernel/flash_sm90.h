@@ -308,7 +308,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     const auto tile_empty = [&](int slot) { return bar_base + 8u * (2 + 4 * S + 2 + slot); };
     // kStageOverV: completes once per tile with key blocks, when every consumer warpgroup is
     // done with the V ring (its O stored from there and read, or stored from registers).
-    const uint32_t o_free = bar_base + 8u * (2 + 4 * S + 4);
+    const uint32_t o_free = bar_base + 8u * (Tr::kNumBarriers - 1);  // the last barrier
     const auto tile_slot = [&](int slot) {
         return bar_base + uint32_t(Tr::kTileSlotsOffset + slot * Tr::kTileSlotBytes);
     };
