@@ -395,6 +395,10 @@ def decode_cases(kernel: dict, index: int) -> list[Case]:
     if decode_is_mma(KernelSpec.parse(kernel["name"], masks=tuple(kernel["masks"]))):
         cases.append(heads_case(kernel, "padding", "separate_q_k_v", Shape(20, 20000, s_q=1, min_s=3000), 8,
                                 tag="beyond_one_wave"))
+        # ... and 192 unsplit units of at most 4096 keys, which run two CTAs to an SM from d = 64
+        # to 128 (decode.h pair_up); causal s_q = 4, var-len from 1 key
+        cases.append(heads_case(kernel, "causal", "separate_q_k_v", Shape(24, 4000, s_q=4, min_s=1), 8,
+                                tag="paired_beyond_one_wave"))
     # numerics: unit-normal inputs and unusual scales, on the kernel's first (s_q, KV heads) pair
     sq, hkv = combos[0]
     for ni, (tag, flags) in enumerate(numerics_for(kernel)):

@@ -79,6 +79,8 @@ constexpr int kMmaMinWaveEighths = 7;
 // ... but no such split under this many keys (H100: 24 x 8 units of 4096 keys ran 3.5 % slower
 // as two 2048-key splits; bench/NOTES.md §26).
 constexpr int kMmaMinKeysPerWaveSplit = 4096;
+// Beyond one wave, CTAs of at most this many keys share an SM two at a time (pair_up).
+constexpr int kMmaPairMaxKeys = 4096;
 
 template <typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockM_, int kBlockN_, int kWarpsM_,
           int kWarpsN_, bool kAccFp16_>
@@ -139,17 +141,22 @@ struct MmaTraits {
     static constexpr int kSmemQ = LayoutQ::kBytes;
     static constexpr int kSmemK = LayoutK::kBytes;
     static constexpr int kSmemV = LayoutV::kBytes;
-    // Stages: up to a 128 KB ring (8 stages at most; d = 256: three 64 KB stages), one CTA per
-    // SM from d = 64 on. Measured at d = 128
-    // (bench/NOTES.md §8): 4 x 32 KB at one CTA per SM beat 3 x 32 KB at two (b = 8 by 1-2 %,
-    // b = 64 within -1..+1 %), 2 x 32 KB at three (3-7 % slower) and 6 x 32 KB.
+    // Stages: up to a 96 KB ring (8 stages at most; d = 256: three 64 KB stages), so two CTAs
+    // fit on an SM from d = 64 on. A launch runs them two to an SM only where its CTAs are
+    // more than one wave and short (kMmaPairMaxKeys); elsewhere it asks for kSoloSmemBytes, a
+    // footprint that leaves room for one (as the 128 KB ring did), and the rest is unused.
+    // Measured at d = 128 (bench/NOTES.md §8, §27): 3 x 32 KB at one CTA per SM reads as 4 x 32
+    // KB did, and beats it two to an SM where the units are short and several waves.
     static constexpr int kStageBytes = kSmemK + kSmemV;
-    static constexpr int kRingBytes = 128 * 1024;
+    static constexpr int kRingBytes = 96 * 1024;
     static constexpr int kStages = 3 * kStageBytes <= kRingBytes ? min_int(8, kRingBytes / kStageBytes) : 3;
     // The warps' merge reuses the ring: [kWarps][kRows][kMergePitch] O, then [kWarps][kRows][2].
     static constexpr int kMergePitch = kHeadDimV + 4;  // floats; staggers the rows' banks
     static constexpr int kSmemMerge = kWarps * kRows * (kMergePitch + 2) * 4;
     static constexpr int kSmemBytes = max_int(kSmemQ + kStages * kStageBytes, kSmemMerge);
+    // One CTA per SM where the ring is over 64 KB: more than half an SM's 228 KB less the 1 KB
+    // each CTA holds back.
+    static constexpr int kSoloSmemBytes = kStages * kStageBytes > 64 * 1024 ? max_int(kSmemBytes, 115 * 1024) : kSmemBytes;
     static constexpr int kMaxSmemBytes = 227 * 1024;
 
     static_assert(kIsSupportedElement<Element>, "Element must be __half or __nv_bfloat16");
@@ -159,7 +166,7 @@ struct MmaTraits {
     static_assert(kHeadDimV == kHeadDim, "decode: dv == d");
     static_assert(kRows == 16 && kWarpsM_ == 1, "decode mma: kBlockM 16 (one m-tile), kWarpsM 1");
     static_assert(kWarps == 4 && kBlockN == 64, "decode mma: kWarpsN 4, kBlockN 64 (16 keys per warp)");
-    static_assert(kSmemBytes <= kMaxSmemBytes, "decode mma: ring exceeds shared memory");
+    static_assert(kSoloSmemBytes <= kMaxSmemBytes, "decode mma: ring exceeds shared memory");
 };
 
 // The generated kernels name one Traits; the tile says which path it is.
@@ -296,6 +303,17 @@ inline int choose_splits_mma(const Params& p, int num_sms, int ctas_per_sm, size
     splits = std::min(splits, std::max(1, span / kMmaMinKeysPerSplit));
     while (splits > 1 && partial_bytes<Tr>(p, splits) > workspace_bytes) --splits;
     return std::max(splits, 1);
+}
+
+// Mma path: whether the launch asks for kSmemBytes, which lets two CTAs share an SM, rather
+// than kSoloSmemBytes. Where the CTAs are more than one wave at ctas_per_sm (kSoloSmemBytes')
+// and read at most kMmaPairMaxKeys keys each, an SM's CTAs hand over often, all at once (the
+// units are alike): paired, one streams while the other starts or ends. Longer CTAs stream
+// faster alone.
+template <class Tr>
+inline bool pair_up(const Params& p, int splits, int num_sms, int ctas_per_sm) {
+    const Shape s = make_shape<Tr>(p, splits);
+    return s.units > int64_t(std::max(num_sms, 1)) * std::max(ctas_per_sm, 1) && s.keys_per_split <= kMmaPairMaxKeys;
 }
 
 FMHA_DEVICE uint4 load_raw(const void* src, bool valid) {
@@ -967,7 +985,8 @@ const void* mma_fn() {
 }
 
 // The mma path's per-process setup, once per instantiation: shared memory beyond 48 KB
-// for the mask x score modifier variants and the resident CTAs per SM that choose_splits_mma fills.
+// for the mask x score modifier variants and the resident CTAs per SM that choose_splits_mma
+// fills (at kSoloSmemBytes).
 struct MmaSetup {
     cudaError_t err;
     int ctas_per_sm;
@@ -979,8 +998,8 @@ MmaSetup mma_setup() {
         MmaSetup s{cudaSuccess, 1};
         kernel::for_each_variant([&](auto kind, auto mod) {
             const void* fn = mma_fn<Tr, decltype(kind)::value, decltype(mod)::value>();
-            if (s.err == cudaSuccess && Tr::kSmemBytes > 48 * 1024)
-                s.err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
+            if (s.err == cudaSuccess && Tr::kSoloSmemBytes > 48 * 1024)
+                s.err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSoloSmemBytes);
             if (s.err == cudaSuccess)
                 s.err = cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
                                              cudaSharedmemCarveoutMaxShared);
@@ -988,7 +1007,7 @@ MmaSetup mma_setup() {
         if (s.err == cudaSuccess) {
             s.err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&s.ctas_per_sm,
                                                                   &decode_mma_kernel<Tr, mask::Kind::kPadding>,
-                                                                  Tr::kThreads, Tr::kSmemBytes);
+                                                                  Tr::kThreads, Tr::kSoloSmemBytes);
         }
         s.ctas_per_sm = std::max(s.ctas_per_sm, 1);
         return s;
@@ -1107,11 +1126,15 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
     if (combine_threads > INT32_MAX || shape.units > INT32_MAX) return cudaErrorInvalidValue;
     if constexpr (Tr::kMma) {
         const auto blocks = static_cast<unsigned>(shape.units);
+        int sms = 0;
+        const cudaError_t e = kernel::sm_count(p, &sms);
+        if (e != cudaSuccess) return e;
+        const int smem = pair_up<Tr>(p, splits, sms, mma_setup<Tr>().ctas_per_sm) ? Tr::kSmemBytes : Tr::kSoloSmemBytes;
         kernel::with_variant(
             p,
             [&](auto kind, auto mod) {
                 decode_mma_kernel<Tr, decltype(kind)::value, decltype(mod)::value>
-                    <<<blocks, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, splits);
+                    <<<blocks, Tr::kThreads, smem, stream>>>(p, splits);
                 return 0;
             },
             0);

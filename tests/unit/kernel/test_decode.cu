@@ -1,7 +1,8 @@
 // src/fmha/kernel/decode.h, host side: the mma path's split choice (one wave of resident
 // CTAs, never more; beyond one wave, a last wave mostly busy; no split under
-// kMmaMinKeysPerSplit keys; within the workspace) and the
-// workspace layout (arrival counters first, 256-byte aligned, then the partials).
+// kMmaMinKeysPerSplit keys; within the workspace), when short CTAs beyond one wave share an
+// SM (pair_up), and the workspace layout (arrival counters first, 256-byte aligned, then the
+// partials).
 #include "fmha/kernel/decode.h"
 #include "unit_test.h"
 
@@ -44,6 +45,23 @@ TEST(DecodeSplits, BeyondOneWaveFillTheLastWave) {
     EXPECT_EQ(mma_splits(problem(20, 8, 1, 8192), 132, 1), 2);    // 3 would be busier, but too short
     const fmha::Params p = problem(20, 8, 1, 65536);
     EXPECT_EQ(mma_splits(p, 132, 1, fmha::decode::partial_bytes<Mma>(p, 3) - 1), 2);  // the workspace
+}
+
+TEST(DecodeSplits, ShortCtasBeyondOneWaveShareAnSm) {
+    const auto pair = [](const fmha::Params& p, int sms, int ctas_per_sm) {
+        return fmha::decode::pair_up<Mma>(p, mma_splits(p, sms, ctas_per_sm), sms, ctas_per_sm);
+    };
+    EXPECT_TRUE(pair(problem(64, 8, 1, 4096), 132, 1));    // 512 CTAs of 4096 keys
+    EXPECT_TRUE(pair(problem(20, 8, 1, 4096), 132, 1));    // 160 of 132: one wave paired
+    EXPECT_TRUE(pair(problem(64, 8, 1, 1000), 132, 1));
+    EXPECT_FALSE(pair(problem(64, 8, 1, 4097), 132, 1));   // 4160 keys: longer CTAs stream alone
+    EXPECT_FALSE(pair(problem(20, 8, 1, 16384), 132, 1));  // 3 splits of 5504 keys
+    EXPECT_FALSE(pair(problem(8, 8, 1, 4096), 132, 1));    // 2 splits, 128 CTAs: one wave
+    EXPECT_FALSE(pair(problem(64, 8, 1, 4096), 132, 4));   // within a wave of 4 per SM
+    // The footprints: two CTAs to an SM at kSmemBytes, one at kSoloSmemBytes (228 KB an SM,
+    // 1 KB each CTA).
+    EXPECT_LE(2 * (Mma::kSmemBytes + 1024), 228 * 1024);
+    EXPECT_GT(2 * (Mma::kSoloSmemBytes + 1024), 228 * 1024);
 }
 
 TEST(DecodeSplits, NoSplitUnderTheMinimumKeys) {
