@@ -20,7 +20,8 @@
 //
 // Tensor-core path (kWarpsN == 4; MmaTraits), for caches of 256 keys or more (dispatch:
 // KernelMeta::min_s_kv). Work unit = one CTA = (b, g, 16-row tile, key split). K and V
-// stream through a kStages-deep cp.async ring of 64-key blocks (up to 128 KB); each warp
+// stream through a kStages-deep cp.async ring of 64-key blocks (up to 96 KB, so two CTAs
+// can share an SM: pair_up says when they do); each warp
 // takes 16 keys of every block: S = Q K^T and O += P V on mma.sync m16n8k16 (rows past the
 // tile's real rows are zeros: the tensor cores have throughput to spare, where the
 // CUDA-core path spends ~150 instructions per KB of K/V), with its own online softmax; the
