@@ -164,6 +164,13 @@ struct Params {
     // stream share it. A launch given fewer bytes runs fewer splits (never fails for lack of it).
     void* workspace = nullptr;
     size_t workspace_bytes = 0;
+
+    // True only where every sequence has s_q_max queries and s_kv_max keys, stored back to
+    // back (q_offsets[i] == i * s_q_max, kv_offsets[i] == i * s_kv_max; the driver checks the
+    // arrays): a kernel may then take them from the sequence's index instead of reading them
+    // (decode's mma path: no dependent load before a CTA's first copies). The arrays are filled
+    // either way.
+    bool uniform_lengths = false;
 };
 
 }  // namespace fmha

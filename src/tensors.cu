@@ -373,6 +373,7 @@ DeviceTensors make_tensors(const Problem& p, const SeqLens& lens) {
     prm.q_lens = t.q_lens.get();
     prm.kv_offsets = t.kv_offsets.get();
     prm.kv_lens = t.kv_lens.get();
+    prm.uniform_lengths = uniform_lengths(lens);
     prm.tile_counter = t.tile_counter.get();
     prm.q_tokens = tq;    // packed QKV: tq == tkv, the qkv buffer's rows
     prm.kv_tokens = tkv;

@@ -71,6 +71,17 @@ struct SeqLens {
     int s_q_max = 0, s_kv_max = 0;
 };
 SeqLens make_seqlens(const Problem& p);
+// Params::uniform_lengths: every sequence s_q_max x s_kv_max long, back to back.
+inline bool uniform_lengths(const SeqLens& l) {
+    for (size_t i = 0; i < l.q_lens.size(); ++i) {
+        const int64_t n = static_cast<int64_t>(i);
+        if (l.q_lens[i] != l.s_q_max || l.kv_lens[i] != l.s_kv_max || l.q_offsets[i] != n * l.s_q_max ||
+            l.kv_offsets[i] != n * l.s_kv_max)
+            return false;
+    }
+    return l.q_lens.size() == l.kv_lens.size() && l.q_lens.size() == l.q_offsets.size() &&
+           l.q_lens.size() == l.kv_offsets.size();
+}
 
 // -custom-mask on the host: bit j % 32 of bits[(seq * s_q_max + r) * row_words + j / 32]
 // (Params::custom_mask's layout), random from the seed, half of them set.

@@ -736,8 +736,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
     const int split = split_b % splits;
     const int b = split_b / splits;
 
-    const int q_len = p.q_lens[b];
-    const int kv_len = p.kv_lens[b];
+    // Uniform lengths: from b, so the first copies do not wait on a load.
+    const bool uniform = p.uniform_lengths;
+    const int q_len = uniform ? p.s_q_max : p.q_lens[b];
+    const int kv_len = uniform ? p.s_kv_max : p.kv_lens[b];
     const int rows = shape.group * q_len;
     const int row0 = row_tile * R;
     if (row0 >= rows) return;  // the tile is past this sequence's rows
@@ -747,7 +749,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
     // A split past the sequence's keys does nothing, except split 0 of a sequence without
     // keys, which stands for all of them (the tile's merge then writes zero rows).
     if (splits > 1 && key_begin >= keys.last && split > 0) return;
-    const int q_off = p.q_offsets[b];
+    const int q_off = uniform ? b * p.s_q_max : p.q_offsets[b];
 
     const uint32_t smem_q = smem_u32(smem);
     const uint32_t smem_k = smem_q + Tr::kSmemQ;                // kStages x [kBlockN, d]
@@ -769,8 +771,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
         }
     }
 
-    const auto k_rows = memory::key_rows<Element>(p, b, g);
-    const auto v_rows = memory::value_rows<Element>(p, b, g);
+    const int kv_off = p.kv_block_table != nullptr ? 0 : uniform ? b * p.s_kv_max : p.kv_offsets[b];
+    const auto k_rows = memory::kv_rows_from<Element, false>(p, b, g, kv_off);
+    const auto v_rows = memory::kv_rows_from<Element, true>(p, b, g, kv_off);
     const int n_blocks = key_end > key_begin ? ceil_div(key_end - key_begin, Tr::kBlockN) : 0;
     // Block j into stage j % kStages; keys past the split's end are zero-filled (P == 0
     // times stale shared memory could be NaN).

@@ -40,8 +40,19 @@ template <typename Element, bool kIsV>
 FMHA_DEVICE KvRows<Element, kIsV> kv_rows(const Params& p, int batch, int kv_head) {
     const Element* t = static_cast<const Element*>(kIsV ? p.v : p.k);
     const int64_t head = int64_t(kv_head) * (kIsV ? p.v_head_stride : p.k_head_stride);
+    // (the arithmetic of kv_rows_from, kept apart: the flash family's SASS stays as it was)
     const int64_t first =
         p.kv_block_table != nullptr ? 0 : int64_t(p.kv_offsets[batch]) * (kIsV ? p.v_row_stride : p.k_row_stride);
+    return KvRows<Element, kIsV>{t + first + head, batch};
+}
+
+// As kv_rows, the sequence's first token given (Params::kv_offsets[batch], or what the
+// caller knows it to be; not used when paged).
+template <typename Element, bool kIsV>
+FMHA_DEVICE KvRows<Element, kIsV> kv_rows_from(const Params& p, int batch, int kv_head, int kv_offset) {
+    const Element* t = static_cast<const Element*>(kIsV ? p.v : p.k);
+    const int64_t head = int64_t(kv_head) * (kIsV ? p.v_head_stride : p.k_head_stride);
+    const int64_t first = p.kv_block_table != nullptr ? 0 : int64_t(kv_offset) * (kIsV ? p.v_row_stride : p.k_row_stride);
     return KvRows<Element, kIsV>{t + first + head, batch};
 }
 
