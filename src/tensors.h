@@ -73,14 +73,15 @@ struct SeqLens {
 SeqLens make_seqlens(const Problem& p);
 // Params::uniform_lengths: every sequence s_q_max x s_kv_max long, back to back.
 inline bool uniform_lengths(const SeqLens& l) {
-    for (size_t i = 0; i < l.q_lens.size(); ++i) {
+    const size_t b = l.q_lens.size();
+    if (l.kv_lens.size() != b || l.q_offsets.size() != b || l.kv_offsets.size() != b) return false;
+    for (size_t i = 0; i < b; ++i) {
         const int64_t n = static_cast<int64_t>(i);
         if (l.q_lens[i] != l.s_q_max || l.kv_lens[i] != l.s_kv_max || l.q_offsets[i] != n * l.s_q_max ||
             l.kv_offsets[i] != n * l.s_kv_max)
             return false;
     }
-    return l.q_lens.size() == l.kv_lens.size() && l.q_lens.size() == l.q_offsets.size() &&
-           l.q_lens.size() == l.kv_offsets.size();
+    return true;
 }
 
 // -custom-mask on the host: bit j % 32 of bits[(seq * s_q_max + r) * row_words + j / 32]

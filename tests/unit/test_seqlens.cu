@@ -34,6 +34,9 @@ TEST(SeqLens, UniformOnlyWhereEverySequenceIsTheLongestBackToBack) {
     fmha::SeqLens q_gap = back_to_back(3, 4, 100);
     q_gap.q_offsets[1] = 5;
     EXPECT_FALSE(fmha::uniform_lengths(q_gap));
+    fmha::SeqLens short_array = back_to_back(3, 1, 100);
+    short_array.kv_offsets.pop_back();  // arrays of different sizes: not read past their end
+    EXPECT_FALSE(fmha::uniform_lengths(short_array));
 }
 
 }  // namespace

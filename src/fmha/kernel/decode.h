@@ -146,8 +146,9 @@ struct MmaTraits {
     // fit on an SM from d = 64 on. A launch runs them two to an SM only where its CTAs are
     // more than one wave and short (kMmaPairMaxKeys); elsewhere it asks for kSoloSmemBytes, a
     // footprint that leaves room for one (as the 128 KB ring did), and the rest is unused.
-    // Measured at d = 128 (bench/NOTES.md §8, §27): 3 x 32 KB at one CTA per SM reads as 4 x 32
-    // KB did, and beats it two to an SM where the units are short and several waves.
+    // Measured at d = 128 (bench/NOTES.md §8, §27): 3 x 32 KB at one CTA per SM reads at least
+    // as fast as 4 x 32 KB did (0-2 %), and two to an SM faster still where the CTAs are short
+    // and several waves.
     static constexpr int kStageBytes = kSmemK + kSmemV;
     static constexpr int kRingBytes = 96 * 1024;
     static constexpr int kStages = 3 * kStageBytes <= kRingBytes ? min_int(8, kRingBytes / kStageBytes) : 3;
