@@ -1051,9 +1051,10 @@ cudaError_t launch_short(const Params& p, const Shape& shape, cudaStream_t strea
     return cudaSuccess;
 }
 
-// Splits of either path for this problem on this device, within workspace_bytes.
+// Splits of either path for this problem on this device, within workspace_bytes; and, when
+// `paired` is given (mma path), whether the launch runs two CTAs to an SM (pair_up).
 template <class Tr>
-inline cudaError_t choose_splits(const Params& p, size_t workspace_bytes, int* splits) {
+inline cudaError_t choose_splits(const Params& p, size_t workspace_bytes, int* splits, bool* paired = nullptr) {
     int sms = 0;
     cudaError_t err = kernel::sm_count(p, &sms);
     if (err != cudaSuccess) return err;
@@ -1061,6 +1062,7 @@ inline cudaError_t choose_splits(const Params& p, size_t workspace_bytes, int* s
         const MmaSetup setup = mma_setup<Tr>();
         if (setup.err != cudaSuccess) return setup.err;
         *splits = choose_splits_mma<Tr>(p, sms, setup.ctas_per_sm, workspace_bytes);
+        if (paired != nullptr) *paired = pair_up<Tr>(p, *splits, sms, setup.ctas_per_sm);
     } else {
         *splits = choose_splits_warp<Tr>(p, sms, workspace_bytes);
     }
@@ -1122,7 +1124,8 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
     if (!Tr::kMma && (p.h / p.h_kv) * p.s_q_max > Tr::kRows && Tr::kRows != 8) return cudaErrorInvalidValue;
     if (entry<Tr>(p.mask) == nullptr) return cudaErrorInvalidValue;  // a mask the family does not implement
     int splits = 1;
-    const cudaError_t err = choose_splits<Tr>(p, p.workspace != nullptr ? p.workspace_bytes : 0, &splits);
+    bool paired = false;
+    const cudaError_t err = choose_splits<Tr>(p, p.workspace != nullptr ? p.workspace_bytes : 0, &splits, &paired);
     if (err != cudaSuccess) return err;
     const Shape shape = make_shape<Tr>(p, splits);
     const int64_t combine_threads =
@@ -1131,10 +1134,7 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
     if (combine_threads > INT32_MAX || shape.units > INT32_MAX) return cudaErrorInvalidValue;
     if constexpr (Tr::kMma) {
         const auto blocks = static_cast<unsigned>(shape.units);
-        int sms = 0;
-        const cudaError_t e = kernel::sm_count(p, &sms);
-        if (e != cudaSuccess) return e;
-        const int smem = pair_up<Tr>(p, splits, sms, mma_setup<Tr>().ctas_per_sm) ? Tr::kSmemBytes : Tr::kSoloSmemBytes;
+        const int smem = paired ? Tr::kSmemBytes : Tr::kSoloSmemBytes;
         kernel::with_variant(
             p,
             [&](auto kind, auto mod) {
