@@ -126,13 +126,13 @@ def ws(config: Config) -> list[KernelSpec]:
 
 # The decode family (src/fmha/kernel/decode.h): portable (SM80+), fp32 accumulation, the head
 # sizes whose 16-byte chunks split a warp evenly. Per (dtype, d), first the tensor-core path
-# (DECODE_MMA_TILE), which dispatch takes for caches of DECODE_MMA_MIN_S_KV keys or more;
+# (decode_mma_tile), which dispatch takes for caches of DECODE_MMA_MIN_S_KV keys or more;
 # then one warp-path kernel per rows-per-warp (block_m) in ascending order, so shorter caches
 # take the smallest that holds a problem's query rows per KV head; the largest tiles any
 # row count (as the mma path does).
 DECODE_HEAD_SIZES = rules.DECODE_HEAD_SIZES
 DECODE_ROWS = rules.DECODE_ROWS
-DECODE_MMA_TILE = rules.DECODE_MMA_TILE
+decode_mma_tile = rules.decode_mma_tile
 # Below this many keys the warp path's per-unit cost is lower than a CTA's pipeline fill.
 DECODE_MMA_MIN_S_KV = 256
 DECODE_DTYPES = (("fp16", "fp32"), ("bf16", "fp32"))
@@ -155,7 +155,7 @@ def decode(config: Config) -> list[KernelSpec]:
     specs = []
     for dtype, acc in DECODE_DTYPES:
         for d in DECODE_HEAD_SIZES:
-            for block_m, block_n, warps_m, warps_n in (DECODE_MMA_TILE, *(decode_tile(d, r) for r in DECODE_ROWS)):
+            for block_m, block_n, warps_m, warps_n in (decode_mma_tile(d), *(decode_tile(d, r) for r in DECODE_ROWS)):
                 specs.append(KernelSpec(family="decode", sm=FAMILIES["decode"].sm, dtype=dtype, acc=acc, d=d, dv=d,
                                         block_m=block_m, block_n=block_n, warps_m=warps_m, warps_n=warps_n,
                                         masks=ALL_MASKS))

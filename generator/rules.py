@@ -55,9 +55,16 @@ WS_BLOCK_N = (64, 128)
 # What fmha::decode::Traits static_asserts (src/fmha/kernel/decode.h).
 DECODE_HEAD_SIZES = (32, 64, 128, 256)   # d / 8 lanes per key divide a warp
 DECODE_ROWS = (1, 4, 8)                  # query rows per warp (warp path)
-DECODE_MMA_TILE = (16, 64, 1, 4)         # (block_m, block_n, warps_m, warps_n) of the mma path
+# Keys per pipeline stage of the mma path, by d: a 32 KB block of K and V (d = 256: 64 KB).
+DECODE_MMA_KEYS = {32: 256, 64: 128, 128: 64, 256: 64}
 _DECODE_HEADS = "{{" + ", ".join(map(str, DECODE_HEAD_SIZES)) + "}}"
 _DECODE_ROWS = "{{" + ", ".join(map(str, DECODE_ROWS)) + "}}"
+
+
+def decode_mma_tile(d: int) -> tuple:
+    """(block_m, block_n, warps_m, warps_n) of the mma path at head size d: 16 packed rows,
+    DECODE_MMA_KEYS[d] keys per stage, 4 warps over the keys."""
+    return (16, DECODE_MMA_KEYS[d], 1, 4)
 
 
 def decode_is_mma(spec: KernelSpec) -> bool:
@@ -71,7 +78,7 @@ def _decode_traits_ok(spec: KernelSpec) -> bool:
     if not (spec.d in DECODE_HEAD_SIZES and spec.dv == spec.d and spec.acc == "fp32"):
         return False
     if decode_is_mma(spec):
-        return (spec.block_m, spec.block_n, spec.warps_m, spec.warps_n) == DECODE_MMA_TILE
+        return (spec.block_m, spec.block_n, spec.warps_m, spec.warps_n) == decode_mma_tile(spec.d)
     keys_per_pass = 256 // spec.d
     return (spec.block_m in DECODE_ROWS and spec.block_n % keys_per_pass == 0
             and 1 <= spec.block_n // keys_per_pass <= 8 and 1 <= spec.warps_m <= 8 and spec.warps_n == 1)
@@ -136,7 +143,8 @@ RULES = (
         "decode_traits",
         "family {family} (decode::Traits) needs d = dv in " + _DECODE_HEADS + ", fp32 accumulation, "
         "and either the warp path's tile (block_m rows per warp in " + _DECODE_ROWS + ", block_n a "
-        "multiple of 256/d (1-8 passes), warps 1-8 x 1) or the mma path's 16x64, warps 1x4",
+        "multiple of 256/d (1-8 passes), warps 1-8 x 1) or the mma path's 16 rows x 8192/d keys "
+        "(64 at d = 256), warps 1x4",
         lambda s, c: _decode_traits_ok(s),
     ),
     Rule(

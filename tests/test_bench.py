@@ -20,7 +20,7 @@ NAN = float("nan")
 
 def test_suite_sizes():
     assert {name: len(s.problems) for name, s in SUITES.items()} == {
-        "readme": 1, "fa3": 36, "seed": 6, "decode": 21, "variants": 14, "heads": 12, "grid": 48}
+        "readme": 1, "fa3": 36, "seed": 6, "decode": 29, "variants": 14, "heads": 12, "grid": 48}
 
 
 def test_variants_pair_each_window_and_cap_with_the_dense_problem():
@@ -274,9 +274,10 @@ def test_panels_one_per_head_size_and_mask_split_where_b_or_h_vary():
     assert all(len(members) == 6 and "b" not in shared for shared, members in fa3)  # b follows s
     assert len(panels(rows_of("grid"))) == 2 * 2 * 2 * 2  # mask x d x b x h, 3 lengths each
     decode = panels(rows_of("decode"))
-    # tiny KV by (d, h); long KV by b (b 1/8/64 over 3 lengths, b 20/24 two each, 40 one), and the
-    # paged rows by (b, block size)
-    assert len(decode) == 4 + 3 + 3 + 3 and max(len(m) for _, m in decode) == 3
+    # tiny KV by (d, h); long KV by b (b 1/8/64 over 3 lengths, b 20/24 two each, 40 one), d = 64
+    # by b (b 8/64 over 3 lengths), d = 256 by b (one length each), and the paged rows by (b,
+    # block size)
+    assert len(decode) == 4 + 3 + 3 + 2 + 2 + 3 and max(len(m) for _, m in decode) == 3
     for _, members in [*fa3, *decode]:  # a line never joins two problems at one s
         assert len({r["s"] for r in members}) == len(members)
 

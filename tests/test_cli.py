@@ -168,6 +168,6 @@ def test_list_kernels_shows_the_tma_scheduling_and_s_q_columns(fmha):
     ws_sched = {r[-3] for r in rows if "_ws_" in r[0]}
     assert len(ws_sched) <= 1 and ws_sched <= {"persistent", "grid"}, ws_sched
     assert all(r[-3] == "grid" for r in rows if "_ws_" not in r[0])
-    # Only the decode family limits s_q; only its mma path (tile 16x64) asks for a long cache.
+    # Only the decode family limits s_q; only its mma path (16 rows, warps 1x4) asks for a long cache.
     assert all(r[-2] == ("16" if "_decode_" in r[0] else "-") for r in rows)
-    assert all(r[-1] == ("256" if "_decode_" in r[0] and "_16x64_" in r[0] else "-") for r in rows)
+    assert all(r[-1] == ("256" if "_decode_" in r[0] and "_w1x4_" in r[0] else "-") for r in rows)

@@ -76,7 +76,7 @@ def test_default_kernels():
     flash = (flash[:len(enum.HEAD_SIZES)] + ["fmha_v2_flash_fp16_d192_dv128_64x64_w4x1_sm80"] +
              flash[len(enum.HEAD_SIZES):] + ["fmha_v2_flash_bf16_d192_dv128_64x64_w4x1_sm80"])
     decode = [name for dtype in ("fp16_fp32", "bf16") for d in enum.DECODE_HEAD_SIZES
-              for name in (f"fmha_v2_decode_{dtype}_d{d}_16x64_w1x4_sm80",
+              for name in (f"fmha_v2_decode_{dtype}_d{d}_16x{enum.decode_mma_tile(d)[1]}_w1x4_sm80",
                            *(f"fmha_v2_decode_{dtype}_d{d}_{'x'.join(map(str, enum.decode_tile(d, r)[:2]))}_w4x1_sm80"
                              for r in enum.DECODE_ROWS))]
     assert names({}) == decode + ws + flash
@@ -90,7 +90,7 @@ def test_decode_rows_ascend_so_dispatch_takes_the_smallest_that_holds_the_proble
     for dtype in ("fp16", "bf16"):
         for d in enum.DECODE_HEAD_SIZES:
             tiles = [(s.block_m, s.block_n, s.warps_m, s.warps_n) for s in specs if s.dtype == dtype and s.d == d]
-            assert tiles[0] == enum.DECODE_MMA_TILE
+            assert tiles[0] == enum.decode_mma_tile(d)
             assert [t[0] for t in tiles[1:]] == list(enum.DECODE_ROWS)
     assert [enum.decode_max_rows(s) for s in specs[:4]] == [0, 1, 4, 0]
     assert [enum.decode_min_s_kv(s) for s in specs[:4]] == [enum.DECODE_MMA_MIN_S_KV, 0, 0, 0]
@@ -144,7 +144,7 @@ def test_head_sizes_cover_every_multiple_of_8_from_16_to_256():
 def test_tiles_come_from_their_tile_function_and_pass_the_rules():
     config = parse({"ENABLE_HMMA_FP32": "1"})
     tile = {"flash": enum.flash_tile, "ws": enum.ws_tile,
-            "decode": lambda spec: (enum.DECODE_MMA_TILE if rules.decode_is_mma(spec)
+            "decode": lambda spec: (enum.decode_mma_tile(spec.d) if rules.decode_is_mma(spec)
                                     else enum.decode_tile(spec.d, spec.block_m))}
     specs = [s for family in enum.candidates(config).values() for s in family]
     assert {s.family for s in specs} == set(tile)

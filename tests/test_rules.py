@@ -16,7 +16,8 @@ WS = {"family": "ws", "sm": 90, "dtype": "bf16", "acc": "fp32", "block_m": 128, 
 DECODE = {"family": "decode", "sm": 80, "dtype": "bf16", "acc": "fp32", "block_m": 4, "block_n": 4, "warps_m": 4}
 DECODE_TRAITS = ("family decode (decode::Traits) needs d = dv in {32, 64, 128, 256}, fp32 accumulation, "
                  "and either the warp path's tile (block_m rows per warp in {1, 4, 8}, block_n a multiple of "
-                 "256/d (1-8 passes), warps 1-8 x 1) or the mma path's 16x64, warps 1x4")
+                 "256/d (1-8 passes), warps 1-8 x 1) or the mma path's 16 rows x 8192/d keys (64 at d = 256), "
+                 "warps 1x4")
 WS_TRAITS = ("family ws (flash_sm90::Traits) needs fp32 accumulation, "
              "block_m 128 or 192 over warps (block_m/16)x1 and block_n 64 or 128")
 
@@ -61,6 +62,10 @@ CASES = {
         ({**DECODE, "block_n": 36}, DEFAULT, DECODE_TRAITS),         # 18 passes
         ({**DECODE, "warps_m": 4, "warps_n": 2}, DEFAULT, DECODE_TRAITS),
         ({**DECODE, "block_m": 16, "block_n": 32, "warps_m": 1, "warps_n": 4}, DEFAULT, DECODE_TRAITS),  # mma: 64 keys
+        ({**DECODE, "d": 64, "dv": 64, "block_m": 16, "block_n": 64, "warps_m": 1, "warps_n": 4}, DEFAULT,
+         DECODE_TRAITS),  # mma at d = 64: 128 keys
+        ({**DECODE, "d": 256, "dv": 256, "block_m": 16, "block_n": 32, "warps_m": 1, "warps_n": 4}, DEFAULT,
+         DECODE_TRAITS),  # mma at d = 256: 64 keys
         ({**DECODE, "block_m": 32, "block_n": 64, "warps_m": 1, "warps_n": 4}, DEFAULT, DECODE_TRAITS),  # mma: 16 rows
     ],
     "masks": [

@@ -20,9 +20,10 @@
 //
 // Tensor-core path (kWarpsN == 4; MmaTraits), for caches of 256 keys or more (dispatch:
 // KernelMeta::min_s_kv). Work unit = one CTA = (b, g, 16-row tile, key split). K and V
-// stream through a kStages-deep cp.async ring of 64-key blocks (up to 96 KB, so two CTAs
-// can share an SM: pair_up says when they do); each warp
-// takes 16 keys of every block: S = Q K^T and O += P V on mma.sync m16n8k16 (rows past the
+// stream through a kStages-deep cp.async ring of blocks of kBlockN keys (32 KB of K and V a
+// block, so 256, 128, 64 keys at d = 32, 64, 128; d = 256: 64 keys, 64 KB), up to 96 KB, so
+// two CTAs can share an SM (pair_up says when they do); each warp takes a quarter of every
+// block's keys: S = Q K^T and O += P V on mma.sync m16n8k16 (rows past the
 // tile's real rows are zeros: the tensor cores have throughput to spare, where the
 // CUDA-core path spends ~150 instructions per KB of K/V), with its own online softmax; the
 // warps' (max, sum, O) are merged through shared memory. Splits fill one wave of resident
@@ -40,7 +41,8 @@
 //   kHeadDim       32, 64, 128 or 256 (d / 8 lanes per key must divide a warp), dv == d
 //   warp path      kBlockM = kRows, query rows per warp unit: 1, 4 or 8; kBlockN keys per warp
 //                  step, a multiple of 256 / d; kWarpsM 1..8 independent warps, kWarpsN 1
-//   mma path       kBlockM 16 (rows per CTA), kBlockN 64 (keys per stage), kWarpsM 1, kWarpsN 4
+//   mma path       kBlockM 16 (rows per CTA), kBlockN keys per stage (8192 / d, 64 at d = 256),
+//                  kWarpsM 1, kWarpsN 4
 //   run time       s_q <= kMaxSq; every MaskType (bottom-right aligned); var-len q and kv
 //                  lengths; GQA/MQA; every layout (strides multiples of 8 elements); under
 //                  2^31 units and 2^31 query rows x 16-byte chunks
@@ -73,7 +75,7 @@ namespace decode {
 constexpr int kMaxSq = 16;            // query rows per sequence the family serves
 constexpr int kMaxSplits = 128;       // key splits per unit at most
 constexpr int kMinKeysPerSplit = 128; // fewer keys per warp do not pay for the partial write
-constexpr int kMmaMinKeysPerSplit = 256;  // 4 blocks: a CTA's pipeline fill is worth it
+constexpr int kMmaMinKeysPerSplit = 256;  // a CTA's pipeline fill is worth it
 // Beyond one wave of CTAs, at least this share (in eighths) of the slots of the waves the CTAs
 // take are busy: a last wave that leaves most SMs idle for a whole unit is split finer.
 constexpr int kMmaMinWaveEighths = 7;
@@ -142,16 +144,15 @@ struct MmaTraits {
     static constexpr int kSmemQ = LayoutQ::kBytes;
     static constexpr int kSmemK = LayoutK::kBytes;
     static constexpr int kSmemV = LayoutV::kBytes;
-    // Stages: up to a 96 KB ring (8 stages at most; d = 256: three 64 KB stages), so two CTAs
-    // fit on an SM from d = 64 on. A launch runs them two to an SM only where its CTAs are
+    // Stages: three, a 96 KB ring of 32 KB blocks (d = 256: 192 KB of 64 KB blocks), so two
+    // CTAs fit on an SM up to d = 128. A launch runs them two to an SM only where its CTAs are
     // more than one wave and short (kMmaPairMaxKeys); elsewhere it asks for kSoloSmemBytes, a
     // footprint that leaves room for one (as the 128 KB ring did), and the rest is unused.
     // Measured at d = 128 (bench/NOTES.md §8, §27): 3 x 32 KB at one CTA per SM reads at least
     // as fast as 4 x 32 KB did (0-2 %), and two to an SM faster still where the CTAs are short
     // and several waves.
     static constexpr int kStageBytes = kSmemK + kSmemV;
-    static constexpr int kRingBytes = 96 * 1024;
-    static constexpr int kStages = 3 * kStageBytes <= kRingBytes ? min_int(8, kRingBytes / kStageBytes) : 3;
+    static constexpr int kStages = 3;
     // The warps' merge reuses the ring: [kWarps][kRows][kMergePitch] O, then [kWarps][kRows][2].
     static constexpr int kMergePitch = kHeadDimV + 4;  // floats; staggers the rows' banks
     static constexpr int kSmemMerge = kWarps * kRows * (kMergePitch + 2) * 4;
@@ -167,7 +168,12 @@ struct MmaTraits {
                   "decode: d in {32, 64, 128, 256}");
     static_assert(kHeadDimV == kHeadDim, "decode: dv == d");
     static_assert(kRows == 16 && kWarpsM_ == 1, "decode mma: kBlockM 16 (one m-tile), kWarpsM 1");
-    static_assert(kWarps == 4 && kBlockN == 64, "decode mma: kWarpsN 4, kBlockN 64 (16 keys per warp)");
+    // Keys per stage: a 32 KB block of K and V (d = 256: 64 KB). Fewer, as the 64 keys every d
+    // once had, leave a CTA's per-block cost (wait, barrier, softmax) on half or a quarter of
+    // the bytes: d = 64 read 0.5-2 % slower at one CTA per SM and 20 % slower where a lone
+    // CTA has an SM (bench/NOTES.md §29).
+    static_assert(kWarps == 4 && kBlockN == (kHeadDim == 256 ? 64 : 8192 / kHeadDim),
+                  "decode mma: kWarpsN 4, kBlockN 8192 / d keys (64 at d = 256)");
     static_assert(kSoloSmemBytes <= kMaxSmemBytes, "decode mma: ring exceeds shared memory");
 };
 

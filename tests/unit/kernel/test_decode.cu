@@ -62,6 +62,14 @@ TEST(DecodeSplits, ShortCtasBeyondOneWaveShareAnSm) {
     // 1 KB each CTA).
     EXPECT_LE(2 * (Mma::kSmemBytes + 1024), 228 * 1024);
     EXPECT_GT(2 * (Mma::kSoloSmemBytes + 1024), 228 * 1024);
+    // d = 32 and 64 take 256- and 128-key stages: the same 32 KB, three to the ring.
+    using Mma32 = fmha::decode::MmaTraits<__nv_bfloat16, 32, 32, 16, 256, 1, 4, false>;
+    using Mma64 = fmha::decode::MmaTraits<__nv_bfloat16, 64, 64, 16, 128, 1, 4, false>;
+    EXPECT_EQ(Mma32::kStageBytes, 32 * 1024);
+    EXPECT_EQ(Mma64::kStageBytes, 32 * 1024);
+    EXPECT_EQ(Mma64::kStages, 3);
+    EXPECT_LE(2 * (Mma64::kSmemBytes + 1024), 228 * 1024);
+    EXPECT_GT(2 * (Mma64::kSoloSmemBytes + 1024), 228 * 1024);
 }
 
 TEST(DecodeSplits, NoSplitUnderTheMinimumKeys) {
