@@ -242,23 +242,42 @@ FMHA_DEVICE void combine_chunk(const Params& p, const Shape& shape, int splits, 
     using Element = typename Tr::Element;
     const int64_t item_rows = int64_t(p.b) * p.h_kv * shape.row_tiles * Tr::kRows;
     const int64_t item_row = int64_t(item) * shape.row_tiles * Tr::kRows + row;
-    const float* ws_o = partials<Tr>(p, shape);
-    const float* ws_ml = ws_o + item_rows * splits * Tr::kHeadDimV;
+    const float* ws_o = partials<Tr>(p, shape) + item_row * splits * Tr::kHeadDimV + chunk * kElemsPerChunk;
+    const float2* ws_ml = reinterpret_cast<const float2*>(partials<Tr>(p, shape) + item_rows * splits * Tr::kHeadDimV) +
+                          item_row * splits;  // (max, sum) of each split
+    // kBatch splits' partials are loaded before any is used: a row's merge waits on L2 about
+    // twice, not twice per split (b = 1: 16 splits a row).
+    constexpr int kBatch = 8;
     float m_all = -INFINITY;
-    for (int s = 0; s < live; ++s) m_all = fmaxf(m_all, __ldcg(ws_ml + 2 * (item_row * splits + s)));
+    for (int s0 = 0; s0 < live; s0 += kBatch) {
+        float m[kBatch];
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) m[k] = s0 + k < live ? __ldcg(&ws_ml[s0 + k].x) : -INFINITY;
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) m_all = fmaxf(m_all, m[k]);
+    }
     float l_all = 0.f, acc[kElemsPerChunk] = {};
     if (m_all != -INFINITY) {
-        for (int s = 0; s < live; ++s) {
-            const int64_t slot = item_row * splits + s;
-            const float m_s = __ldcg(ws_ml + 2 * slot);
-            if (m_s == -INFINITY) continue;
-            const float w = exp2f(m_s - m_all);  // a power of two: the maxima are integers
-            l_all += __ldcg(ws_ml + 2 * slot + 1) * w;
-            const float4* src = reinterpret_cast<const float4*>(ws_o + slot * Tr::kHeadDimV + chunk * kElemsPerChunk);
-            const float4 a = __ldcg(src), c = __ldcg(src + 1);
-            const float x[kElemsPerChunk] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
+        for (int s0 = 0; s0 < live; s0 += kBatch) {
+            float2 ml[kBatch];
+            float4 lo[kBatch], hi[kBatch];
 #pragma unroll
-            for (int e = 0; e < kElemsPerChunk; ++e) acc[e] = fmaf(x[e], w, acc[e]);
+            for (int k = 0; k < kBatch; ++k) {
+                const bool in = s0 + k < live;
+                const float4* src = reinterpret_cast<const float4*>(ws_o + int64_t(s0 + k) * Tr::kHeadDimV);
+                ml[k] = in ? __ldcg(ws_ml + s0 + k) : make_float2(-INFINITY, 0.f);
+                lo[k] = in ? __ldcg(src) : make_float4(0.f, 0.f, 0.f, 0.f);
+                hi[k] = in ? __ldcg(src + 1) : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+#pragma unroll
+            for (int k = 0; k < kBatch; ++k) {  // in split order, as one at a time
+                if (ml[k].x == -INFINITY) continue;
+                const float w = exp2f(ml[k].x - m_all);  // a power of two: the maxima are integers
+                l_all += ml[k].y * w;
+                const float x[kElemsPerChunk] = {lo[k].x, lo[k].y, lo[k].z, lo[k].w, hi[k].x, hi[k].y, hi[k].z, hi[k].w};
+#pragma unroll
+                for (int e = 0; e < kElemsPerChunk; ++e) acc[e] = fmaf(x[e], w, acc[e]);
+            }
         }
     }
     const int b = item / p.h_kv;
