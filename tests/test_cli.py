@@ -10,6 +10,8 @@ import subprocess
 
 import pytest
 
+from generator import enumerate as enum
+
 
 @pytest.fixture(scope="module")
 def fmha(fmha_exe):
@@ -170,4 +172,4 @@ def test_list_kernels_shows_the_tma_scheduling_and_s_q_columns(fmha):
     assert all(r[-3] == "grid" for r in rows if "_ws_" not in r[0])
     # Only the decode family limits s_q; only its mma path (16 rows, warps 1x4) asks for a long cache.
     assert all(r[-2] == ("16" if "_decode_" in r[0] else "-") for r in rows)
-    assert all(r[-1] == ("256" if "_decode_" in r[0] and "_w1x4_" in r[0] else "-") for r in rows)
+    assert all(r[-1] == (str(enum.DECODE_MMA_MIN_S_KV) if "_decode_" in r[0] and "_w1x4_" in r[0] else "-") for r in rows)

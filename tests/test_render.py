@@ -94,7 +94,7 @@ def test_decode_rows_carry_their_limits_and_workspace():
                                            KernelSpec.parse("fmha_v2_decode_bf16_d128_4x4_w4x1_sm80"),
                                            KernelSpec.parse("fmha_v2_decode_bf16_d128_8x2_w4x1_sm80")])
     assert "size_t workspace_fmha_v2_decode_bf16_d128_4x4_w4x1_sm80(const Params&);" in text
-    assert "/*max_s_q=*/16, /*max_rows=*/0, /*min_s_kv=*/256," in text   # the mma path: long caches, any rows
+    assert "/*max_s_q=*/16, /*max_rows=*/0, /*min_s_kv=*/64," in text   # the mma path: long caches, any rows
     assert "/*max_s_q=*/16, /*max_rows=*/4, /*min_s_kv=*/0," in text     # rows per warp 4 holds 4 rows
     assert "/*max_s_q=*/16, /*max_rows=*/0, /*min_s_kv=*/0," in text     # the largest warp row tiles any count
     assert "entry_fmha_v2_decode_bf16_d128_8x2_w4x1_sm80, workspace_fmha_v2_decode_bf16_d128_8x2_w4x1_sm80}" in text

@@ -5,7 +5,7 @@
 // so K and V are read once per KV head (GQA/MQA packing). The kernel's tile picks the path
 // (Traits below picks the struct):
 //
-// Warp path (kWarpsN == 1; WarpTraits), for caches under 256 keys: CUDA-core FMAs on
+// Warp path (kWarpsN == 1; WarpTraits), for caches under 64 keys: CUDA-core FMAs on
 // 16-byte register loads, no shared memory. Work unit = one warp = (sequence b, KV head g,
 // tile of kRows rows, key split); keys first + [split * keys_per_split, ...), where [first,
 // last) are the keys the sequence's rows see (mask::sequence_keys: all of them unless a
@@ -18,7 +18,7 @@
 // split) runs decode_short_kernel instead: persistent warps in which every lane group works
 // a unit of its own and loads the next one before the current one's math.
 //
-// Tensor-core path (kWarpsN == 4; MmaTraits), for caches of 256 keys or more (dispatch:
+// Tensor-core path (kWarpsN == 4; MmaTraits), for caches of 64 keys or more (dispatch:
 // KernelMeta::min_s_kv). Work unit = one CTA = (b, g, 16-row tile, key split). K and V
 // stream through a kStages-deep cp.async ring of blocks of kBlockN keys (32 KB of K and V a
 // block, so 256, 128, 64 keys at d = 32, 64, 128; d = 256: 64 keys, 64 KB), up to 96 KB, so
