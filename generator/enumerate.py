@@ -134,8 +134,8 @@ DECODE_HEAD_SIZES = rules.DECODE_HEAD_SIZES
 DECODE_ROWS = rules.DECODE_ROWS
 decode_mma_tile = rules.decode_mma_tile
 # Below this many keys the warp path's per-unit cost is lower than a CTA's pipeline fill. At 64
-# keys and more the mma path was faster in 15 of 16 cells (d 64/128, b 1-512, H200; 2-10x at
-# 128-255 keys, where each warp streamed its keys alone), and at 17 keys slower from b = 512
+# and 128 keys the mma path was faster in 15 of 16 cells (d 64/128, b 1-512, H200; 2-10x at
+# 128-255 keys, where each warp streamed its keys alone), under 64 slower from b = 64-512
 # (bench/NOTES.md §29).
 DECODE_MMA_MIN_S_KV = 64
 DECODE_DTYPES = (("fp16", "fp32"), ("bf16", "fp32"))
