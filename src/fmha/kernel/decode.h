@@ -157,9 +157,8 @@ struct MmaTraits {
     static constexpr int kMergePitch = kHeadDimV + 4;  // floats; staggers the rows' banks
     static constexpr int kSmemMerge = kWarps * kRows * (kMergePitch + 2) * 4;
     static constexpr int kSmemBytes = max_int(kSmemQ + kStages * kStageBytes, kSmemMerge);
-    // One CTA per SM where the ring is over 64 KB: more than half an SM's 228 KB less the 1 KB
-    // each CTA holds back.
-    static constexpr int kSoloSmemBytes = kStages * kStageBytes > 64 * 1024 ? max_int(kSmemBytes, 115 * 1024) : kSmemBytes;
+    // One CTA per SM: more than half an SM's 228 KB less the 1 KB each CTA holds back.
+    static constexpr int kSoloSmemBytes = max_int(kSmemBytes, 115 * 1024);
     static constexpr int kMaxSmemBytes = 227 * 1024;
 
     static_assert(kIsSupportedElement<Element>, "Element must be __half or __nv_bfloat16");
@@ -242,8 +241,9 @@ FMHA_DEVICE void combine_chunk(const Params& p, const Shape& shape, int splits, 
     using Element = typename Tr::Element;
     const int64_t item_rows = int64_t(p.b) * p.h_kv * shape.row_tiles * Tr::kRows;
     const int64_t item_row = int64_t(item) * shape.row_tiles * Tr::kRows + row;
-    const float* ws_o = partials<Tr>(p, shape) + item_row * splits * Tr::kHeadDimV + chunk * kElemsPerChunk;
-    const float2* ws_ml = reinterpret_cast<const float2*>(partials<Tr>(p, shape) + item_rows * splits * Tr::kHeadDimV) +
+    const float* base = partials<Tr>(p, shape);
+    const float* ws_o = base + item_row * splits * Tr::kHeadDimV + chunk * kElemsPerChunk;
+    const float2* ws_ml = reinterpret_cast<const float2*>(base + item_rows * splits * Tr::kHeadDimV) +
                           item_row * splits;  // (max, sum) of each split
     // kBatch splits' partials are loaded before any is used: a row's merge waits on L2 about
     // twice, not twice per split (b = 1: 16 splits a row).
