@@ -55,16 +55,20 @@ WS_BLOCK_N = (64, 128)
 # What fmha::decode::Traits static_asserts (src/fmha/kernel/decode.h).
 DECODE_HEAD_SIZES = (32, 64, 128, 256)   # d / 8 lanes per key divide a warp
 DECODE_ROWS = (1, 4, 8)                  # query rows per warp (warp path)
-# Keys per pipeline stage of the mma path, by d: a 32 KB block of K and V (d = 256: 64 KB).
-DECODE_MMA_KEYS = {32: 256, 64: 128, 128: 64, 256: 64}
+# The mma path's CTA reads 64 keys a stage of DECODE_MMA_HEADS[d] KV heads, each head with
+# its own 16-row tile of packed query rows: 256 bytes of a token from d = 32 to 128, a 32 KB
+# block of K and V (d = 256: one head, 64 KB).
+DECODE_MMA_KEYS = 64
+DECODE_MMA_HEADS = {32: 4, 64: 2, 128: 1, 256: 1}
 _DECODE_HEADS = "{{" + ", ".join(map(str, DECODE_HEAD_SIZES)) + "}}"
 _DECODE_ROWS = "{{" + ", ".join(map(str, DECODE_ROWS)) + "}}"
 
 
 def decode_mma_tile(d: int) -> tuple:
-    """(block_m, block_n, warps_m, warps_n) of the mma path at head size d: 16 packed rows,
-    DECODE_MMA_KEYS[d] keys per stage, 4 warps over the keys."""
-    return (16, DECODE_MMA_KEYS[d], 1, 4)
+    """(block_m, block_n, warps_m, warps_n) of the mma path at head size d: 16 packed rows for
+    each of its DECODE_MMA_HEADS[d] KV heads, DECODE_MMA_KEYS keys per stage, 4 warps over
+    the keys."""
+    return (16 * DECODE_MMA_HEADS[d], DECODE_MMA_KEYS, 1, 4)
 
 
 def decode_is_mma(spec: KernelSpec) -> bool:

@@ -76,7 +76,7 @@ def test_default_kernels():
     flash = (flash[:len(enum.HEAD_SIZES)] + ["fmha_v2_flash_fp16_d192_dv128_64x64_w4x1_sm80"] +
              flash[len(enum.HEAD_SIZES):] + ["fmha_v2_flash_bf16_d192_dv128_64x64_w4x1_sm80"])
     decode = [name for dtype in ("fp16_fp32", "bf16") for d in enum.DECODE_HEAD_SIZES
-              for name in (f"fmha_v2_decode_{dtype}_d{d}_16x{enum.decode_mma_tile(d)[1]}_w1x4_sm80",
+              for name in (f"fmha_v2_decode_{dtype}_d{d}_{'x'.join(map(str, enum.decode_mma_tile(d)[:2]))}_w1x4_sm80",
                            *(f"fmha_v2_decode_{dtype}_d{d}_{'x'.join(map(str, enum.decode_tile(d, r)[:2]))}_w4x1_sm80"
                              for r in enum.DECODE_ROWS))]
     assert names({}) == decode + ws + flash

@@ -95,6 +95,7 @@ struct WarpTraits {
     static constexpr int kHeadDim = kHeadDim_;
     static constexpr int kHeadDimV = kHeadDimV_;
     static constexpr int kRows = kBlockM_;
+    static constexpr int kHeads = 1;  // KV heads per unit
     static constexpr int kBlockN = kBlockN_;
     static constexpr int kWarps = kWarpsM_;
     static constexpr int kThreads = kWarps * kWarpSize;
@@ -125,7 +126,16 @@ struct MmaTraits {
     static constexpr bool kFusedMerge = kHeadDimV_ <= 128;
     static constexpr int kHeadDim = kHeadDim_;
     static constexpr int kHeadDimV = kHeadDimV_;
-    static constexpr int kRows = kBlockM_;     // packed query rows per CTA: one 16-row m-tile
+    // KV heads per CTA, each with its own 16-row m-tile of packed query rows (kRows), so the
+    // CTA reads kHeads * d contiguous columns of a token where its heads are adjacent: 256
+    // bytes from d = 32 to 128 (kBlockM = 16 * kHeads). One head's 128 or 64 bytes a token,
+    // the other heads' read by other CTAs at other times, cost d = 64 2-3 % of its
+    // bandwidth (H100, bench/NOTES.md §30). But where the (sequence, KV head) tiles fit one
+    // wave, fewer units mean more splits, which cost more (b = 1 and 8: 3-22 %): there the
+    // launch runs OneHead, the same 32 KB stages of one head (launch_one_head).
+    static constexpr int kHeads = kBlockM_ / 16;
+    using OneHead = MmaTraits<Element_, kHeadDim_, kHeadDimV_, 16, kBlockN_ * kHeads, kWarpsM_, kWarpsN_, kAccFp16_>;
+    static constexpr int kRows = 16;           // packed query rows per head: one m-tile
     static constexpr int kBlockN = kBlockN_;   // keys per pipeline stage
     static constexpr int kWarps = kWarpsN_;    // each takes kWarpKeys keys of every stage
     static constexpr int kThreads = kWarps * kWarpSize;
@@ -134,16 +144,17 @@ struct MmaTraits {
     static constexpr int kNTilesS = kWarpKeys / 8;     // 8-key n-tiles of a warp's S
     static constexpr int kNTilesO = kHeadDimV / 8;     // 8-column n-tiles of O
     // Skip the O rescale when no row max grew (as flash_sm80): pays from 128 O registers.
-    static constexpr bool kSkipRescale = kNTilesO * 4 >= 128;
+    static constexpr bool kSkipRescale = kHeads * kNTilesO * 4 >= 128;
 
     using LayoutQ = memory::SmemLayout<kRows, kHeadDim>;
     using LayoutK = memory::SmemLayout<kBlockN, kHeadDim>;
     using LayoutV = memory::SmemLayout<kBlockN, kHeadDimV>;
-    using LoaderK = memory::TileLoader<LayoutK, kHeadDim / kElemsPerChunk, kThreads>;
-    using LoaderV = memory::TileLoader<LayoutV, kHeadDimV / kElemsPerChunk, kThreads>;
-    static constexpr int kSmemQ = LayoutQ::kBytes;
-    static constexpr int kSmemK = LayoutK::kBytes;
-    static constexpr int kSmemV = LayoutV::kBytes;
+    using LoaderK = memory::TileLoader<LayoutK, kHeadDim / kElemsPerChunk, kThreads, kHeads>;
+    using LoaderV = memory::TileLoader<LayoutV, kHeadDimV / kElemsPerChunk, kThreads, kHeads>;
+    // Per stage (and Q): kHeads head tiles, one after the other.
+    static constexpr int kSmemQ = kHeads * LayoutQ::kBytes;
+    static constexpr int kSmemK = kHeads * LayoutK::kBytes;
+    static constexpr int kSmemV = kHeads * LayoutV::kBytes;
     // Stages: three, a 96 KB ring of 32 KB blocks (d = 256: 192 KB of 64 KB blocks), so two
     // CTAs fit on an SM up to d = 128. A launch runs them two to an SM only where its CTAs are
     // more than one wave and short (kMmaPairMaxKeys); elsewhere it asks for kSoloSmemBytes, a
@@ -153,9 +164,10 @@ struct MmaTraits {
     // and several waves.
     static constexpr int kStageBytes = kSmemK + kSmemV;
     static constexpr int kStages = 3;
-    // The warps' merge reuses the ring: [kWarps][kRows][kMergePitch] O, then [kWarps][kRows][2].
+    // The warps' merge reuses the ring: [kWarps][kHeads * kRows][kMergePitch] O, then
+    // [kWarps][kHeads * kRows][2].
     static constexpr int kMergePitch = kHeadDimV + 4;  // floats; staggers the rows' banks
-    static constexpr int kSmemMerge = kWarps * kRows * (kMergePitch + 2) * 4;
+    static constexpr int kSmemMerge = kWarps * kHeads * kRows * (kMergePitch + 2) * 4;
     static constexpr int kSmemBytes = max_int(kSmemQ + kStages * kStageBytes, kSmemMerge);
     // One CTA per SM: more than half an SM's 228 KB less the 1 KB each CTA holds back.
     static constexpr int kSoloSmemBytes = max_int(kSmemBytes, 115 * 1024);
@@ -166,13 +178,13 @@ struct MmaTraits {
     static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
                   "decode: d in {32, 64, 128, 256}");
     static_assert(kHeadDimV == kHeadDim, "decode: dv == d");
-    static_assert(kRows == 16 && kWarpsM_ == 1, "decode mma: kBlockM 16 (one m-tile), kWarpsM 1");
-    // Keys per stage: a 32 KB block of K and V (d = 256: 64 KB). Fewer, as the 64 keys every d
-    // once had, leave a CTA's per-block cost (wait, barrier, softmax) on half or a quarter of
-    // the bytes: d = 64 read 0.5-2 % slower at one CTA per SM and 20 % slower where a lone
-    // CTA has an SM (bench/NOTES.md §29).
-    static_assert(kWarps == 4 && kBlockN == (kHeadDim == 256 ? 64 : 8192 / kHeadDim),
-                  "decode mma: kWarpsN 4, kBlockN 8192 / d keys (64 at d = 256)");
+    static_assert(kBlockM_ == 16 * kHeads && (kHeads == 1 || kHeads == 128 / kHeadDim) && kWarpsM_ == 1,
+                  "decode mma: kBlockM 16 rows per KV head, 1 or 128 / d heads; kWarpsM 1");
+    // Keys per stage: a 32 KB block of K and V (d = 256: 64 keys, 64 KB). Less, as the 64 keys
+    // of one head at d = 64 and 32 once were, leaves a CTA's per-block cost (wait, barrier,
+    // softmax) on half or a quarter of the bytes (bench/NOTES.md §29).
+    static_assert(kWarps == 4 && kBlockN * kHeads == (kHeadDim == 256 ? 64 : 8192 / kHeadDim),
+                  "decode mma: kWarpsN 4, kBlockN * heads = 8192 / d keys (64 at d = 256)");
     static_assert(kSoloSmemBytes <= kMaxSmemBytes, "decode mma: ring exceeds shared memory");
 };
 
@@ -188,9 +200,10 @@ struct Shape {
     int group;      // query heads per KV head, G
     int rows_max;   // G * s_q_max
     int row_tiles;  // ceil(rows_max / kRows)
+    int head_groups;  // ceil(h_kv / kHeads): the units' KV heads g = group * kHeads + 0 .. kHeads - 1
     int splits;     // key splits
     int keys_per_split;
-    int64_t units;  // b * h_kv * row_tiles * splits
+    int64_t units;  // b * head_groups * row_tiles * splits
 };
 
 template <class Tr>
@@ -199,9 +212,10 @@ FMHA_HOST_DEVICE Shape make_shape(const Params& p, int splits) {
     s.group = p.h / p.h_kv;
     s.rows_max = s.group * p.s_q_max;
     s.row_tiles = ceil_div(s.rows_max, Tr::kRows);
+    s.head_groups = ceil_div(p.h_kv, Tr::kHeads);
     s.splits = splits;
     s.keys_per_split = round_up(ceil_div(max_int(mask::key_span_max(p), 1), splits), Tr::kBlockN);
-    s.units = int64_t(p.b) * p.h_kv * s.row_tiles * splits;
+    s.units = int64_t(p.b) * s.head_groups * s.row_tiles * splits;
     return s;
 }
 
@@ -341,6 +355,15 @@ template <class Tr>
 inline bool pair_up(const Params& p, int splits, int num_sms, int ctas_per_sm) {
     const Shape s = make_shape<Tr>(p, splits);
     return s.units > int64_t(std::max(num_sms, 1)) * std::max(ctas_per_sm, 1) && s.keys_per_split <= kMmaPairMaxKeys;
+}
+
+// Mma path, several KV heads a CTA (kHeads > 1): whether the launch runs Tr::OneHead instead,
+// where the problem's one-head units (b * h_kv * row tiles) fit one wave of OneHead's
+// resident CTAs: then the wave is filled by key splits, and twice the units of one head split
+// half as often (b = 8: 2 splits, not 4; b = 1 at 4k: 128 CTAs of 256 keys, not 64).
+template <class Tr>
+inline bool one_head_fits(const Params& p, int num_sms, int ctas_per_sm) {
+    return make_shape<typename Tr::OneHead>(p, 1).units <= int64_t(std::max(num_sms, 1)) * std::max(ctas_per_sm, 1);
 }
 
 FMHA_DEVICE uint4 load_raw(const void* src, bool valid) {
@@ -742,25 +765,34 @@ __global__ void __launch_bounds__(Tr::kThreads, (kShortMinBlocks<Tr, kPasses>))
 
 // ---- Tensor-core path ----
 
+// One head slot's accumulators (x[hs], an array) as the one-m-tile array the warp GEMMs take.
+template <class T>
+FMHA_DEVICE T (&one_tile(T& x))[1] {
+    return *reinterpret_cast<T(*)[1]>(&x);
+}
+
 template <class Tr, mask::Kind kMask, softmax::ScoreMod kMod = softmax::ScoreMod::kNone>
 __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __grid_constant__ Params p, int splits) {
     using Element = typename Tr::Element;
     constexpr int R = Tr::kRows;
+    constexpr int H = Tr::kHeads;
     extern __shared__ __align__(128) char smem[];
     const Shape shape = make_shape<Tr>(p, splits);
     const int tid = threadIdx.x;
     const int lane = tid % kWarpSize;
     const int warp = tid / kWarpSize;
-    // blockIdx.x = (b, split, g, row tile), row tiles fastest: the tiles that read one key
-    // range run side by side and share it through L2, and the KV heads of one key range
-    // next (rows of one token's K/V heads are adjacent in memory: DRAM pages read together).
+    // blockIdx.x = (b, split, head group, row tile), row tiles fastest: the tiles that read
+    // one key range run side by side and share it through L2, and the KV head groups of one
+    // key range next (rows of one token's K/V heads are adjacent in memory: DRAM pages read
+    // together).
     const int bx = static_cast<int>(blockIdx.x);  // < 2^31: launch checks the unit count
     const int row_tile = bx % shape.row_tiles;
     const int tile_g = bx / shape.row_tiles;
-    const int g = tile_g % p.h_kv;
-    const int split_b = tile_g / p.h_kv;
+    const int g0 = tile_g % shape.head_groups * H;  // the CTA's first KV head
+    const int split_b = tile_g / shape.head_groups;
     const int split = split_b % splits;
     const int b = split_b / splits;
+    const int heads = min_int(H, p.h_kv - g0);  // the CTA's KV heads g0, g0 + 1, ...: head slots
 
     // Uniform lengths: from b, so the first copies do not wait on a load.
     const bool uniform = p.uniform_lengths;
@@ -781,33 +813,38 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
     const uint32_t smem_k = smem_q + Tr::kSmemQ;                // kStages x [kBlockN, d]
     const uint32_t smem_v = smem_k + Tr::kStages * Tr::kSmemK;  // kStages x [kBlockN, dv]
 
-    // Q: the tile's packed rows (head g*G + r % G, position r / G), zeros past `rows`.
+    // Q: each head slot's tile of packed rows (slot hs, row r: head (g0 + hs) * G + r % G,
+    // position r / G), zeros past `rows` and in slots past `heads`.
     {
         constexpr int kChunks = Tr::kHeadDim / kElemsPerChunk;
-        for (int i = tid; i < R * kChunks; i += Tr::kThreads) {
-            const int r = i / kChunks;
+        for (int i = tid; i < H * R * kChunks; i += Tr::kThreads) {
+            const int hr = i / kChunks;  // hs * R + r
             const int c = i % kChunks;
+            const int hs = hr / R;
+            const int r = hr % R;
             const int row = row0 + r;
-            const bool valid = row < rows;
-            const int head = g * shape.group + (valid ? row % shape.group : 0);
+            const bool valid = row < rows && hs < heads;
+            const int head = (valid ? g0 + hs : g0) * shape.group + (valid ? row % shape.group : 0);
             const int pos = valid ? row / shape.group : 0;
             const Element* src = static_cast<const Element*>(p.q) + int64_t(q_off + pos) * p.q_row_stride +
                                  int64_t(head) * p.q_head_stride + c * kElemsPerChunk;
-            memory::cp_async_16(smem_q + Tr::LayoutQ::offset(r, c), src, valid);
+            memory::cp_async_16(smem_q + hs * Tr::LayoutQ::kBytes + Tr::LayoutQ::offset(r, c), src, valid);
         }
     }
 
     const int kv_off = p.kv_block_table != nullptr ? 0 : uniform ? b * p.s_kv_max : p.kv_offsets[b];
-    const auto k_rows = memory::kv_rows_from<Element, false>(p, b, g, kv_off);
-    const auto v_rows = memory::kv_rows_from<Element, true>(p, b, g, kv_off);
+    const auto k_rows = memory::kv_rows_from<Element, false>(p, b, g0, kv_off);
+    const auto v_rows = memory::kv_rows_from<Element, true>(p, b, g0, kv_off);
     const int n_blocks = key_end > key_begin ? ceil_div(key_end - key_begin, Tr::kBlockN) : 0;
     // Block j into stage j % kStages; keys past the split's end are zero-filled (P == 0
     // times stale shared memory could be NaN).
     const auto load_kv = [&](int j) {
         const int key0 = key_begin + j * Tr::kBlockN;
         const uint32_t stage = static_cast<uint32_t>(j % Tr::kStages);
-        Tr::LoaderK::template load_keys<true, memory::PagedCopies::kUnrolled>(smem_k + stage * Tr::kSmemK, p, k_rows, key0, key_end - key0, tid);
-        Tr::LoaderV::template load_keys<true, memory::PagedCopies::kUnrolled>(smem_v + stage * Tr::kSmemV, p, v_rows, key0, key_end - key0, tid);
+        Tr::LoaderK::template load_keys<true, memory::PagedCopies::kUnrolled>(smem_k + stage * Tr::kSmemK, p, k_rows, key0,
+                                                                              key_end - key0, tid, heads);
+        Tr::LoaderV::template load_keys<true, memory::PagedCopies::kUnrolled>(smem_v + stage * Tr::kSmemV, p, v_rows, key0,
+                                                                              key_end - key0, tid, heads);
     };
 #pragma unroll
     for (int j = 0; j < Tr::kStages - 1; ++j) {
@@ -822,39 +859,47 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
     k_addr.init(smem_k, warp * Tr::kWarpKeys + mma::lane_row_b(lane), mma::lane_chunk_b(lane));
     v_addr.init(smem_v, warp * Tr::kWarpKeys + mma::lane_row_a(lane), mma::lane_chunk_a(lane));
 
-    // Keys [lo[h], limit[h]) are visible to this lane's rows lane/4 + 8h, clipped to the split.
+    // Keys [lo[h], limit[h]) are visible to this lane's rows lane/4 + 8h of every head slot,
+    // clipped to the split (a slot past `heads` has zero Q, K and V; its rows are not written).
     // ALiBi: each row's slope (raw-score units) and key position (rows pack several heads).
     // Bias and custom mask: each row's entries (nullptr past `rows`).
-    int lo[2], limit[2], key_pos[1][2];
-    float alibi[1][2];
-    const Element* bias_rows[2] = {nullptr, nullptr};
+    int lo[2], limit[2], key_pos[H][2];
+    float alibi[H][2];
+    const Element* bias_rows[H][2] = {};
     const uint32_t* mask_rows[2] = {nullptr, nullptr};
     {
         const auto mrows = mask::Rows<kMask>::make(p, q_len, kv_len);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int row = row0 + lane / 4 + 8 * h;
-            const int pos = row / shape.group;                  // the row's query position
-            const int head = g * shape.group + row % shape.group;  // ... and query head
+            const int pos = row / shape.group;  // the row's query position
             limit[h] = row < rows ? min_int(key_end, mrows.end(pos)) : 0;
             lo[h] = row < rows ? mrows.begin(pos) : 0;
-            key_pos[0][h] = pos + mrows.shift;
-            alibi[0][h] = kMod == softmax::ScoreMod::kAlibi && row < rows
-                              ? __fdividef(p.alibi_slopes[head], p.scale_bmm1)
-                              : 0.f;
-            if (kMod == softmax::ScoreMod::kBias && row < rows) bias_rows[h] = softmax::bias_row<Element>(p, b, head, pos);
+#pragma unroll
+            for (int hs = 0; hs < H; ++hs) {
+                const bool valid = row < rows && hs < heads;
+                const int head = (g0 + hs) * shape.group + row % shape.group;  // the row's query head
+                key_pos[hs][h] = pos + mrows.shift;
+                alibi[hs][h] = kMod == softmax::ScoreMod::kAlibi && valid
+                                   ? __fdividef(p.alibi_slopes[head], p.scale_bmm1)
+                                   : 0.f;
+                if (kMod == softmax::ScoreMod::kBias && valid) bias_rows[hs][h] = softmax::bias_row<Element>(p, b, head, pos);
+            }
             if (kMod == softmax::ScoreMod::kCustomMask && row < rows) mask_rows[h] = softmax::custom_mask_row(p, b, pos);
         }
     }
     const int col0 = key_begin + warp * Tr::kWarpKeys + 2 * (lane % 4);  // this lane's first key, block 0
 
-    float acc_o[1][Tr::kNTilesO][4];
+    float acc_o[H][Tr::kNTilesO][4];
 #pragma unroll
-    for (int nt = 0; nt < Tr::kNTilesO; ++nt) {
+    for (int hs = 0; hs < H; ++hs) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) acc_o[0][nt][e] = 0.f;
+        for (int nt = 0; nt < Tr::kNTilesO; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc_o[hs][nt][e] = 0.f;
+        }
     }
-    softmax::OnlineSoftmax<1> softmax;
+    softmax::OnlineSoftmax<H> softmax;
     softmax.init();
     const float scale_log2 = p.scale_bmm1 * kLog2e;
 
@@ -865,25 +910,34 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
         memory::cp_async_commit();
         const uint32_t stage = static_cast<uint32_t>(j % Tr::kStages);
 
-        float acc_s[1][Tr::kNTilesS][4];
+        // S per head slot: its Q tile against its head's K (m-tiles apart: no product
+        // mixes two heads, so one head's non-finite K leaves the other's rows alone).
+        float acc_s[H][Tr::kNTilesS][4];
 #pragma unroll
-        for (int ni = 0; ni < Tr::kNTilesS; ++ni) {
+        for (int hs = 0; hs < H; ++hs) {
 #pragma unroll
-            for (int e = 0; e < 4; ++e) acc_s[0][ni][e] = 0.f;
+            for (int ni = 0; ni < Tr::kNTilesS; ++ni) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc_s[hs][ni][e] = 0.f;
+            }
+            memory::LdsmAddr<typename Tr::LayoutQ> qa = q_addr;
+            qa.base += hs * Tr::LayoutQ::kBytes;
+            memory::LdsmAddr<typename Tr::LayoutK> ka = k_addr;
+            ka.base += stage * Tr::kSmemK + hs * Tr::LayoutK::kBytes;
+            mma::gemm_qk<Element, 1, Tr::kNTilesS, Tr::kKSlices>(one_tile(acc_s[hs]), qa, ka);
         }
-        memory::LdsmAddr<typename Tr::LayoutK> ka = k_addr;
-        ka.base += stage * Tr::kSmemK;
-        mma::gemm_qk<Element, 1, Tr::kNTilesS, Tr::kKSlices>(acc_s, q_addr, ka);
         const int key0 = col0 + j * Tr::kBlockN;
         if constexpr (kMod == softmax::ScoreMod::kSoftcap) {
             softmax::apply_softcap(acc_s, softmax::Softcap::for_raw_scores(p.softcap, p.scale_bmm1));
         }
         if constexpr (kMod == softmax::ScoreMod::kAlibi) {
-            const int rel[1][2] = {{key_pos[0][0] - key0, key_pos[0][1] - key0}};
+            int rel[H][2];
+#pragma unroll
+            for (int hs = 0; hs < H; ++hs) rel[hs][0] = key_pos[hs][0] - key0, rel[hs][1] = key_pos[hs][1] - key0;
             softmax::apply_alibi(acc_s, alibi, rel);
         }
         if constexpr (kMod == softmax::ScoreMod::kBias) {
-            softmax::apply_bias<Element>(acc_s, [&](int, int h) { return bias_rows[h]; }, key0, kv_len,
+            softmax::apply_bias<Element>(acc_s, [&](int hs, int h) { return bias_rows[hs][h]; }, key0, kv_len,
                                          __frcp_rn(p.scale_bmm1));
         }
         if constexpr (kMod == softmax::ScoreMod::kCustomMask) {
@@ -897,17 +951,21 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
                 for (int e = 0; e < 2; ++e) {
                     const int key = key0 + ni * 8 + e;
                     if (key >= limit[h] || (kMask == mask::Kind::kLocal && key < lo[h])) {
-                        acc_s[0][ni][2 * h + e] = -INFINITY;
+#pragma unroll
+                        for (int hs = 0; hs < H; ++hs) acc_s[hs][ni][2 * h + e] = -INFINITY;
                     }
                 }
             }
         }
         softmax.template update<true, Tr::kSkipRescale>(acc_s, acc_o, scale_log2);
-        uint32_t p_frag[1][Tr::kNTilesS / 2][4];
+        uint32_t p_frag[H][Tr::kNTilesS / 2][4];
         mma::s_to_p<Element>(p_frag, acc_s);
-        memory::LdsmAddr<typename Tr::LayoutV> va = v_addr;
-        va.base += stage * Tr::kSmemV;
-        mma::gemm_pv<Element, false>(acc_o, p_frag, va);
+#pragma unroll
+        for (int hs = 0; hs < H; ++hs) {
+            memory::LdsmAddr<typename Tr::LayoutV> va = v_addr;
+            va.base += stage * Tr::kSmemV + hs * Tr::LayoutV::kBytes;
+            mma::gemm_pv<Element, false>(one_tile(acc_o[hs]), one_tile(p_frag[hs]), va);
+        }
     }
 
     // Merge the warps' key ranges through shared memory (the ring is free once every
@@ -915,47 +973,52 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
     memory::cp_async_wait<0>();
     __syncthreads();
     constexpr int kPitch = Tr::kMergePitch;
-    float* red_o = reinterpret_cast<float*>(smem);              // [kWarps][R][kPitch]
-    float* red_ml = red_o + Tr::kWarps * R * kPitch;            // [kWarps][R][2]
+    constexpr int HR = H * R;  // rows of the CTA: head slot hs, row r at hs * R + r
+    float* red_o = reinterpret_cast<float*>(smem);              // [kWarps][HR][kPitch]
+    float* red_ml = red_o + Tr::kWarps * HR * kPitch;           // [kWarps][HR][2]
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int r = lane / 4 + 8 * h;
-        float* dst = red_o + (warp * R + r) * kPitch + 2 * (lane % 4);
+    for (int hs = 0; hs < H; ++hs) {
 #pragma unroll
-        for (int nt = 0; nt < Tr::kNTilesO; ++nt) {
-            *reinterpret_cast<float2*>(dst + nt * 8) = make_float2(acc_o[0][nt][2 * h], acc_o[0][nt][2 * h + 1]);
-        }
-        const float l = softmax::quad_sum(softmax.row_sum[0][h]);
-        if (lane % 4 == 0) {
-            red_ml[2 * (warp * R + r)] = softmax.row_max[0][h];
-            red_ml[2 * (warp * R + r) + 1] = l;
+        for (int h = 0; h < 2; ++h) {
+            const int r = hs * R + lane / 4 + 8 * h;
+            float* dst = red_o + (warp * HR + r) * kPitch + 2 * (lane % 4);
+#pragma unroll
+            for (int nt = 0; nt < Tr::kNTilesO; ++nt) {
+                *reinterpret_cast<float2*>(dst + nt * 8) = make_float2(acc_o[hs][nt][2 * h], acc_o[hs][nt][2 * h + 1]);
+            }
+            const float l = softmax::quad_sum(softmax.row_sum[hs][h]);
+            if (lane % 4 == 0) {
+                red_ml[2 * (warp * HR + r)] = softmax.row_max[hs][h];
+                red_ml[2 * (warp * HR + r) + 1] = l;
+            }
         }
     }
     __syncthreads();
 
     constexpr int kChunksV = Tr::kHeadDimV / kElemsPerChunk;
     const float out_scale = p.scale_softmax * p.scale_bmm2;
-    const int item = b * p.h_kv + g;  // < 2^31: the launch checks the unit count
+    const int item0 = b * p.h_kv + g0;  // slot hs is item item0 + hs (< 2^31: the launch checks)
     float* ws_o = partials<Tr>(p, shape);
     const int64_t item_rows = int64_t(p.b) * p.h_kv * shape.row_tiles * R;
     float* ws_ml = ws_o + item_rows * splits * Tr::kHeadDimV;
-    for (int i = tid; i < R * kChunksV; i += Tr::kThreads) {
-        const int r = i / kChunksV;
+    for (int i = tid; i < HR * kChunksV; i += Tr::kThreads) {
+        const int hr = i / kChunksV;
         const int c = i % kChunksV;
-        const int row = row0 + r;
-        if (row >= rows) continue;
+        const int hs = hr / R;
+        const int row = row0 + hr % R;
+        if (row >= rows || hs >= heads) continue;
         float m_all = -INFINITY;
 #pragma unroll
-        for (int w = 0; w < Tr::kWarps; ++w) m_all = fmaxf(m_all, red_ml[2 * (w * R + r)]);
+        for (int w = 0; w < Tr::kWarps; ++w) m_all = fmaxf(m_all, red_ml[2 * (w * HR + hr)]);
         float l_all = 0.f, acc[kElemsPerChunk] = {};
         if (m_all != -INFINITY) {
 #pragma unroll
             for (int w = 0; w < Tr::kWarps; ++w) {
-                const float m_w = red_ml[2 * (w * R + r)];
+                const float m_w = red_ml[2 * (w * HR + hr)];
                 if (m_w == -INFINITY) continue;
                 const float wgt = exp2f(m_w - m_all);  // a power of two: the maxima are integers
-                l_all += red_ml[2 * (w * R + r) + 1] * wgt;
-                const float4* src = reinterpret_cast<const float4*>(red_o + (w * R + r) * kPitch + c * kElemsPerChunk);
+                l_all += red_ml[2 * (w * HR + hr) + 1] * wgt;
+                const float4* src = reinterpret_cast<const float4*>(red_o + (w * HR + hr) * kPitch + c * kElemsPerChunk);
                 const float4 a = src[0], d = src[1];
                 const float x[kElemsPerChunk] = {a.x, a.y, a.z, a.w, d.x, d.y, d.z, d.w};
 #pragma unroll
@@ -963,7 +1026,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
             }
         }
         if (splits == 1) {
-            const int head = g * shape.group + row % shape.group;
+            const int head = (g0 + hs) * shape.group + row % shape.group;
             l_all += softmax::sink_term(p, head, m_all);
             const float inv = l_all > 0.f ? out_scale / l_all : 0.f;
             uint32_t packed[4];
@@ -975,7 +1038,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
                            int64_t(head) * p.o_head_stride + c * kElemsPerChunk;
             *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
         } else {
-            const int64_t slot = (int64_t(item) * shape.row_tiles * R + row) * splits + split;
+            const int64_t slot = (int64_t(item0 + hs) * shape.row_tiles * R + row) * splits + split;
             float4* dst = reinterpret_cast<float4*>(ws_o + slot * Tr::kHeadDimV + c * kElemsPerChunk);
             dst[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
             dst[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
@@ -995,17 +1058,18 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
     // CTAs of this tile that write (the range recomputed: fewer registers live across the main loop)
     // (split 0 of a sequence without keys writes its empty rows: at least one)
     const int live = max_int(1, live_splits(p, shape, b));
-    if (tid == 0) {
-        int* counter = static_cast<int*>(p.workspace) + int64_t(item) * shape.row_tiles + row_tile;
+    if (tid == 0) {  // the tile's counter: its first head's
+        int* counter = static_cast<int*>(p.workspace) + int64_t(item0) * shape.row_tiles + row_tile;
         last = atomicAdd(counter, 1) == live - 1;
         if (last) *counter = 0;  // every other arrival is in: ready for the next launch
     }
     __syncthreads();
     if (!last) return;
     __threadfence();  // the other CTAs' partials, read through L2 (__ldcg)
-    for (int i = tid; i < R * kChunksV; i += Tr::kThreads) {
-        const int row = row0 + i / kChunksV;
-        if (row < rows) combine_chunk<Tr>(p, shape, splits, item, row, i % kChunksV, live);
+    for (int i = tid; i < HR * kChunksV; i += Tr::kThreads) {
+        const int hs = i / kChunksV / R;
+        const int row = row0 + i / kChunksV % R;
+        if (row < rows && hs < heads) combine_chunk<Tr>(p, shape, splits, item0 + hs, row, i % kChunksV, live);
     }
 }
 
@@ -1126,10 +1190,27 @@ const void* entry(MaskType m) {
         static_cast<const void*>(nullptr));
 }
 
+// Mma path with kHeads > 1: whether this problem runs Tr::OneHead (one_head_fits on this
+// device); false when the device cannot say (the launch reports it).
+template <class Tr>
+inline bool launch_one_head(const Params& p) {
+    if constexpr (Tr::kMma && Tr::kHeads > 1) {
+        int sms = 0;
+        if (kernel::sm_count(p, &sms) != cudaSuccess) return false;
+        const MmaSetup setup = mma_setup<typename Tr::OneHead>();
+        return setup.err == cudaSuccess && one_head_fits<Tr>(p, sms, setup.ctas_per_sm);
+    } else {
+        return false;
+    }
+}
+
 // The registry's WorkspaceFn: bytes of Params::workspace the launch uses for this problem
 // at most (0 when it runs one split). Launch with less and it runs fewer splits.
 template <class Tr>
 size_t workspace_bytes(const Params& p) {
+    if constexpr (Tr::kMma && Tr::kHeads > 1) {
+        if (launch_one_head<Tr>(p)) return workspace_bytes<typename Tr::OneHead>(p);
+    }
     int splits = 1;
     if (choose_splits<Tr>(p, SIZE_MAX, &splits) != cudaSuccess) {  // the launch reports it
         cudaGetLastError();
@@ -1148,6 +1229,9 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
     if (p.s_q_max > kMaxSq) return cudaErrorInvalidValue;
     if (!Tr::kMma && (p.h / p.h_kv) * p.s_q_max > Tr::kRows && Tr::kRows != 8) return cudaErrorInvalidValue;
     if (entry<Tr>(p.mask) == nullptr) return cudaErrorInvalidValue;  // a mask the family does not implement
+    if constexpr (Tr::kMma && Tr::kHeads > 1) {
+        if (launch_one_head<Tr>(p)) return launch<typename Tr::OneHead>(p, stream);
+    }
     int splits = 1;
     bool paired = false;
     const cudaError_t err = choose_splits<Tr>(p, p.workspace != nullptr ? p.workspace_bytes : 0, &splits, &paired);

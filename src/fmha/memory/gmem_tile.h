@@ -17,28 +17,41 @@ namespace memory {
 enum class PagedCopies { kUnrolled, kCall };
 
 // Layout: the shared tile (SmemLayout). kValidChunks: chunks of a row that exist in global
-// memory (head size / 8); chunks past it are padding and read as zeros.
-template <class Layout, int kValidChunks, int kThreads>
+// memory (head size / 8); chunks past it are padding and read as zeros. kHeads > 1: the
+// tile is kHeads such tiles, one per head of heads first, first + 1, ... (head_stride
+// elements apart in global memory, Layout::kBytes apart in shared memory), copied as one
+// row of kHeads * kChunks chunks per key: where a token's heads are adjacent, each key
+// is one contiguous read (the decode family's heads per CTA); heads past `heads` read
+// as zeros.
+template <class Layout, int kValidChunks, int kThreads, int kHeads = 1>
 struct TileLoader {
-    static constexpr int kChunks = Layout::kChunks;
-    static constexpr int kTotal = Layout::kRows * kChunks;
+    static constexpr int kChunks = Layout::kChunks;         // per head
+    static constexpr int kRowChunks = kHeads * kChunks;     // a key row across the heads
+    static constexpr int kTotal = Layout::kRows * kRowChunks;
     static constexpr int kIters = ceil_div(kTotal, kThreads);
     // With kThreads a multiple of the row's chunk count, a thread keeps one column and
     // walks rows with a fixed stride: no division per chunk.
-    static constexpr bool kFixedColumn = kThreads % kChunks == 0;
-    static constexpr int kRowStep = kFixedColumn ? kThreads / kChunks : 0;
+    static constexpr bool kFixedColumn = kThreads % kRowChunks == 0;
+    static constexpr int kRowStep = kFixedColumn ? kThreads / kRowChunks : 0;
     static_assert(kValidChunks <= kChunks, "padding only adds chunks");
+    static_assert(kHeads == 1 || (kFixedColumn && kTotal % kThreads == 0), "several heads: a fixed column per thread");
+
+    // This thread's column (kFixedColumn): its head and that head's chunk.
+    static FMHA_DEVICE int column_head(int tid) { return kHeads == 1 ? 0 : tid % kRowChunks / kChunks; }
+    static FMHA_DEVICE int column_chunk(int tid) { return kHeads == 1 ? tid % kChunks : tid % kRowChunks % kChunks; }
 
     // gmem: the tile's row 0, column 0; row_stride in elements. Rows >= valid_rows are
     // zero-filled (only checked when kCheckRows). The caller commits the group.
     template <bool kCheckRows, typename Element>
     static FMHA_DEVICE void load(uint32_t smem_base, const Element* gmem, int64_t row_stride,
-                                 int valid_rows, int tid) {
+                                 int valid_rows, int tid, int64_t head_stride = 0, int heads = 1) {
         if constexpr (kFixedColumn) {
-            const int chunk = tid % kChunks;
-            const int row0 = tid / kChunks;
-            const bool col_ok = chunk < kValidChunks;
-            const Element* src = gmem + row0 * row_stride + chunk * kElemsPerChunk;
+            const int head = column_head(tid);
+            const int chunk = column_chunk(tid);
+            const int row0 = tid / kRowChunks;
+            const bool col_ok = chunk < kValidChunks && (kHeads == 1 || head < heads);
+            const Element* src = gmem + head * head_stride + row0 * row_stride + chunk * kElemsPerChunk;
+            smem_base += static_cast<uint32_t>(head * Layout::kBytes);
             const int64_t step = kRowStep * row_stride;
 #pragma unroll
             for (int it = 0; it < kIters; ++it) {
@@ -67,17 +80,19 @@ struct TileLoader {
     // As load, for the key rows key0, key0 + 1, ... of `rows` (memory/kv_rows.h): token
     // storage takes load's path; a paged cache looks up each run of rows' block (rows >=
     // valid_rows are neither looked up nor read) in load_paged, issued as kPaged says.
+    // kHeads > 1: `rows` are the first head's, `heads` of the tile's heads exist.
     template <bool kCheckRows, PagedCopies kPaged, typename Element, bool kIsV>
     static FMHA_DEVICE void load_keys(uint32_t smem_base, const Params& p, const KvRows<Element, kIsV>& rows,
-                                      int key0, int valid_rows, int tid) {
+                                      int key0, int valid_rows, int tid, int heads = 1) {
         using Rows = KvRows<Element, kIsV>;
         if (!Rows::paged(p)) {
             load<kCheckRows>(smem_base, rows.base + int64_t(key0) * Rows::row_stride(p), Rows::row_stride(p),
-                             valid_rows, tid);
+                             valid_rows, tid, kHeads == 1 ? 0 : Rows::head_stride(p), heads);
         } else if constexpr (kPaged == PagedCopies::kCall) {
+            static_assert(kHeads == 1, "several heads: unrolled paged copies");
             load_paged_call<kCheckRows>(smem_base, p, rows, key0, valid_rows, tid);
         } else {
-            load_paged<kCheckRows, true>(smem_base, p, rows, key0, valid_rows, tid);  // kUnrolled
+            load_paged<kCheckRows, true>(smem_base, p, rows, key0, valid_rows, tid, heads);  // kUnrolled
         }
     }
 
@@ -94,7 +109,7 @@ struct TileLoader {
     // are then issued like token storage's, from an unrolled loop (kUnroll) or a rolled one.
     template <bool kCheckRows, bool kUnroll, typename Element, bool kIsV>
     static FMHA_DEVICE void load_paged(uint32_t smem_base, const Params& p, const KvRows<Element, kIsV>& rows,
-                                       int key0, int valid_rows, int tid) {
+                                       int key0, int valid_rows, int tid, int heads = 1) {
         using Rows = KvRows<Element, kIsV>;
         static_assert(Layout::kRows / 16 + 1 <= 32, "a run per lane");
         const int tpb = p.tokens_per_block;
@@ -113,14 +128,17 @@ struct TileLoader {
                    chunk * kElemsPerChunk;
         };
         if constexpr (kFixedColumn && kTotal % kThreads == 0) {
-            const int chunk = tid % kChunks;
-            const int row0 = tid / kChunks;
-            const bool col_ok = chunk < kValidChunks;
+            const int head = column_head(tid);
+            const int chunk = column_chunk(tid);
+            const int row0 = tid / kRowChunks;
+            const bool col_ok = chunk < kValidChunks && (kHeads == 1 || head < heads);
+            const int64_t head_off = kHeads == 1 ? 0 : head * Rows::head_stride(p);
+            const uint32_t dst = smem_base + static_cast<uint32_t>(head * Layout::kBytes);
             const auto copy = [&](int it) {
                 const int row = row0 + it * kRowStep;
                 const bool ok = col_ok && row < rows_read;
-                const Element* src = source(row, chunk);
-                cp_async_16(smem_base + Layout::offset(row, chunk), ok ? src : rows.base, ok);
+                const Element* src = source(row, chunk) + head_off;
+                cp_async_16(dst + Layout::offset(row, chunk), ok ? src : rows.base, ok);
             };
             if constexpr (kUnroll) {
 #pragma unroll

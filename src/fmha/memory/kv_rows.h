@@ -28,6 +28,7 @@ struct KvRows {
 
     static FMHA_DEVICE bool paged(const Params& p) { return p.kv_block_table != nullptr; }
     static FMHA_DEVICE int64_t row_stride(const Params& p) { return kIsV ? p.v_row_stride : p.k_row_stride; }
+    static FMHA_DEVICE int64_t head_stride(const Params& p) { return kIsV ? p.v_head_stride : p.k_head_stride; }
     // Paged: elements between two blocks of the pool, and the sequence's block-table row.
     static FMHA_DEVICE int64_t block_stride(const Params& p) { return kIsV ? p.v_block_stride : p.k_block_stride; }
     FMHA_DEVICE const int* table_row(const Params& p) const {

@@ -1,8 +1,8 @@
 // src/fmha/kernel/decode.h, host side: the mma path's split choice (one wave of resident
 // CTAs, never more; beyond one wave, a last wave mostly busy; no split under
 // kMmaMinKeysPerSplit keys; within the workspace), when short CTAs beyond one wave share an
-// SM (pair_up), and the workspace layout (arrival counters first, 256-byte aligned, then the
-// partials).
+// SM (pair_up), the units' KV head groups, and the workspace layout (arrival counters first,
+// 256-byte aligned, then the partials).
 #include "fmha/kernel/decode.h"
 #include "unit_test.h"
 
@@ -10,6 +10,8 @@ namespace {
 
 using Mma = fmha::decode::MmaTraits<__nv_bfloat16, 128, 128, 16, 64, 1, 4, false>;
 using Warp = fmha::decode::WarpTraits<__nv_bfloat16, 128, 128, 4, 4, 4, 1, false>;
+using Mma64 = fmha::decode::MmaTraits<__nv_bfloat16, 64, 64, 32, 64, 1, 4, false>;  // two KV heads a CTA
+using Mma32 = fmha::decode::MmaTraits<__nv_bfloat16, 32, 32, 64, 64, 1, 4, false>;  // four
 
 // b sequences, h = 32 query heads over h_kv KV heads, s_q rows, s_kv keys.
 fmha::Params problem(int b, int h_kv, int s_q, int s_kv) {
@@ -62,14 +64,49 @@ TEST(DecodeSplits, ShortCtasBeyondOneWaveShareAnSm) {
     // 1 KB each CTA).
     EXPECT_LE(2 * (Mma::kSmemBytes + 1024), 228 * 1024);
     EXPECT_GT(2 * (Mma::kSoloSmemBytes + 1024), 228 * 1024);
-    // d = 32 and 64 take 256- and 128-key stages: the same 32 KB, three to the ring.
-    using Mma32 = fmha::decode::MmaTraits<__nv_bfloat16, 32, 32, 16, 256, 1, 4, false>;
-    using Mma64 = fmha::decode::MmaTraits<__nv_bfloat16, 64, 64, 16, 128, 1, 4, false>;
+    // d = 32 and 64 take 4 and 2 KV heads a CTA: the same 32 KB stages, three to the ring.
     EXPECT_EQ(Mma32::kStageBytes, 32 * 1024);
     EXPECT_EQ(Mma64::kStageBytes, 32 * 1024);
     EXPECT_EQ(Mma64::kStages, 3);
     EXPECT_LE(2 * (Mma64::kSmemBytes + 1024), 228 * 1024);
     EXPECT_GT(2 * (Mma64::kSoloSmemBytes + 1024), 228 * 1024);
+    EXPECT_LE(2 * (Mma32::kSmemBytes + 1024), 228 * 1024);
+}
+
+TEST(DecodeHeads, UnitsCoverTheKvHeadsInGroups) {
+    // d = 64: two KV heads a unit, d = 32: four; a last group with fewer heads (h_kv = 5, 1).
+    EXPECT_EQ(Mma64::kHeads, 2);
+    EXPECT_EQ(Mma32::kHeads, 4);
+    EXPECT_EQ(Mma::kHeads, 1);
+    fmha::Params p = problem(64, 8, 1, 4096);
+    p.d = p.dv = 64;
+    EXPECT_EQ(fmha::decode::make_shape<Mma64>(p, 1).units, 64 * 4);
+    EXPECT_EQ(fmha::decode::make_shape<Mma32>(p, 3).units, 64 * 2 * 3);
+    EXPECT_EQ(fmha::decode::make_shape<Mma>(p, 1).units, 64 * 8);
+    p.h = 20;
+    p.h_kv = 5;
+    EXPECT_EQ(fmha::decode::make_shape<Mma64>(p, 1).units, 64 * 3);
+    EXPECT_EQ(fmha::decode::make_shape<Mma32>(p, 1).units, 64 * 2);
+    p.h_kv = 1;  // MQA: one group, its 20 rows two row tiles
+    EXPECT_EQ(fmha::decode::make_shape<Mma32>(p, 1).units, 64 * 2);
+    // fewer units, more splits to fill a wave: b = 8, 4k at d = 64 is 32 units of two heads
+    p = problem(8, 8, 1, 4096);
+    p.d = p.dv = 64;
+    EXPECT_EQ(fmha::decode::choose_splits_mma<Mma64>(p, 132, 1, SIZE_MAX), 4);
+    // ... so where the one-head units fit a wave (b = 8: 64 of 132) the launch runs OneHead,
+    // the same 32 KB stages of one head
+    static_assert(std::is_same_v<Mma64::OneHead, fmha::decode::MmaTraits<__nv_bfloat16, 64, 64, 16, 128, 1, 4, false>>);
+    static_assert(std::is_same_v<Mma32::OneHead, fmha::decode::MmaTraits<__nv_bfloat16, 32, 32, 16, 256, 1, 4, false>>);
+    EXPECT_TRUE(fmha::decode::one_head_fits<Mma64>(p, 132, 1));
+    EXPECT_TRUE(fmha::decode::one_head_fits<Mma64>(problem(16, 8, 1, 4096), 132, 1));     // 128 units
+    EXPECT_FALSE(fmha::decode::one_head_fits<Mma64>(problem(20, 8, 1, 4096), 132, 1));    // 160
+    EXPECT_FALSE(fmha::decode::one_head_fits<Mma64>(problem(64, 8, 1, 65536), 132, 1));
+    EXPECT_TRUE(fmha::decode::one_head_fits<Mma64>(problem(64, 8, 1, 65536), 132, 4));    // 512 of 528
+    // the workspace still holds a counter per (sequence, KV head, row tile) and each head's
+    // partials: the same bytes as one head a unit
+    EXPECT_EQ(fmha::decode::partial_bytes<Mma64>(p, 4),
+              fmha::decode::counter_bytes<Mma64>(p, fmha::decode::make_shape<Mma64>(p, 4)) +
+                  size_t(8) * 8 * 16 * 4 * (64 + 2) * sizeof(float));
 }
 
 TEST(DecodeSplits, NoSplitUnderTheMinimumKeys) {
