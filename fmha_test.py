@@ -399,6 +399,13 @@ def decode_cases(kernel: dict, index: int) -> list[Case]:
         # to 128 (decode.h pair_up); causal s_q = 4, var-len from 1 key
         cases.append(heads_case(kernel, "causal", "separate_q_k_v", Shape(24, 4000, s_q=4, min_s=1), 8,
                                 tag="paired_beyond_one_wave"))
+        # ... and several KV heads a CTA (d = 64: 2, d = 32: 4; decode.h MmaTraits::kHeads), which
+        # run where the one-head units are more than a wave (64 x 5 = 320): 5 KV heads leave a
+        # last group of one; var-len from 1 key, s_q = 2, in token storage and a paged cache
+        cases.append(heads_case(kernel, "padding", "separate_q_k_v", Shape(64, 300, s_q=2, min_s=1), 5,
+                                tag="head_groups", h=20))
+        if "paged_kv" in kernel["variants"]:
+            cases.append(paged_case(kernel, "causal", "", Shape(64, 300, s_q=2, min_s=1), 16, 5, 20))
     # numerics: unit-normal inputs and unusual scales, on the kernel's first (s_q, KV heads) pair
     sq, hkv = combos[0]
     for ni, (tag, flags) in enumerate(numerics_for(kernel)):
