@@ -19,9 +19,12 @@
 // a unit of its own and loads the next one before the current one's math.
 //
 // Tensor-core path (kWarpsN == 4; MmaTraits), for caches of 64 keys or more (dispatch:
-// KernelMeta::min_s_kv). Work unit = one CTA = (b, g, 16-row tile, key split). K and V
-// stream through a kStages-deep cp.async ring of blocks of kBlockN keys (32 KB of K and V a
-// block, so 256, 128, 64 keys at d = 32, 64, 128; d = 256: 64 keys, 64 KB), up to 96 KB, so
+// KernelMeta::min_s_kv). Work unit = one CTA = (b, group of kHeads KV heads, 16-row tile of
+// each, key split): kHeads = 128 / d below d = 128 (2 at d = 64, 4 at d = 32), so a CTA reads
+// 256 contiguous bytes of a token, each head with its own m-tile; where the one-head units
+// fit one wave the launch runs MmaTraits::OneHead instead (one_head_fits). K and V stream
+// through a kStages-deep cp.async ring of blocks of kBlockN keys of every head (32 KB of K
+// and V a block: 64 keys, or 8192 / d of one head; d = 256: 64 keys, 64 KB), up to 96 KB, so
 // two CTAs can share an SM (pair_up says when they do); each warp takes a quarter of every
 // block's keys: S = Q K^T and O += P V on mma.sync m16n8k16 (rows past the
 // tile's real rows are zeros: the tensor cores have throughput to spare, where the
@@ -41,7 +44,8 @@
 //   kHeadDim       32, 64, 128 or 256 (d / 8 lanes per key must divide a warp), dv == d
 //   warp path      kBlockM = kRows, query rows per warp unit: 1, 4 or 8; kBlockN keys per warp
 //                  step, a multiple of 256 / d; kWarpsM 1..8 independent warps, kWarpsN 1
-//   mma path       kBlockM 16 (rows per CTA), kBlockN keys per stage (8192 / d, 64 at d = 256),
+//   mma path       kBlockM 16 x kHeads (rows per CTA: 16 per KV head; kHeads 1 or 128 / d),
+//                  kBlockN keys per stage (kBlockN x kHeads = 8192 / d, 64 at d = 256),
 //                  kWarpsM 1, kWarpsN 4
 //   run time       s_q <= kMaxSq; every MaskType (bottom-right aligned); var-len q and kv
 //                  lengths; GQA/MQA; every layout (strides multiples of 8 elements); under
