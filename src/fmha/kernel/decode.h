@@ -133,7 +133,7 @@ struct MmaTraits {
     // KV heads per CTA, each with its own 16-row m-tile of packed query rows (kRows), so the
     // CTA reads kHeads * d contiguous columns of a token where its heads are adjacent: 256
     // bytes from d = 32 to 128 (kBlockM = 16 * kHeads). One head's 128 or 64 bytes a token,
-    // the other heads' read by other CTAs at other times, cost d = 64 2-3 % of its
+    // the other heads' read by other CTAs at other times, cost d = 64 3-4 % of its
     // bandwidth (H100, bench/NOTES.md §30). But where the (sequence, KV head) tiles fit one
     // wave, fewer units mean more splits, which cost more (b = 1 and 8: 3-22 %): there the
     // launch runs OneHead, the same 32 KB stages of one head (launch_one_head).
