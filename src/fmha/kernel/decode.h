@@ -867,7 +867,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
     // clipped to the split (a slot past `heads` has zero Q, K and V; its rows are not written).
     // ALiBi: each row's slope (raw-score units) and key position (rows pack several heads).
     // Bias and custom mask: each row's entries (nullptr past `rows`).
-    int lo[2], limit[2], key_pos[H][2];
+    int lo[2], limit[2], key_pos[2];
     float alibi[H][2];
     const Element* bias_rows[H][2] = {};
     const uint32_t* mask_rows[2] = {nullptr, nullptr};
@@ -879,11 +879,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
             const int pos = row / shape.group;  // the row's query position
             limit[h] = row < rows ? min_int(key_end, mrows.end(pos)) : 0;
             lo[h] = row < rows ? mrows.begin(pos) : 0;
+            key_pos[h] = pos + mrows.shift;
 #pragma unroll
             for (int hs = 0; hs < H; ++hs) {
                 const bool valid = row < rows && hs < heads;
                 const int head = (g0 + hs) * shape.group + row % shape.group;  // the row's query head
-                key_pos[hs][h] = pos + mrows.shift;
                 alibi[hs][h] = kMod == softmax::ScoreMod::kAlibi && valid
                                    ? __fdividef(p.alibi_slopes[head], p.scale_bmm1)
                                    : 0.f;
@@ -937,7 +937,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
         if constexpr (kMod == softmax::ScoreMod::kAlibi) {
             int rel[H][2];
 #pragma unroll
-            for (int hs = 0; hs < H; ++hs) rel[hs][0] = key_pos[hs][0] - key0, rel[hs][1] = key_pos[hs][1] - key0;
+            for (int hs = 0; hs < H; ++hs) rel[hs][0] = key_pos[0] - key0, rel[hs][1] = key_pos[1] - key0;
             softmax::apply_alibi(acc_s, alibi, rel);
         }
         if constexpr (kMod == softmax::ScoreMod::kBias) {
@@ -1198,14 +1198,11 @@ const void* entry(MaskType m) {
 // device); false when the device cannot say (the launch reports it).
 template <class Tr>
 inline bool launch_one_head(const Params& p) {
-    if constexpr (Tr::kMma && Tr::kHeads > 1) {
-        int sms = 0;
-        if (kernel::sm_count(p, &sms) != cudaSuccess) return false;
-        const MmaSetup setup = mma_setup<typename Tr::OneHead>();
-        return setup.err == cudaSuccess && one_head_fits<Tr>(p, sms, setup.ctas_per_sm);
-    } else {
-        return false;
-    }
+    static_assert(Tr::kMma && Tr::kHeads > 1, "only a tile of several heads has a one-head sibling to run");
+    int sms = 0;
+    if (kernel::sm_count(p, &sms) != cudaSuccess) return false;
+    const MmaSetup setup = mma_setup<typename Tr::OneHead>();
+    return setup.err == cudaSuccess && one_head_fits<Tr>(p, sms, setup.ctas_per_sm);
 }
 
 // The registry's WorkspaceFn: bytes of Params::workspace the launch uses for this problem
