@@ -406,6 +406,15 @@ def decode_cases(kernel: dict, index: int) -> list[Case]:
                                 tag="head_groups", h=20))
         if "paged_kv" in kernel["variants"]:
             cases.append(paged_case(kernel, "causal", "", Shape(64, 300, s_q=2, min_s=1), 16, 5, 20))
+        # ... and a tile's splits merged in a thread-block cluster (SM90, d <= 128: decode.h
+        # cluster_splits): 64 tiles of 2 splits in 64 clusters of 2 (an H100 or H200 holds 66);
+        # var-len from 1 key, so a cluster's second CTA may stream nothing; causal s_q = 2, the
+        # LSE and the sinks where the kernel has them
+        merge_flags = tuple(flag for variant, flag in (("softmax_stats", "-save-softmax"),
+                                                       ("sinks", "-use-attention-sinks"))
+                            if variant in kernel["variants"])
+        cases.append(heads_case(kernel, "causal", "separate_q_k_v", Shape(8, 4100, s_q=2, min_s=1), 8, merge_flags,
+                                tag="clustered_splits"))
     # numerics: unit-normal inputs and unusual scales, on the kernel's first (s_q, KV heads) pair
     sq, hkv = combos[0]
     for ni, (tag, flags) in enumerate(numerics_for(kernel)):

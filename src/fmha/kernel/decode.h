@@ -59,8 +59,10 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "fmha/kernel/cluster_launch.h"
 #include "fmha/kernel/launch_checks.h"
 #include "fmha/mask/mask.h"
+#include "fmha/memory/cluster_sm90.h"
 #include "fmha/memory/gmem_tile.h"
 #include "fmha/memory/smem_layout.h"
 #include "fmha/mma/warp_gemm.h"
@@ -172,7 +174,10 @@ struct MmaTraits {
     // [kWarps][kHeads * kRows][2].
     static constexpr int kMergePitch = kHeadDimV + 4;  // floats; staggers the rows' banks
     static constexpr int kSmemMerge = kWarps * kHeads * kRows * (kMergePitch + 2) * 4;
-    static constexpr int kSmemBytes = max_int(kSmemQ + kStages * kStageBytes, kSmemMerge);
+    // Clustered splits (SM90) leave the CTA's partial after it: [kHeads * kRows][dv] O, then
+    // [kHeads * kRows] (max, sum), for the cluster's merge to read.
+    static constexpr int kSmemPartial = kHeads * kRows * (kHeadDimV + 2) * 4;
+    static constexpr int kSmemBytes = max_int(kSmemQ + kStages * kStageBytes, kSmemMerge + kSmemPartial);
     // One CTA per SM: more than half an SM's 228 KB less the 1 KB each CTA holds back.
     static constexpr int kSoloSmemBytes = max_int(kSmemBytes, 115 * 1024);
     static constexpr int kMaxSmemBytes = 227 * 1024;
@@ -190,6 +195,7 @@ struct MmaTraits {
     static_assert(kWarps == 4 && kBlockN * kHeads == (kHeadDim == 256 ? 64 : 8192 / kHeadDim),
                   "decode mma: kWarpsN 4, kBlockN * heads = 8192 / d keys (64 at d = 256)");
     static_assert(kSoloSmemBytes <= kMaxSmemBytes, "decode mma: ring exceeds shared memory");
+    static_assert(kSmemMerge % 16 == 0, "decode mma: the partial's float4s are 16-byte aligned");
 };
 
 // The generated kernels name one Traits; the tile says which path it is.
@@ -245,48 +251,77 @@ FMHA_DEVICE float* partials(const Params& p, const Shape& s) {
     return reinterpret_cast<float*>(static_cast<char*>(p.workspace) + counter_bytes<Tr>(p, s));
 }
 
-// Splits of sequence b that start inside its keys (mask::sequence_keys); 0 when it has none.
-FMHA_DEVICE int live_splits(const Params& p, const Shape& shape, int b) {
-    const mask::KeyRange keys = mask::sequence_keys(p, p.q_lens[b], p.kv_lens[b]);
+// Splits that start inside a sequence's keys (mask::sequence_keys); 0 when it has none.
+FMHA_DEVICE int live_splits(const Shape& shape, const mask::KeyRange& keys) {
     return ceil_div(max_int(0, keys.last - keys.first), shape.keys_per_split);
 }
 
-// Merges the `live` splits of one query row's 8 columns (chunk) into O (LSE-weighted).
-// item < 2^31: both callers' launches check their grids (32-bit divisions only).
-template <class Tr>
-FMHA_DEVICE void combine_chunk(const Params& p, const Shape& shape, int splits, int item, int row, int chunk,
-                               int live) {
+FMHA_DEVICE int live_splits(const Params& p, const Shape& shape, int b) {
+    return live_splits(shape, mask::sequence_keys(p, p.q_lens[b], p.kv_lens[b]));
+}
+
+// Where one query row's split partials are read from by merge_chunk: Params::workspace
+// (fp32 [split][dv] O and [split] (max, sum), through L2) ...
+struct GlobalPartials {
+    const float* o;    // split 0's O at the chunk's first column; split s at s * kHeadDimV
+    const float2* ml;  // split 0's (max, sum)
+    int dv;
+    FMHA_DEVICE float max_of(int s) const { return __ldcg(&ml[s].x); }
+    FMHA_DEVICE float2 ml_of(int s) const { return __ldcg(ml + s); }
+    FMHA_DEVICE float4 o_of(int s, int half) const {
+        return __ldcg(reinterpret_cast<const float4*>(o + int64_t(s) * dv) + half);
+    }
+};
+
+// ... or the shared memory of the cluster's CTA of rank s (split s), at the same addresses
+// in every CTA (SM90 clusters: decode_mma_kernel's clustered merge).
+struct ClusterPartials {
+    uint32_t o;   // this CTA's shared address of the row's chunk of O
+    uint32_t ml;  // of the row's (max, sum)
+    FMHA_DEVICE float max_of(int s) const { return ml_of(s).x; }
+    FMHA_DEVICE float2 ml_of(int s) const { return memory::ld_cluster_f2(memory::cluster_map(ml, s)); }
+    FMHA_DEVICE float4 o_of(int s, int half) const {
+        return memory::ld_cluster_f4(memory::cluster_map(o + half * 16, s));
+    }
+};
+
+// Merges the `live` splits of one query row's 8 columns (chunk) into O (LSE-weighted), in
+// split order wherever the partials are (the same bits from either source).
+// item < 2^31: the callers' launches check their grids (32-bit divisions only).
+template <class Tr, class Partials>
+FMHA_DEVICE void merge_chunk(const Params& p, const Shape& shape, int item, int row, int chunk, int live,
+                             int q_off, const Partials& part) {
     using Element = typename Tr::Element;
-    const int64_t item_rows = int64_t(p.b) * p.h_kv * shape.row_tiles * Tr::kRows;
-    const int64_t item_row = int64_t(item) * shape.row_tiles * Tr::kRows + row;
-    const float* base = partials<Tr>(p, shape);
-    const float* ws_o = base + item_row * splits * Tr::kHeadDimV + chunk * kElemsPerChunk;
-    const float2* ws_ml = reinterpret_cast<const float2*>(base + item_rows * splits * Tr::kHeadDimV) +
-                          item_row * splits;  // (max, sum) of each split
-    // kBatch splits' partials are loaded before any is used: a row's merge waits on L2 about
-    // twice, not twice per split (b = 1: 16 splits a row).
+    // kBatch splits' partials are loaded before any is used, the first batch before the max
+    // is known: up to kBatch splits a row's merge waits on its partials once, beyond that
+    // about twice (b = 1: 16 splits a row), not twice per split.
     constexpr int kBatch = 8;
+    float2 ml[kBatch];  // (max, sum)
+    float4 lo[kBatch], hi[kBatch];
+    const auto load = [&](int s0) {
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) {
+            const bool in = s0 + k < live;
+            ml[k] = in ? part.ml_of(s0 + k) : make_float2(-INFINITY, 0.f);
+            lo[k] = in ? part.o_of(s0 + k, 0) : make_float4(0.f, 0.f, 0.f, 0.f);
+            hi[k] = in ? part.o_of(s0 + k, 1) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+    };
+    load(0);
     float m_all = -INFINITY;
-    for (int s0 = 0; s0 < live; s0 += kBatch) {
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) m_all = fmaxf(m_all, ml[k].x);
+    for (int s0 = kBatch; s0 < live; s0 += kBatch) {
         float m[kBatch];
 #pragma unroll
-        for (int k = 0; k < kBatch; ++k) m[k] = s0 + k < live ? __ldcg(&ws_ml[s0 + k].x) : -INFINITY;
+        for (int k = 0; k < kBatch; ++k) m[k] = s0 + k < live ? part.max_of(s0 + k) : -INFINITY;
 #pragma unroll
         for (int k = 0; k < kBatch; ++k) m_all = fmaxf(m_all, m[k]);
     }
     float l_all = 0.f, acc[kElemsPerChunk] = {};
     if (m_all != -INFINITY) {
         for (int s0 = 0; s0 < live; s0 += kBatch) {
-            float2 ml[kBatch];
-            float4 lo[kBatch], hi[kBatch];
-#pragma unroll
-            for (int k = 0; k < kBatch; ++k) {
-                const bool in = s0 + k < live;
-                const float4* src = reinterpret_cast<const float4*>(ws_o + int64_t(s0 + k) * Tr::kHeadDimV);
-                ml[k] = in ? __ldcg(ws_ml + s0 + k) : make_float2(-INFINITY, 0.f);
-                lo[k] = in ? __ldcg(src) : make_float4(0.f, 0.f, 0.f, 0.f);
-                hi[k] = in ? __ldcg(src + 1) : make_float4(0.f, 0.f, 0.f, 0.f);
-            }
+            if (s0 > 0) load(s0);
 #pragma unroll
             for (int k = 0; k < kBatch; ++k) {  // in split order, as one at a time
                 if (ml[k].x == -INFINITY) continue;
@@ -308,9 +343,24 @@ FMHA_DEVICE void combine_chunk(const Params& p, const Shape& shape, int splits, 
     for (int i = 0; i < 4; ++i) packed[i] = ElementTraits<Element>::pack(acc[2 * i] * inv, acc[2 * i + 1] * inv);
     const int pos = row / shape.group;
     if (chunk == 0) softmax::store_lse(p, b, head, pos, m_all, l_all);
-    Element* dst = static_cast<Element*>(p.o) + int64_t(p.q_offsets[b] + pos) * p.o_row_stride +
+    Element* dst = static_cast<Element*>(p.o) + int64_t(q_off + pos) * p.o_row_stride +
                    int64_t(head) * p.o_head_stride + chunk * kElemsPerChunk;
     *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+}
+
+// merge_chunk from the partials in Params::workspace (q_off: the sequence's first row of Q
+// and O).
+template <class Tr>
+FMHA_DEVICE void combine_chunk(const Params& p, const Shape& shape, int splits, int item, int row, int chunk,
+                               int live, int q_off) {
+    const int64_t item_rows = int64_t(p.b) * p.h_kv * shape.row_tiles * Tr::kRows;
+    const int64_t item_row = int64_t(item) * shape.row_tiles * Tr::kRows + row;
+    const float* base = partials<Tr>(p, shape);
+    const GlobalPartials part{base + item_row * splits * Tr::kHeadDimV + chunk * kElemsPerChunk,
+                              reinterpret_cast<const float2*>(base + item_rows * splits * Tr::kHeadDimV) +
+                                  item_row * splits,
+                              Tr::kHeadDimV};
+    merge_chunk<Tr>(p, shape, item, row, chunk, live, q_off, part);
 }
 
 // Warp path: enough warps for the memory system (about 64 per SM in flight), and no split
@@ -788,14 +838,17 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
     // blockIdx.x = (b, split, head group, row tile), row tiles fastest: the tiles that read
     // one key range run side by side and share it through L2, and the KV head groups of one
     // key range next (rows of one token's K/V heads are adjacent in memory: DRAM pages read
-    // together).
+    // together). Launched in clusters of `splits` CTAs (SM90: launch_clustered), a tile's
+    // splits are one cluster, split = rank: (b, head group, row tile, split).
+    const bool clustered = Tr::kFusedMerge && splits > 1 && memory::cluster_size() > 1;
     const int bx = static_cast<int>(blockIdx.x);  // < 2^31: launch checks the unit count
-    const int row_tile = bx % shape.row_tiles;
-    const int tile_g = bx / shape.row_tiles;
+    const int tile = clustered ? bx / splits : bx;
+    const int row_tile = tile % shape.row_tiles;
+    const int tile_g = tile / shape.row_tiles;
     const int g0 = tile_g % shape.head_groups * H;  // the CTA's first KV head
-    const int split_b = tile_g / shape.head_groups;
-    const int split = split_b % splits;
-    const int b = split_b / splits;
+    const int rest = tile_g / shape.head_groups;
+    const int split = clustered ? bx - tile * splits : rest % splits;
+    const int b = clustered ? rest : rest / splits;
     const int heads = min_int(H, p.h_kv - g0);  // the CTA's KV heads g0, g0 + 1, ...: head slots
 
     // Uniform lengths: from b, so the first copies do not wait on a load.
@@ -809,8 +862,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
     const int key_begin = keys.first + split * shape.keys_per_split;
     const int key_end = min_int(keys.last, key_begin + shape.keys_per_split);
     // A split past the sequence's keys does nothing, except split 0 of a sequence without
-    // keys, which stands for all of them (the tile's merge then writes zero rows).
-    if (splits > 1 && key_begin >= keys.last && split > 0) return;
+    // keys, which stands for all of them (the tile's merge then writes zero rows), and a
+    // cluster's CTA, which streams no keys but takes its share of the merge.
+    if (splits > 1 && key_begin >= keys.last && split > 0 && !clustered) return;
     const int q_off = uniform ? b * p.s_q_max : p.q_offsets[b];
 
     const uint32_t smem_q = smem_u32(smem);
@@ -1005,6 +1059,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
     float* ws_o = partials<Tr>(p, shape);
     const int64_t item_rows = int64_t(p.b) * p.h_kv * shape.row_tiles * R;
     float* ws_ml = ws_o + item_rows * splits * Tr::kHeadDimV;
+    float* part_o = reinterpret_cast<float*>(smem + Tr::kSmemMerge);  // [HR][dv], clustered
+    float* part_ml = part_o + HR * Tr::kHeadDimV;                      // [HR][2]
     for (int i = tid; i < HR * kChunksV; i += Tr::kThreads) {
         const int hr = i / kChunksV;
         const int c = i % kChunksV;
@@ -1041,6 +1097,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
             Element* dst = static_cast<Element*>(p.o) + int64_t(q_off + pos) * p.o_row_stride +
                            int64_t(head) * p.o_head_stride + c * kElemsPerChunk;
             *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+        } else if (clustered) {  // into this CTA's shared memory, read by the cluster's merge
+            float4* dst = reinterpret_cast<float4*>(part_o + hr * Tr::kHeadDimV + c * kElemsPerChunk);
+            dst[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+            dst[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+            if (c == 0) reinterpret_cast<float2*>(part_ml)[hr] = make_float2(m_all, l_all);
         } else {
             const int64_t slot = (int64_t(item0 + hs) * shape.row_tiles * R + row) * splits + split;
             float4* dst = reinterpret_cast<float4*>(ws_o + slot * Tr::kHeadDimV + c * kElemsPerChunk);
@@ -1054,14 +1115,33 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
     }
     if (splits == 1 || !Tr::kFusedMerge) return;
 
+    if (clustered) {  // every CTA merges a share of the (row, chunk)s from the cluster's partials
+        memory::cluster_sync();  // every split's partials are in its shared memory
+        const int live = max_int(1, live_splits(shape, keys));
+        const uint32_t o_base = smem_u32(part_o), ml_base = smem_u32(part_ml);
+        for (int i = split + splits * tid; i < HR * kChunksV; i += splits * Tr::kThreads) {
+            const int hr = i / kChunksV;
+            const int c = i % kChunksV;
+            const int hs = hr / R;
+            const int row = row0 + hr % R;
+            if (row >= rows || hs >= heads) continue;
+            const ClusterPartials part{o_base + (hr * Tr::kHeadDimV + c * kElemsPerChunk) * 4u, ml_base + hr * 8u};
+            merge_chunk<Tr>(p, shape, item0 + hs, row, c, live, q_off, part);
+        }
+        // No CTA leaves while another reads its shared memory; each has used the values it
+        // read, so the barrier orders nothing else (its O stores need not be out first).
+        memory::cluster_sync_relaxed();
+        return;
+    }
+
     // The tile's last split to arrive merges all of them (no combine launch): partials
     // published (fence), then one arrival per CTA on the tile's counter.
     __shared__ int last;
     __threadfence();
     __syncthreads();
-    // CTAs of this tile that write (the range recomputed: fewer registers live across the main loop)
-    // (split 0 of a sequence without keys writes its empty rows: at least one)
-    const int live = max_int(1, live_splits(p, shape, b));
+    // CTAs of this tile that write, from the key range (a load here would wait on L2 at
+    // the tile's end) (split 0 of a sequence without keys writes its empty rows: at least one)
+    const int live = max_int(1, live_splits(shape, keys));
     if (tid == 0) {  // the tile's counter: its first head's
         int* counter = static_cast<int*>(p.workspace) + int64_t(item0) * shape.row_tiles + row_tile;
         last = atomicAdd(counter, 1) == live - 1;
@@ -1073,7 +1153,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
     for (int i = tid; i < HR * kChunksV; i += Tr::kThreads) {
         const int hs = i / kChunksV / R;
         const int row = row0 + i / kChunksV % R;
-        if (row < rows && hs < heads) combine_chunk<Tr>(p, shape, splits, item0 + hs, row, i % kChunksV, live);
+        if (row < rows && hs < heads) combine_chunk<Tr>(p, shape, splits, item0 + hs, row, i % kChunksV, live, q_off);
     }
 }
 
@@ -1088,12 +1168,18 @@ const void* mma_fn() {
 struct MmaSetup {
     cudaError_t err;
     int ctas_per_sm;
+    int paired_ctas_per_sm;  // at kSmemBytes
+    // Clusters of n CTAs resident at once, solo ([0]: kSoloSmemBytes) and paired ([1]:
+    // kSmemBytes); all 0 where the kernel's code has no clusters (before SM90).
+    int clusters[2][kernel::kMaxCluster + 1];
 };
 
 template <class Tr>
-MmaSetup mma_setup() {
+const MmaSetup& mma_setup() {
     static const MmaSetup setup = [] {
-        MmaSetup s{cudaSuccess, 1};
+        MmaSetup s{cudaSuccess, 1, 1, {}};
+        const void* padding = mma_fn<Tr, mask::Kind::kPadding, softmax::ScoreMod::kNone>();
+        const bool clusters = Tr::kFusedMerge && kernel::compiled_for_clusters(padding);
         kernel::for_each_variant([&](auto kind, auto mod) {
             const void* fn = mma_fn<Tr, decltype(kind)::value, decltype(mod)::value>();
             if (s.err == cudaSuccess && Tr::kSoloSmemBytes > 48 * 1024)
@@ -1101,16 +1187,36 @@ MmaSetup mma_setup() {
             if (s.err == cudaSuccess)
                 s.err = cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
                                              cudaSharedmemCarveoutMaxShared);
+            if (s.err == cudaSuccess && clusters)
+                s.err = cudaFuncSetAttribute(fn, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
         });
-        if (s.err == cudaSuccess) {
-            s.err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&s.ctas_per_sm,
-                                                                  &decode_mma_kernel<Tr, mask::Kind::kPadding>,
-                                                                  Tr::kThreads, Tr::kSoloSmemBytes);
-        }
+        if (s.err == cudaSuccess)
+            s.err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&s.ctas_per_sm, padding, Tr::kThreads, Tr::kSoloSmemBytes);
+        if (s.err == cudaSuccess)
+            s.err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&s.paired_ctas_per_sm, padding, Tr::kThreads,
+                                                                  Tr::kSmemBytes);
         s.ctas_per_sm = std::max(s.ctas_per_sm, 1);
+        s.paired_ctas_per_sm = std::max(s.paired_ctas_per_sm, 1);
+        for (int n = 2; clusters && s.err == cudaSuccess && n <= kernel::kMaxCluster; ++n) {
+            s.clusters[0][n] = kernel::max_active_clusters(padding, Tr::kThreads, Tr::kSoloSmemBytes, n);
+            s.clusters[1][n] = kernel::max_active_clusters(padding, Tr::kThreads, Tr::kSmemBytes, n);
+        }
         return s;
     }();
     return setup;
+}
+
+// Mma path with fused merging: whether the launch groups each tile's splits into one
+// cluster (SM90), which merges them through distributed shared memory: no partials through
+// L2, no fence, no arrival counter (a split CTA took 3.7 us from its last key to leaving
+// the SM that way; bench/NOTES.md §29, §31). Only where the clusters can be resident as
+// many CTAs at once as a plain launch (a GPC holds a cluster whole).
+template <class Tr>
+inline bool cluster_splits(const Params& p, const MmaSetup& setup, int splits, bool paired, int sms) {
+    if (!Tr::kFusedMerge || splits < 2 || splits > kernel::kMaxCluster) return false;
+    const Shape shape = make_shape<Tr>(p, splits);
+    const int64_t resident = int64_t(sms) * (paired ? setup.paired_ctas_per_sm : setup.ctas_per_sm);
+    return int64_t(setup.clusters[paired ? 1 : 0][splits]) * splits >= std::min(shape.units, resident);
 }
 
 // Resident CTAs per SM of the warp path's persistent kernel (decode_short_kernel), once.
@@ -1178,7 +1284,7 @@ __global__ void __launch_bounds__(256) combine_kernel(const __grid_constant__ Pa
     const int row = item_row - item * tile_rows;
     const int b = static_cast<int>(item / p.h_kv);
     if (row >= shape.group * p.q_lens[b]) return;
-    combine_chunk<Tr>(p, shape, splits, item, row, chunk, live_splits(p, shape, b));  // 0: zero rows
+    combine_chunk<Tr>(p, shape, splits, item, row, chunk, live_splits(p, shape, b), p.q_offsets[b]);  // 0: zero rows
 }
 
 // The __global__ for a mask, as the registry's EntryFn returns it.
@@ -1244,15 +1350,26 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
     if (combine_threads > INT32_MAX || shape.units > INT32_MAX) return cudaErrorInvalidValue;
     if constexpr (Tr::kMma) {
         const auto blocks = static_cast<unsigned>(shape.units);
+        int sms = 0;
+        cudaError_t e = kernel::sm_count(p, &sms);
+        if (e != cudaSuccess) return e;
+        const MmaSetup& setup = mma_setup<Tr>();
+        const bool clustered = cluster_splits<Tr>(p, setup, splits, paired, sms);
         const int smem = paired ? Tr::kSmemBytes : Tr::kSoloSmemBytes;
-        kernel::with_variant(
+        e = kernel::with_variant(
             p,
             [&](auto kind, auto mod) {
-                decode_mma_kernel<Tr, decltype(kind)::value, decltype(mod)::value>
-                    <<<blocks, Tr::kThreads, smem, stream>>>(p, splits);
-                return 0;
+                constexpr mask::Kind kKind = decltype(kind)::value;
+                constexpr softmax::ScoreMod kMod = decltype(mod)::value;
+                if (clustered) {
+                    return kernel::launch_clusters(&decode_mma_kernel<Tr, kKind, kMod>, blocks, Tr::kThreads, smem,
+                                                   splits, stream, p, splits);
+                }
+                decode_mma_kernel<Tr, kKind, kMod><<<blocks, Tr::kThreads, smem, stream>>>(p, splits);
+                return cudaSuccess;
             },
-            0);
+            cudaSuccess);
+        if (e != cudaSuccess) return e;
     } else if (splits == 1 && mask::key_span_max(p) <= 1) {  // one step per unit: persistent warps
         const cudaError_t e = launch_short<Tr, 1>(p, shape, stream);
         if (e != cudaSuccess) return e;

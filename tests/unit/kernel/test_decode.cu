@@ -1,8 +1,9 @@
 // src/fmha/kernel/decode.h, host side: the mma path's split choice (one wave of resident
 // CTAs, never more; beyond one wave, a last wave mostly busy; no split under
 // kMmaMinKeysPerSplit keys; within the workspace), when short CTAs beyond one wave share an
-// SM (pair_up), the units' KV head groups, and the workspace layout (arrival counters first,
-// 256-byte aligned, then the partials).
+// SM (pair_up), when a tile's splits merge in a cluster (cluster_splits), the units' KV head
+// groups, and the workspace layout (arrival counters first, 256-byte aligned, then the
+// partials).
 #include "fmha/kernel/decode.h"
 #include "unit_test.h"
 
@@ -107,6 +108,28 @@ TEST(DecodeHeads, UnitsCoverTheKvHeadsInGroups) {
     EXPECT_EQ(fmha::decode::partial_bytes<Mma64>(p, 4),
               fmha::decode::counter_bytes<Mma64>(p, fmha::decode::make_shape<Mma64>(p, 4)) +
                   size_t(8) * 8 * 16 * 4 * (64 + 2) * sizeof(float));
+}
+
+TEST(DecodeClusters, SplitsMergeInAClusterWhereTheClustersHoldTheWave) {
+    // An H100 at one CTA an SM (kSoloSmemBytes): 66 clusters of 2 (132 CTAs), 7 of 16 (112).
+    fmha::decode::MmaSetup setup{cudaSuccess, 1, 2, {}};
+    setup.clusters[0][2] = 66;
+    setup.clusters[0][16] = 7;
+    setup.clusters[1][2] = 132;
+    const auto clustered = [&](const fmha::Params& p, bool paired) {
+        return fmha::decode::cluster_splits<Mma>(p, setup, mma_splits(p, 132, 1), paired, 132);
+    };
+    EXPECT_TRUE(clustered(problem(8, 8, 1, 4096), false));    // 64 tiles x 2 splits: 64 clusters of 66
+    EXPECT_FALSE(clustered(problem(1, 8, 1, 4096), false));   // 8 tiles x 16: 8 clusters, 7 resident
+    EXPECT_FALSE(clustered(problem(64, 8, 1, 4096), false));  // one split: nothing to merge
+    setup.clusters[0][2] = 60;                                // a part with fewer whole pairs of SMs
+    EXPECT_FALSE(clustered(problem(8, 8, 1, 4096), false));
+    EXPECT_TRUE(clustered(problem(8, 8, 1, 4096), true));     // paired: 132 of 2 hold 264 CTAs
+    setup.clusters[0][2] = 0;                                 // code before SM90: no clusters
+    EXPECT_FALSE(clustered(problem(8, 8, 1, 4096), false));
+    // the cluster's partials sit after the warps' merge, inside the smallest footprint
+    EXPECT_LE(Mma::kSmemMerge + Mma::kSmemPartial, Mma::kSmemBytes);
+    EXPECT_LE(Mma64::kSmemMerge + Mma64::kSmemPartial, Mma64::kSmemBytes);
 }
 
 TEST(DecodeSplits, NoSplitUnderTheMinimumKeys) {

@@ -1,0 +1,69 @@
+// Host side of thread-block clusters (SM90): whether a kernel's code for this device has
+// cluster instructions, how many clusters of n CTAs can be resident at once, and a launch
+// that groups n consecutive CTAs (blockIdx.x) into one cluster.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace fmha {
+namespace kernel {
+
+constexpr int kMaxPortableCluster = 8;  // CTAs a cluster may hold on every SM90 part
+constexpr int kMaxCluster = 16;         // with cudaFuncAttributeNonPortableClusterSizeAllowed
+
+// Whether `fn`'s code for the current device was compiled for SM90 or newer, where
+// memory::cluster_* are real (code JIT-compiled from older PTX stands for one-CTA clusters).
+inline bool compiled_for_clusters(const void* fn) {
+    cudaFuncAttributes attr{};
+    if (cudaFuncGetAttributes(&attr, fn) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    return attr.ptxVersion >= 90;
+}
+
+// Clusters of n CTAs (threads, smem bytes each) resident at once on the device; 0 when the
+// device has no clusters of n (the query's error is cleared). Sizes above
+// kMaxPortableCluster need the non-portable attribute set on fn first.
+inline int max_active_clusters(const void* fn, int threads, int smem, int n) {
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned>(n));
+    config.blockDim = dim3(static_cast<unsigned>(threads));
+    config.dynamicSmemBytes = static_cast<size_t>(smem);
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = static_cast<unsigned>(n);
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    config.attrs = &attr;
+    config.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, fn, &config) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return clusters;
+}
+
+// Launches kernel<<<blocks, threads, smem, stream>>>(args...) with clusters of n consecutive
+// CTAs (blocks a multiple of n).
+template <typename... Expected, typename... Actual>
+cudaError_t launch_clusters(void (*kernel)(Expected...), unsigned blocks, int threads, int smem, int n,
+                            cudaStream_t stream, Actual&&... args) {
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(blocks);
+    config.blockDim = dim3(static_cast<unsigned>(threads));
+    config.dynamicSmemBytes = static_cast<size_t>(smem);
+    config.stream = stream;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = static_cast<unsigned>(n);
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    config.attrs = &attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kernel, static_cast<Actual&&>(args)...);
+}
+
+}  // namespace kernel
+}  // namespace fmha
