@@ -90,6 +90,11 @@ constexpr int kMmaMinWaveEighths = 7;
 constexpr int kMmaMinKeysPerWaveSplit = 4096;
 // Beyond one wave, CTAs of at most this many keys share an SM two at a time (pair_up).
 constexpr int kMmaPairMaxKeys = 4096;
+// Splits of at most this many keys merge in a cluster (cluster_splits): b = 8 at 4k, 2 splits
+// of 2048 keys, gains 3-5 %. Longer splits gain nothing measurable (the merge is a small share
+// of them) and streamed 0.5-1 % slower in clusters (b = 8, d = 64: 2 splits of 8192 keys on
+// the H100, of 32768 on the H200; bench/NOTES.md §31).
+constexpr int kMmaClusterMaxKeys = 4096;
 
 template <typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockM_, int kBlockN_, int kWarpsM_,
           int kWarpsN_, bool kAccFp16_>
@@ -1210,11 +1215,13 @@ const MmaSetup& mma_setup() {
 // cluster (SM90), which merges them through distributed shared memory: no partials through
 // L2, no fence, no arrival counter (a split CTA took 3.7 us from its last key to leaving
 // the SM that way; bench/NOTES.md §29, §31). Only where the clusters can be resident as
-// many CTAs at once as a plain launch (a GPC holds a cluster whole).
+// many CTAs at once as a plain launch (a GPC holds a cluster whole), and the splits are
+// short enough for the merge to count (kMmaClusterMaxKeys).
 template <class Tr>
 inline bool cluster_splits(const Params& p, const MmaSetup& setup, int splits, bool paired, int sms) {
     if (!Tr::kFusedMerge || splits < 2 || splits > kernel::kMaxCluster) return false;
     const Shape shape = make_shape<Tr>(p, splits);
+    if (shape.keys_per_split > kMmaClusterMaxKeys) return false;
     const int64_t resident = int64_t(sms) * (paired ? setup.paired_ctas_per_sm : setup.ctas_per_sm);
     return int64_t(setup.clusters[paired ? 1 : 0][splits]) * splits >= std::min(shape.units, resident);
 }

@@ -122,6 +122,8 @@ TEST(DecodeClusters, SplitsMergeInAClusterWhereTheClustersHoldTheWave) {
     EXPECT_TRUE(clustered(problem(8, 8, 1, 4096), false));    // 64 tiles x 2 splits: 64 clusters of 66
     EXPECT_FALSE(clustered(problem(1, 8, 1, 4096), false));   // 8 tiles x 16: 8 clusters, 7 resident
     EXPECT_FALSE(clustered(problem(64, 8, 1, 4096), false));  // one split: nothing to merge
+    EXPECT_TRUE(clustered(problem(8, 8, 1, 8192), false));    // 2 splits of 4096 keys
+    EXPECT_FALSE(clustered(problem(8, 8, 1, 8193), false));   // longer: the merge is a small share
     setup.clusters[0][2] = 60;                                // a part with fewer whole pairs of SMs
     EXPECT_FALSE(clustered(problem(8, 8, 1, 4096), false));
     EXPECT_TRUE(clustered(problem(8, 8, 1, 4096), true));     // paired: 132 of 2 hold 264 CTAs
