@@ -8,8 +8,7 @@
 namespace fmha {
 namespace kernel {
 
-constexpr int kMaxPortableCluster = 8;  // CTAs a cluster may hold on every SM90 part
-constexpr int kMaxCluster = 16;         // with cudaFuncAttributeNonPortableClusterSizeAllowed
+constexpr int kMaxCluster = 8;  // CTAs a cluster may hold on every SM90 part (portable size)
 
 // Whether `fn`'s code for the current device was compiled for SM90 or newer, where
 // memory::cluster_* are real (code JIT-compiled from older PTX stands for one-CTA clusters).
@@ -23,8 +22,7 @@ inline bool compiled_for_clusters(const void* fn) {
 }
 
 // Clusters of n CTAs (threads, smem bytes each) resident at once on the device; 0 when the
-// device has no clusters of n (the query's error is cleared). Sizes above
-// kMaxPortableCluster need the non-portable attribute set on fn first.
+// device has no clusters of n (the query's error is cleared).
 inline int max_active_clusters(const void* fn, int threads, int smem, int n) {
     cudaLaunchConfig_t config{};
     config.gridDim = dim3(static_cast<unsigned>(n));

@@ -1192,8 +1192,6 @@ const MmaSetup& mma_setup() {
             if (s.err == cudaSuccess)
                 s.err = cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
                                              cudaSharedmemCarveoutMaxShared);
-            if (s.err == cudaSuccess && clusters)
-                s.err = cudaFuncSetAttribute(fn, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
         });
         if (s.err == cudaSuccess)
             s.err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&s.ctas_per_sm, padding, Tr::kThreads, Tr::kSoloSmemBytes);
@@ -1224,6 +1222,19 @@ inline bool cluster_splits(const Params& p, const MmaSetup& setup, int splits, b
     if (shape.keys_per_split > kMmaClusterMaxKeys) return false;
     const int64_t resident = int64_t(sms) * (paired ? setup.paired_ctas_per_sm : setup.ctas_per_sm);
     return int64_t(setup.clusters[paired ? 1 : 0][splits]) * splits >= std::min(shape.units, resident);
+}
+
+// Mma path: where a wave's splits cannot merge in clusters (more than a cluster holds, or
+// the clusters do not fit), the most splits below that count, down to half of it, that can:
+// b = 1 at 4k and 16k, 8 splits merged in clusters of 8 (64 CTAs) run 4-17 % faster than 16
+// merged through L2 (128 CTAs; H100, bench/NOTES.md §31). Fewer than half were not measured.
+template <class Tr>
+inline int cluster_fallback(const Params& p, const MmaSetup& setup, int splits, int sms) {
+    if (!Tr::kFusedMerge || splits < 2 || cluster_splits<Tr>(p, setup, splits, false, sms)) return splits;
+    for (int s = std::min(splits - 1, kernel::kMaxCluster); s >= std::max(2, (splits + 1) / 2); --s) {
+        if (cluster_splits<Tr>(p, setup, s, false, sms)) return s;
+    }
+    return splits;
 }
 
 // Resident CTAs per SM of the warp path's persistent kernel (decode_short_kernel), once.
@@ -1267,7 +1278,7 @@ inline cudaError_t choose_splits(const Params& p, size_t workspace_bytes, int* s
     if constexpr (Tr::kMma) {
         const MmaSetup setup = mma_setup<Tr>();
         if (setup.err != cudaSuccess) return setup.err;
-        *splits = choose_splits_mma<Tr>(p, sms, setup.ctas_per_sm, workspace_bytes);
+        *splits = cluster_fallback<Tr>(p, setup, choose_splits_mma<Tr>(p, sms, setup.ctas_per_sm, workspace_bytes), sms);
         if (paired != nullptr) *paired = pair_up<Tr>(p, *splits, sms, setup.ctas_per_sm);
     } else {
         *splits = choose_splits_warp<Tr>(p, sms, workspace_bytes);

@@ -111,17 +111,26 @@ TEST(DecodeHeads, UnitsCoverTheKvHeadsInGroups) {
 }
 
 TEST(DecodeClusters, SplitsMergeInAClusterWhereTheClustersHoldTheWave) {
-    // An H100 at one CTA an SM (kSoloSmemBytes): 66 clusters of 2 (132 CTAs), 7 of 16 (112).
+    // An H100 at one CTA an SM (kSoloSmemBytes): 66 clusters of 2 (132 CTAs), 15 of 8 (120).
     fmha::decode::MmaSetup setup{cudaSuccess, 1, 2, {}};
     setup.clusters[0][2] = 66;
-    setup.clusters[0][16] = 7;
+    setup.clusters[0][8] = 15;
     setup.clusters[1][2] = 132;
     const auto clustered = [&](const fmha::Params& p, bool paired) {
         return fmha::decode::cluster_splits<Mma>(p, setup, mma_splits(p, 132, 1), paired, 132);
     };
     EXPECT_TRUE(clustered(problem(8, 8, 1, 4096), false));    // 64 tiles x 2 splits: 64 clusters of 66
-    EXPECT_FALSE(clustered(problem(1, 8, 1, 4096), false));   // 8 tiles x 16: 8 clusters, 7 resident
+    EXPECT_FALSE(clustered(problem(1, 8, 1, 4096), false));   // 8 tiles x 16: more than a cluster holds
     EXPECT_FALSE(clustered(problem(64, 8, 1, 4096), false));  // one split: nothing to merge
+    // ... so b = 1 runs 8 splits, in clusters, rather than 16 through L2; 2 sequences (16
+    // tiles) find no size from 4 to 7 that fits in this setup (2 would: not under half)
+    EXPECT_EQ(fmha::decode::cluster_fallback<Mma>(problem(1, 8, 1, 4096), setup, 16, 132), 8);
+    EXPECT_EQ(fmha::decode::cluster_fallback<Mma>(problem(1, 8, 1, 16384), setup, 16, 132), 8);
+    EXPECT_EQ(fmha::decode::cluster_fallback<Mma>(problem(1, 8, 1, 65536), setup, 16, 132), 16);  // 8192 keys
+    EXPECT_EQ(fmha::decode::cluster_fallback<Mma>(problem(2, 8, 1, 4096), setup, 8, 132), 8);
+    setup.clusters[0][5] = 24;
+    EXPECT_EQ(fmha::decode::cluster_fallback<Mma>(problem(2, 8, 1, 4096), setup, 8, 132), 5);
+    EXPECT_EQ(fmha::decode::cluster_fallback<Mma>(problem(8, 8, 1, 4096), setup, 2, 132), 2);
     EXPECT_TRUE(clustered(problem(8, 8, 1, 8192), false));    // 2 splits of 4096 keys
     EXPECT_FALSE(clustered(problem(8, 8, 1, 8193), false));   // longer: the merge is a small share
     setup.clusters[0][2] = 60;                                // a part with fewer whole pairs of SMs
