@@ -95,6 +95,9 @@ constexpr int kMmaPairMaxKeys = 4096;
 // of them) and streamed 0.5-1 % slower in clusters (b = 8, d = 64: 2 splits of 8192 keys on
 // the H100, of 32768 on the H200; bench/NOTES.md §31).
 constexpr int kMmaClusterMaxKeys = 4096;
+// ... and a wave's splits are cut to fewer that merge in clusters (cluster_fallback) only where
+// those are at most this many keys.
+constexpr int kMmaFallbackMaxKeys = 1024;
 
 template <typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockM_, int kBlockN_, int kWarpsM_,
           int kWarpsN_, bool kAccFp16_>
@@ -1225,13 +1228,16 @@ inline bool cluster_splits(const Params& p, const MmaSetup& setup, int splits, b
 }
 
 // Mma path: where a wave's splits cannot merge in clusters (more than a cluster holds, or
-// the clusters do not fit), the most splits below that count, down to half of it, that can:
-// b = 1 at 4k and 16k, 8 splits merged in clusters of 8 (64 CTAs) run 4-17 % faster than 16
-// merged through L2 (128 CTAs; H100, bench/NOTES.md §31). Fewer than half were not measured.
+// the clusters do not fit), the most splits below that count, down to half of it, that can,
+// of at most kMmaFallbackMaxKeys keys each. b = 1 at 4k: 8 splits of 512 keys merged in
+// clusters of 8 (64 CTAs) ran 14-17 % faster than 16 merged through L2 (128 CTAs) on the
+// H100, 5 % on the H200. At 16k (2048 keys) the H100 gained 5 % and the H200 lost 7 %: half
+// the CTAs cannot draw its bandwidth (bench/NOTES.md §31). Fewer than half: not measured.
 template <class Tr>
 inline int cluster_fallback(const Params& p, const MmaSetup& setup, int splits, int sms) {
     if (!Tr::kFusedMerge || splits < 2 || cluster_splits<Tr>(p, setup, splits, false, sms)) return splits;
     for (int s = std::min(splits - 1, kernel::kMaxCluster); s >= std::max(2, (splits + 1) / 2); --s) {
+        if (make_shape<Tr>(p, s).keys_per_split > kMmaFallbackMaxKeys) break;  // fewer splits: longer
         if (cluster_splits<Tr>(p, setup, s, false, sms)) return s;
     }
     return splits;

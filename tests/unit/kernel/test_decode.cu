@@ -125,8 +125,8 @@ TEST(DecodeClusters, SplitsMergeInAClusterWhereTheClustersHoldTheWave) {
     // ... so b = 1 runs 8 splits, in clusters, rather than 16 through L2; 2 sequences (16
     // tiles) find no size from 4 to 7 that fits in this setup (2 would: not under half)
     EXPECT_EQ(fmha::decode::cluster_fallback<Mma>(problem(1, 8, 1, 4096), setup, 16, 132), 8);
-    EXPECT_EQ(fmha::decode::cluster_fallback<Mma>(problem(1, 8, 1, 16384), setup, 16, 132), 8);
-    EXPECT_EQ(fmha::decode::cluster_fallback<Mma>(problem(1, 8, 1, 65536), setup, 16, 132), 16);  // 8192 keys
+    EXPECT_EQ(fmha::decode::cluster_fallback<Mma>(problem(1, 8, 1, 8192), setup, 16, 132), 8);   // 1024 keys
+    EXPECT_EQ(fmha::decode::cluster_fallback<Mma>(problem(1, 8, 1, 16384), setup, 16, 132), 16);  // 2048: no
     EXPECT_EQ(fmha::decode::cluster_fallback<Mma>(problem(2, 8, 1, 4096), setup, 8, 132), 8);
     setup.clusters[0][5] = 24;
     EXPECT_EQ(fmha::decode::cluster_fallback<Mma>(problem(2, 8, 1, 4096), setup, 8, 132), 5);
