@@ -846,7 +846,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
     // blockIdx.x = (b, split, head group, row tile), row tiles fastest: the tiles that read
     // one key range run side by side and share it through L2, and the KV head groups of one
     // key range next (rows of one token's K/V heads are adjacent in memory: DRAM pages read
-    // together). Launched in clusters of `splits` CTAs (SM90: launch_clustered), a tile's
+    // together). Launched in clusters of `splits` CTAs (SM90: cluster_splits), a tile's
     // splits are one cluster, split = rank: (b, head group, row tile, split).
     const bool clustered = Tr::kFusedMerge && splits > 1 && memory::cluster_size() > 1;
     const int bx = static_cast<int>(blockIdx.x);  // < 2^31: launch checks the unit count
@@ -1215,16 +1215,17 @@ const MmaSetup& mma_setup() {
 // Mma path with fused merging: whether the launch groups each tile's splits into one
 // cluster (SM90), which merges them through distributed shared memory: no partials through
 // L2, no fence, no arrival counter (a split CTA took 3.7 us from its last key to leaving
-// the SM that way; bench/NOTES.md §29, §31). Only where the clusters can be resident as
-// many CTAs at once as a plain launch (a GPC holds a cluster whole), and the splits are
-// short enough for the merge to count (kMmaClusterMaxKeys).
+// the SM that way; bench/NOTES.md §29, §31). Only for a launch of one wave whose clusters
+// the device holds all at once (a GPC holds a cluster whole; beyond one wave a cluster would
+// wait for SMs of one GPC to free together: not measured), and splits short enough for the
+// merge to count (kMmaClusterMaxKeys).
 template <class Tr>
 inline bool cluster_splits(const Params& p, const MmaSetup& setup, int splits, bool paired, int sms) {
     if (!Tr::kFusedMerge || splits < 2 || splits > kernel::kMaxCluster) return false;
     const Shape shape = make_shape<Tr>(p, splits);
     if (shape.keys_per_split > kMmaClusterMaxKeys) return false;
     const int64_t resident = int64_t(sms) * (paired ? setup.paired_ctas_per_sm : setup.ctas_per_sm);
-    return int64_t(setup.clusters[paired ? 1 : 0][splits]) * splits >= std::min(shape.units, resident);
+    return shape.units <= resident && int64_t(setup.clusters[paired ? 1 : 0][splits]) * splits >= shape.units;
 }
 
 // Mma path: where a wave's splits cannot merge in clusters (more than a cluster holds, or

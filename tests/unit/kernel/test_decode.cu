@@ -132,6 +132,7 @@ TEST(DecodeClusters, SplitsMergeInAClusterWhereTheClustersHoldTheWave) {
     EXPECT_EQ(fmha::decode::cluster_fallback<Mma>(problem(2, 8, 1, 4096), setup, 8, 132), 5);
     EXPECT_EQ(fmha::decode::cluster_fallback<Mma>(problem(8, 8, 1, 4096), setup, 2, 132), 2);
     EXPECT_TRUE(clustered(problem(8, 8, 1, 8192), false));    // 2 splits of 4096 keys
+    EXPECT_FALSE(clustered(problem(24, 8, 1, 8192), false));  // 384 CTAs of 4096 keys: three waves
     EXPECT_FALSE(clustered(problem(8, 8, 1, 8193), false));   // longer: the merge is a small share
     setup.clusters[0][2] = 60;                                // a part with fewer whole pairs of SMs
     EXPECT_FALSE(clustered(problem(8, 8, 1, 4096), false));
