@@ -21,20 +21,30 @@ inline bool compiled_for_clusters(const void* fn) {
     return attr.ptxVersion >= 90;
 }
 
-// Clusters of n CTAs (threads, smem bytes each) resident at once on the device; 0 when the
-// device has no clusters of n (the query's error is cleared).
-inline int max_active_clusters(const void* fn, int threads, int smem, int n) {
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(static_cast<unsigned>(n));
-    config.blockDim = dim3(static_cast<unsigned>(threads));
-    config.dynamicSmemBytes = static_cast<size_t>(smem);
-    cudaLaunchAttribute attr{};
+// The launch configuration of `blocks` CTAs (threads, smem bytes each) in clusters of n
+// consecutive CTAs; `attr` receives the cluster shape and must outlive the configuration.
+inline cudaLaunchConfig_t cluster_config(unsigned blocks, int threads, int smem, int n, cudaStream_t stream,
+                                         cudaLaunchAttribute& attr) {
+    attr = cudaLaunchAttribute{};
     attr.id = cudaLaunchAttributeClusterDimension;
     attr.val.clusterDim.x = static_cast<unsigned>(n);
     attr.val.clusterDim.y = 1;
     attr.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(blocks);
+    config.blockDim = dim3(static_cast<unsigned>(threads));
+    config.dynamicSmemBytes = static_cast<size_t>(smem);
+    config.stream = stream;
     config.attrs = &attr;
     config.numAttrs = 1;
+    return config;
+}
+
+// Clusters of n CTAs (threads, smem bytes each) resident at once on the device; 0 when the
+// device has no clusters of n (the query's error is cleared).
+inline int max_active_clusters(const void* fn, int threads, int smem, int n) {
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t config = cluster_config(static_cast<unsigned>(n), threads, smem, n, nullptr, attr);
     int clusters = 0;
     if (cudaOccupancyMaxActiveClusters(&clusters, fn, &config) != cudaSuccess) {
         cudaGetLastError();
@@ -48,18 +58,8 @@ inline int max_active_clusters(const void* fn, int threads, int smem, int n) {
 template <typename... Expected, typename... Actual>
 cudaError_t launch_clusters(void (*kernel)(Expected...), unsigned blocks, int threads, int smem, int n,
                             cudaStream_t stream, Actual&&... args) {
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(blocks);
-    config.blockDim = dim3(static_cast<unsigned>(threads));
-    config.dynamicSmemBytes = static_cast<size_t>(smem);
-    config.stream = stream;
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = static_cast<unsigned>(n);
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    config.attrs = &attr;
-    config.numAttrs = 1;
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t config = cluster_config(blocks, threads, smem, n, stream, attr);
     return cudaLaunchKernelEx(&config, kernel, static_cast<Actual&&>(args)...);
 }
 
