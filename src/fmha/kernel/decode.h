@@ -269,15 +269,15 @@ FMHA_DEVICE int live_splits(const Params& p, const Shape& shape, int b) {
 }
 
 // Where one query row's split partials are read from by merge_chunk: Params::workspace
-// (fp32 [split][dv] O and [split] (max, sum), through L2) ...
+// (fp32 [split][kDv] O and [split] (max, sum), through L2) ...
+template <int kDv>
 struct GlobalPartials {
-    const float* o;    // split 0's O at the chunk's first column; split s at s * kHeadDimV
+    const float* o;    // split 0's O at the chunk's first column; split s at s * kDv
     const float2* ml;  // split 0's (max, sum)
-    int dv;
     FMHA_DEVICE float max_of(int s) const { return __ldcg(&ml[s].x); }
     FMHA_DEVICE float2 ml_of(int s) const { return __ldcg(ml + s); }
     FMHA_DEVICE float4 o_of(int s, int half) const {
-        return __ldcg(reinterpret_cast<const float4*>(o + int64_t(s) * dv) + half);
+        return __ldcg(reinterpret_cast<const float4*>(o + int64_t(s) * kDv) + half);
     }
 };
 
@@ -364,10 +364,9 @@ FMHA_DEVICE void combine_chunk(const Params& p, const Shape& shape, int splits, 
     const int64_t item_rows = int64_t(p.b) * p.h_kv * shape.row_tiles * Tr::kRows;
     const int64_t item_row = int64_t(item) * shape.row_tiles * Tr::kRows + row;
     const float* base = partials<Tr>(p, shape);
-    const GlobalPartials part{base + item_row * splits * Tr::kHeadDimV + chunk * kElemsPerChunk,
-                              reinterpret_cast<const float2*>(base + item_rows * splits * Tr::kHeadDimV) +
-                                  item_row * splits,
-                              Tr::kHeadDimV};
+    const GlobalPartials<Tr::kHeadDimV> part{base + item_row * splits * Tr::kHeadDimV + chunk * kElemsPerChunk,
+                                             reinterpret_cast<const float2*>(base + item_rows * splits * Tr::kHeadDimV) +
+                                                 item_row * splits};
     merge_chunk<Tr>(p, shape, item, row, chunk, live, q_off, part);
 }
 
@@ -1236,10 +1235,12 @@ inline bool cluster_splits(const Params& p, const MmaSetup& setup, int splits, b
 // the CTAs cannot draw its bandwidth (bench/NOTES.md §31). Fewer than half: not measured.
 template <class Tr>
 inline int cluster_fallback(const Params& p, const MmaSetup& setup, int splits, int sms) {
-    if (!Tr::kFusedMerge || splits < 2 || cluster_splits<Tr>(p, setup, splits, false, sms)) return splits;
-    for (int s = std::min(splits - 1, kernel::kMaxCluster); s >= std::max(2, (splits + 1) / 2); --s) {
-        if (make_shape<Tr>(p, s).keys_per_split > kMmaFallbackMaxKeys) break;  // fewer splits: longer
-        if (cluster_splits<Tr>(p, setup, s, false, sms)) return s;
+    if constexpr (Tr::kFusedMerge) {  // (else no clusters; a plain `if` leaves the loop unreachable: a warning)
+        if (splits < 2 || cluster_splits<Tr>(p, setup, splits, false, sms)) return splits;
+        for (int s = std::min(splits - 1, kernel::kMaxCluster); s >= std::max(2, (splits + 1) / 2); --s) {
+            if (make_shape<Tr>(p, s).keys_per_split > kMmaFallbackMaxKeys) break;  // fewer splits: longer
+            if (cluster_splits<Tr>(p, setup, s, false, sms)) return s;
+        }
     }
     return splits;
 }
