@@ -14,7 +14,7 @@ Timing: fmha.exe times itself (-skip-checks, -runs back-to-back launches after
 -warm-up-runs, one input set, CUDA events); ours is the median of --ours-repeats such runs.
 SDPA: CUDA events around back-to-back launches after warm-up ones, the median of --repeats
 measurements. Both take the same burst: about
-MEASURE_MS of timed launches (at most --runs) after warm-up ones that stop past WARM_UP_MS
+MEASURE_MS (--measure-ms) of timed launches (at most --runs) after warm-up ones that stop past WARM_UP_MS
 (`burst`); for ours a one-launch probe run gives the call's length where it may be long
 (a GPU at its power limit clocks down within tens of ms, so a longer burst reads slower:
 bench/NOTES.md §24); inputs randn [b, h, s, d],
@@ -53,7 +53,8 @@ BACKENDS = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION", "efficient":
 FMHA_TIMEOUT_S = 300      # one fmha.exe run; less when --time-budget has less left
 MIN_FMHA_TIMEOUT_S = 10
 # A measurement aims at this many milliseconds of back-to-back launches (at most --runs
-# launches, at least one), so a 20 ms decode call does not take 20 x 10 launches per backend.
+# launches, at least one), so a 20 ms decode call does not take 20 x 10 launches per backend
+# (the default of --measure-ms).
 MEASURE_MS = 25.0
 WARM_UP_MS = 200.0      # stop warming up early past this, after at least two launches
 SPIN_CYCLES = 4_000_000  # ~2 ms of GPU spin before each measurement: covers enqueueing its launches
@@ -64,20 +65,20 @@ PROBE_ABOVE_FLOPS = 50e12   # FLOP/s
 PROBE_ABOVE_BYTES = 200e9   # bytes/s
 
 
-def needs_probe(p: Problem, dtype: str, runs: int) -> bool:
-    """Whether `runs` launches of p might take longer than MEASURE_MS even for a backend as
+def needs_probe(p: Problem, dtype: str, runs: int, measure_ms: float = MEASURE_MS) -> bool:
+    """Whether `runs` launches of p might take longer than measure_ms even for a backend as
     slow as PROBE_ABOVE_FLOPS / PROBE_ABOVE_BYTES (then ours is probed for its length)."""
     slowest_us = max(p.flop() / PROBE_ABOVE_FLOPS, p.bytes(DTYPES[dtype].bytes) / PROBE_ABOVE_BYTES) * 1e6
-    return runs > 1 and runs * slowest_us > MEASURE_MS * 1e3
+    return runs > 1 and runs * slowest_us > measure_ms * 1e3
 
 
-def burst(us_per_call: float, runs: int, warm_up: int) -> tuple[int, int]:
+def burst(us_per_call: float, runs: int, warm_up: int, measure_ms: float = MEASURE_MS) -> tuple[int, int]:
     """(timed, warm-up) launches of one measurement of a call this long, the rule SDPA's
-    measurement follows (median_us_per_call): about MEASURE_MS of timed launches, at most
+    measurement follows (median_us_per_call): about measure_ms of timed launches, at most
     `runs`, at least one; warm-up launches up to `warm_up` (at least two) while under
     WARM_UP_MS."""
     us = max(us_per_call, 1e-3)
-    timed = max(1, min(runs, int(MEASURE_MS * 1e3 / us)))
+    timed = max(1, min(runs, int(measure_ms * 1e3 / us)))
     warm = max(2, min(max(warm_up, 2), int(WARM_UP_MS * 1e3 / us) + 1))
     return timed, warm
 
@@ -109,7 +110,7 @@ def median_of_runs(measure: Callable[[], tuple[dict | None, str]], repeats: int)
 
 
 def fmha_timer(exe: Path, extra: list[str], runs: int, warm_up: int, deadline: float | None = None,
-               repeats: int = 1) -> Timer:
+               repeats: int = 1, measure_ms: float = MEASURE_MS) -> Timer:
     import pytest  # fmha_test.py skips itself with pytest's exception where no manifest is found
     try:
         from fmha_test import parse_output, run_fmha
@@ -135,11 +136,11 @@ def fmha_timer(exe: Path, extra: list[str], runs: int, warm_up: int, deadline: f
 
     def time_ours(p: Problem, dtype: str) -> Timing:
         timed, warm = runs, warm_up
-        if needs_probe(p, dtype, runs):  # may be long: SDPA's burst for its length
+        if needs_probe(p, dtype, runs, measure_ms):  # may be long: SDPA's burst for its length
             fields, why = run(p, dtype, 1, 1)
             if fields is None:
                 return Timing(NAN, why)
-            timed, warm = burst(float(fields["us"]), runs, warm_up)
+            timed, warm = burst(float(fields["us"]), runs, warm_up, measure_ms)
         fields, why = median_of_runs(lambda: run(p, dtype, timed, warm), repeats)
         if fields is None:
             return Timing(NAN, why)
@@ -156,7 +157,7 @@ def fmha_timer(exe: Path, extra: list[str], runs: int, warm_up: int, deadline: f
 # PyTorch SDPA
 
 def median_us_per_call(torch, launch: Callable[[int], None], max_launches: int, repeats: int,
-                       warm_up: int) -> float:
+                       warm_up: int, measure_ms: float = MEASURE_MS) -> float:
     """Median over `repeats` measurements of back-to-back launches, CUDA events around each."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     begun = time.perf_counter()
@@ -169,7 +170,7 @@ def median_us_per_call(torch, launch: Callable[[int], None], max_launches: int, 
     launch(0)
     end.record()
     end.synchronize()
-    launches, _ = burst(start.elapsed_time(end) * 1e3, max_launches, warm_up)
+    launches, _ = burst(start.elapsed_time(end) * 1e3, max_launches, warm_up, measure_ms)
     times = []
     for _ in range(repeats):
         torch.cuda._sleep(SPIN_CYCLES)  # the launches below are all queued before `start` fires
@@ -203,7 +204,7 @@ def refusal(who: str, error: Exception, caught: list) -> str:
     return " / ".join(reasons)[:240]
 
 
-def sdpa_timer(torch, who: str, runs: int, repeats: int, warm_up: int) -> Timer:
+def sdpa_timer(torch, who: str, runs: int, repeats: int, warm_up: int, measure_ms: float = MEASURE_MS) -> Timer:
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -217,7 +218,7 @@ def sdpa_timer(torch, who: str, runs: int, repeats: int, warm_up: int) -> Timer:
             warnings.simplefilter("always")
             try:
                 with sdpa_kernel([backend]):
-                    return median_us_per_call(torch, launch, runs, repeats, warm_up), ""
+                    return median_us_per_call(torch, launch, runs, repeats, warm_up, measure_ms), ""
             except torch.cuda.OutOfMemoryError:
                 return NAN, "out of memory"
             except RuntimeError as error:  # refused shape, dtype or GPU; a failed launch
@@ -334,9 +335,9 @@ def run_context(torch, args) -> dict:
             "ours": f"median of {args.ours_repeats} runs of {args.exe.name} -skip-checks -runs {args.runs} "
                     f"-warm-up-runs {args.warm_up_runs} {args.fmha_args}".strip()
                     + " (its own CUDA-event timing of back-to-back launches; "
-                    f"as for SDPA, fewer where {args.runs} would pass {MEASURE_MS:.0f} ms: a 1-launch probe run sets them)",
+                    f"as for SDPA, fewer where {args.runs} would pass {args.measure_ms:g} ms: a 1-launch probe run sets them)",
             "sdpa": f"median of {args.repeats} measurements of up to {args.runs} back-to-back launches "
-                    f"(about {MEASURE_MS:.0f} ms each); GQA through enable_gqa, K/V expanded where a "
+                    f"(about {args.measure_ms:g} ms each); GQA through enable_gqa, K/V expanded where a "
                     "backend refuses it (see notes)"}
 
 
@@ -429,6 +430,17 @@ def plan(suites: list[Suite], dtypes: list[str]) -> list[tuple[Suite, str]]:
     return pairs
 
 
+def positive_ms(text: str) -> float:
+    """--measure-ms: a positive, finite number of milliseconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}")
+    if not (0 < value < math.inf):
+        raise argparse.ArgumentTypeError(f"must be a positive number of milliseconds: {text!r}")
+    return value
+
+
 def parse_args(argv):
     listing = "\n".join(f"  {s.name:7s} {report.count(len(s.problems), 'problem'):>12s}, {report.UNITS[s.metric]}"
                         f"{', ' + s.dtype + ' always' if s.dtype else ''}: {s.about}" for s in SUITES.values())
@@ -451,6 +463,10 @@ def parse_args(argv):
     parser.add_argument("--fmha-args", default="", help="extra fmha.exe flags, e.g. '-kernel NAME'")
     parser.add_argument("--runs", type=int, default=20, help="timed launches per measurement (SDPA: at most)")
     parser.add_argument("--warm-up-runs", type=int, default=10)
+    parser.add_argument("--measure-ms", type=positive_ms, default=MEASURE_MS, metavar="MS",
+                        help=f"each measurement, ours and SDPA alike: about MS of back-to-back launches, at "
+                             f"most --runs of them (default {MEASURE_MS:g}; a longer burst runs nearer the "
+                             "power limit: raise --runs with it)")
     parser.add_argument("--repeats", type=int, default=10, help="SDPA: measurements, median taken")
     parser.add_argument("--ours-repeats", type=int, default=3,
                         help="ours: fmha.exe runs (one measurement each), median taken")
@@ -479,8 +495,9 @@ def main(argv=None) -> int:
     context = run_context(torch, args)
     deadline = began + args.time_budget if args.time_budget else None
     timers = {"ours": fmha_timer(args.exe, shlex.split(args.fmha_args), args.runs, args.warm_up_runs, deadline,
-                                 args.ours_repeats),
-              **{who: sdpa_timer(torch, who, args.runs, args.repeats, args.warm_up_runs) for who in BACKENDS}}
+                                 args.ours_repeats, args.measure_ms),
+              **{who: sdpa_timer(torch, who, args.runs, args.repeats, args.warm_up_runs, args.measure_ms)
+                 for who in BACKENDS}}
     args.out.mkdir(parents=True, exist_ok=True)
     total = sum(len(suite.problems) for suite, _ in work)
     print(f"{context['gpu']}, driver {context['driver']}, torch {context['torch']}, cuDNN {context['cudnn']}; "

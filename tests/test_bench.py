@@ -390,6 +390,79 @@ def test_only_problems_that_may_pass_measure_ms_are_probed():
     assert run.needs_probe(decode, "fp16", 20) == (20 * decode.bytes(2) / run.PROBE_ABOVE_BYTES > 0.025)
 
 
+def test_measure_ms_sets_the_burst_and_the_probe_threshold():
+    assert run.burst(3400.0, 1000, 10, measure_ms=500) == (147, 10)   # 500 ms of 3.4 ms calls
+    assert run.burst(3400.0, 20, 10, measure_ms=500) == (20, 10)      # still at most --runs
+    assert run.burst(3400.0, 20, 10, measure_ms=run.MEASURE_MS) == run.burst(3400.0, 20, 10)
+    long = mha(1, 16, 16384, 128, False)               # one call at most 44 ms at 50 TFLOP/s
+    assert run.needs_probe(long, "bf16", 20)
+    assert not run.needs_probe(long, "bf16", 20, measure_ms=1000)     # 20 x 44 ms < 1 s
+
+
+def test_measure_ms_flag_defaults_to_measure_ms_and_rejects_non_positive():
+    _, args = run.parse_args([])
+    assert args.measure_ms == run.MEASURE_MS
+    _, args = run.parse_args(["--measure-ms", "500"])
+    assert args.measure_ms == 500.0
+    for bad in ("0", "-5", "inf", "nan", "x"):
+        with pytest.raises(SystemExit):
+            run.parse_args(["--measure-ms", bad])
+
+
+def test_ours_takes_the_burst_of_measure_ms(monkeypatch, tmp_path):
+    calls = []
+
+    def run_fmha(exe, args, timeout):  # a 3.4 ms call, whatever is asked
+        calls.append(int(args[args.index("-runs") + 1]))
+        return SimpleNamespace(returncode=0, stdout="", stderr="")
+
+    fake = SimpleNamespace(run_fmha=run_fmha, parse_output=lambda out: {"us": "3400", "tflops": "0", "kernel": "k"})
+    monkeypatch.setitem(__import__("sys").modules, "fmha_test", fake)
+    long = mha(1, 16, 16384, 128, False)
+    for measure_ms, runs, timed in ((run.MEASURE_MS, 20, 7), (500.0, 1000, 147)):
+        calls.clear()
+        timing = run.fmha_timer(tmp_path / "fmha.exe", [], runs, 10, measure_ms=measure_ms)(long, "bf16")
+        assert calls == [1, timed]  # the one-launch probe, then the burst
+        assert (timing.us, timing.kernel) == (3400.0, "k")
+
+
+def test_sdpa_takes_the_burst_of_measure_ms():
+    class FakeTorch:  # a clock that each launch advances by 3.4 ms
+        now = 0.0
+
+        class cuda:
+            class Event:
+                def __init__(self, enable_timing=True):
+                    self.at = 0.0
+
+                def record(self):
+                    self.at = FakeTorch.now
+
+                def synchronize(self):
+                    pass
+
+                def elapsed_time(self, end):
+                    return end.at - self.at
+
+            @staticmethod
+            def synchronize():
+                pass
+
+            @staticmethod
+            def _sleep(cycles):
+                pass
+
+    launches = []
+
+    def launch(i):
+        launches.append(i)
+        FakeTorch.now += 3.4
+
+    us = run.median_us_per_call(FakeTorch, launch, 1000, 3, 10, measure_ms=500)
+    assert us == pytest.approx(3400.0)
+    assert len(launches) == 10 + 1 + 3 * 147  # warm-up, the length probe, three bursts of 500 ms
+
+
 def test_ours_is_the_median_run_and_a_failure_ends_it():
     times = iter([30.0, 10.0, 20.0, 40.0])
     calls = []
@@ -425,3 +498,7 @@ def test_ours_repeats_flag_defaults_to_three_and_is_named_in_the_results_header(
     monkeypatch.setattr(run, "nvidia_smi", lambda *query: ["driver"])
     monkeypatch.setattr(run, "cudnn_version", lambda torch: "9")
     assert run.run_context(FakeTorch, args)["ours"].startswith("median of 5 runs of fmha.exe -skip-checks")
+    assert "(about 25 ms each)" in run.run_context(FakeTorch, args)["sdpa"]
+    _, args = run.parse_args(["--measure-ms", "500"])
+    assert "(about 500 ms each)" in run.run_context(FakeTorch, args)["sdpa"]
+    assert "would pass 500 ms" in run.run_context(FakeTorch, args)["ours"]
