@@ -1276,20 +1276,29 @@ cudaError_t launch_short(const Params& p, const Shape& shape, cudaStream_t strea
     return cudaSuccess;
 }
 
-// Splits of either path for this problem on this device, within workspace_bytes; and, when
-// `paired` is given (mma path), whether the launch runs two CTAs to an SM (pair_up).
+// How a launch runs this problem on this device: the key splits of either path within
+// workspace_bytes and, on the mma path, whether two CTAs share an SM (pair_up) and whether a
+// tile's splits form a cluster (cluster_splits), decided once from one SM count and setup.
+struct LaunchPlan {
+    int splits = 1;
+    bool paired = false;
+    bool clustered = false;
+};
+
 template <class Tr>
-inline cudaError_t choose_splits(const Params& p, size_t workspace_bytes, int* splits, bool* paired = nullptr) {
+inline cudaError_t plan_launch(const Params& p, size_t workspace_bytes, LaunchPlan* plan) {
     int sms = 0;
     cudaError_t err = kernel::sm_count(p, &sms);
     if (err != cudaSuccess) return err;
     if constexpr (Tr::kMma) {
-        const MmaSetup setup = mma_setup<Tr>();
+        const MmaSetup& setup = mma_setup<Tr>();
         if (setup.err != cudaSuccess) return setup.err;
-        *splits = cluster_fallback<Tr>(p, setup, choose_splits_mma<Tr>(p, sms, setup.ctas_per_sm, workspace_bytes), sms);
-        if (paired != nullptr) *paired = pair_up<Tr>(p, *splits, sms, setup.ctas_per_sm);
+        plan->splits =
+            cluster_fallback<Tr>(p, setup, choose_splits_mma<Tr>(p, sms, setup.ctas_per_sm, workspace_bytes), sms);
+        plan->paired = pair_up<Tr>(p, plan->splits, sms, setup.ctas_per_sm);
+        plan->clustered = cluster_splits<Tr>(p, setup, plan->splits, plan->paired, sms);
     } else {
-        *splits = choose_splits_warp<Tr>(p, sms, workspace_bytes);
+        plan->splits = choose_splits_warp<Tr>(p, sms, workspace_bytes);
     }
     return cudaSuccess;
 }
@@ -1333,7 +1342,7 @@ inline bool launch_one_head(const Params& p) {
     static_assert(Tr::kMma && Tr::kHeads > 1, "only a tile of several heads has a one-head sibling to run");
     int sms = 0;
     if (kernel::sm_count(p, &sms) != cudaSuccess) return false;
-    const MmaSetup setup = mma_setup<typename Tr::OneHead>();
+    const MmaSetup& setup = mma_setup<typename Tr::OneHead>();
     return setup.err == cudaSuccess && one_head_fits<Tr>(p, sms, setup.ctas_per_sm);
 }
 
@@ -1344,12 +1353,12 @@ size_t workspace_bytes(const Params& p) {
     if constexpr (Tr::kMma && Tr::kHeads > 1) {
         if (launch_one_head<Tr>(p)) return workspace_bytes<typename Tr::OneHead>(p);
     }
-    int splits = 1;
-    if (choose_splits<Tr>(p, SIZE_MAX, &splits) != cudaSuccess) {  // the launch reports it
+    LaunchPlan plan;
+    if (plan_launch<Tr>(p, SIZE_MAX, &plan) != cudaSuccess) {  // the launch reports it
         cudaGetLastError();
         return 0;
     }
-    return splits > 1 ? partial_bytes<Tr>(p, splits) : 0;
+    return plan.splits > 1 ? partial_bytes<Tr>(p, plan.splits) : 0;
 }
 
 // Returns cudaErrorInvalidValue without launching when the problem does not fit this
@@ -1365,10 +1374,10 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
     if constexpr (Tr::kMma && Tr::kHeads > 1) {
         if (launch_one_head<Tr>(p)) return launch<typename Tr::OneHead>(p, stream);
     }
-    int splits = 1;
-    bool paired = false;
-    const cudaError_t err = choose_splits<Tr>(p, p.workspace != nullptr ? p.workspace_bytes : 0, &splits, &paired);
+    LaunchPlan plan;
+    const cudaError_t err = plan_launch<Tr>(p, p.workspace != nullptr ? p.workspace_bytes : 0, &plan);
     if (err != cudaSuccess) return err;
+    const int splits = plan.splits;
     const Shape shape = make_shape<Tr>(p, splits);
     const int64_t combine_threads =
         int64_t(p.b) * p.h_kv * shape.row_tiles * Tr::kRows * (Tr::kHeadDimV / kElemsPerChunk);
@@ -1376,18 +1385,13 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
     if (combine_threads > INT32_MAX || shape.units > INT32_MAX) return cudaErrorInvalidValue;
     if constexpr (Tr::kMma) {
         const auto blocks = static_cast<unsigned>(shape.units);
-        int sms = 0;
-        cudaError_t e = kernel::sm_count(p, &sms);
-        if (e != cudaSuccess) return e;
-        const MmaSetup& setup = mma_setup<Tr>();
-        const bool clustered = cluster_splits<Tr>(p, setup, splits, paired, sms);
-        const int smem = paired ? Tr::kSmemBytes : Tr::kSoloSmemBytes;
-        e = kernel::with_variant(
+        const int smem = plan.paired ? Tr::kSmemBytes : Tr::kSoloSmemBytes;
+        const cudaError_t e = kernel::with_variant(
             p,
             [&](auto kind, auto mod) {
                 constexpr mask::Kind kKind = decltype(kind)::value;
                 constexpr softmax::ScoreMod kMod = decltype(mod)::value;
-                if (clustered) {
+                if (plan.clustered) {
                     return kernel::launch_clusters(&decode_mma_kernel<Tr, kKind, kMod>, blocks, Tr::kThreads, smem,
                                                    splits, stream, p, splits);
                 }
