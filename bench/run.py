@@ -45,7 +45,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # `bench` as a package; fmha_test.py holds the one parser of fmha.exe's output
 
 from bench import report  # noqa: E402
-from bench.suites import ALL, DTYPES, SUITES, Problem, Suite, select  # noqa: E402
+from bench.suites import ALL, DTYPES, SUITES, Problem, Suite, only, select  # noqa: E402
 from bench.perf_baseline import gpu_slug  # noqa: E402  (results and baselines share one name rule)
 
 NAN = float("nan")
@@ -455,6 +455,9 @@ def parse_args(argv):
                         help="for suites without their own dtype (default fp16); several run each")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results", help="where every file goes")
     parser.add_argument("--tar", type=Path, help="also pack the files this run wrote into this .tar.gz")
+    parser.add_argument("--only", nargs="+", default=[], metavar="GLOB",
+                        help="run only the problems whose label (as --list prints it) matches one of these "
+                             "globs, e.g. 'b=64 *' 'b=8 *d=64'; the cut suite is written as <suite>-part")
     parser.add_argument("--list", action="store_true", help="print the problems and exit (no GPU needed)")
     parser.add_argument("--time-budget", type=float, metavar="S",
                         help="seconds from start; problems not begun by then are recorded as skipped "
@@ -476,7 +479,10 @@ def parse_args(argv):
 def main(argv=None) -> int:
     began = time.monotonic()
     parser, args = parse_args(argv)
-    work = plan(select(args.suite), args.dtype)
+    suites = only(select(args.suite), args.only)
+    if not suites:
+        parser.error(f"--only {' '.join(args.only)}: no problem of {', '.join(args.suite)} matches")
+    work = plan(suites, args.dtype)
     if args.list:
         for suite, dtype in work:
             print(f"{suite.name} ({dtype}, {report.count(len(suite.problems), 'problem')}): {suite.about}")

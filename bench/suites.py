@@ -7,7 +7,8 @@ plots use.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
+from fnmatch import fnmatchcase
 from itertools import product
 from typing import NamedTuple
 
@@ -227,3 +228,19 @@ def select(names: list[str]) -> list[Suite]:
             if suite not in chosen:
                 chosen.append(suite)
     return chosen
+
+
+def only(suites: list[Suite], globs: list[str]) -> list[Suite]:
+    """Each suite cut to the problems whose label (Problem.label(), as --list prints it)
+    matches one of `globs` (fnmatch, case-sensitive); a suite left with none is dropped. A cut
+    suite is named `<name>-part` and says which globs chose it, so its files stand apart from
+    the whole suite's."""
+    if not globs:
+        return suites
+    cut = []
+    for suite in suites:
+        kept = tuple(p for p in suite.problems if any(fnmatchcase(p.label(), g) for g in globs))
+        if kept:
+            cut.append(replace(suite, name=f"{suite.name}-part", problems=kept,
+                               about=f"the problems matching {' or '.join(repr(g) for g in globs)} of: {suite.about}"))
+    return cut

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from bench import report, run
-from bench.suites import ALL, DTYPES, SUITES, Problem, mha, select
+from bench.suites import ALL, DTYPES, SUITES, Problem, mha, only, select
 
 NAN = float("nan")
 
@@ -119,6 +119,29 @@ def test_select_all_and_plan():
     assert [s.name for s in select(["fa3", ALL])] == ["fa3", *(n for n in SUITES if n != "fa3")]
     fa3, seed = SUITES["fa3"], SUITES["seed"]
     assert run.plan([fa3, seed], ["fp16", "bf16"]) == [(fa3, "fp16"), (fa3, "bf16"), (seed, "bf16")]
+
+
+def test_only_cuts_each_suite_to_the_labels_a_glob_matches():
+    decode, readme = SUITES["decode"], SUITES["readme"]
+    assert only([decode, readme], []) == [decode, readme]  # no glob: every problem
+    [cut] = only([decode, readme], ["b=64 *d=64", "b=8 h=32/8 s=1/4096 d=128"])
+    assert cut.name == "decode-part" and cut.metric == "gbs" and cut.dtype is None
+    assert [p.label() for p in cut.problems] == [
+        "b=8 h=32/8 s=1/4096 d=128", "b=64 h=32/8 s=1/4096 d=64", "b=64 h=32/8 s=1/16384 d=64",
+        "b=64 h=32/8 s=1/65536 d=64"]  # the suite's order; readme matched nothing and is dropped
+    assert "'b=64 *d=64'" in cut.about and cut.about.endswith(decode.about)
+    assert only([decode], ["B=64 *"]) == []  # case-sensitive, as the labels are written
+    assert SUITES["decode"] is decode and len(decode.problems) == 29  # the suite itself is untouched
+
+
+def test_only_flag_lists_the_cut_and_rejects_a_glob_that_matches_nothing(capsys):
+    assert run.main(["--suite", "decode", "--only", "b=64 *paged=16", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("decode-part (fp16, 1 problem):") and "-tokens-per-block 16" in out
+    with pytest.raises(SystemExit) as exit_info:
+        run.main(["--suite", "decode", "--only", "b=7 *", "--list"])
+    assert exit_info.value.code == 2
+    assert "no problem of decode matches" in capsys.readouterr().err
 
 
 def test_help_lists_every_suite():
