@@ -11,8 +11,9 @@ namespace kernel {
 constexpr int kMaxCluster = 8;  // CTAs a cluster may hold on every SM90 part (portable size)
 
 // Whether `fn`'s code for the current device was compiled for SM90 or newer, where
-// memory::cluster_* are real (code JIT-compiled from older PTX stands for one-CTA clusters).
-inline bool compiled_for_clusters(const void* fn) {
+// memory::cluster_* are real (code JIT-compiled from older PTX stands for one-CTA clusters)
+// and so is programmatic dependent launch (dependent_launch.h).
+inline bool compiled_for_sm90(const void* fn) {
     cudaFuncAttributes attr{};
     if (cudaFuncGetAttributes(&attr, fn) != cudaSuccess) {
         cudaGetLastError();

@@ -32,6 +32,8 @@
 // warps' (max, sum, O) are merged through shared memory. Splits fill one wave of resident
 // CTAs (choose_splits_mma), so every CTA streams the same number of keys, and the last CTA
 // of a tile merges the splits (arrival counters in Params::workspace; d = 256: combine_kernel).
+// Beyond one wave of CTAs (SM90) the launch is a dependent one (depend_on_previous): the next
+// grid's CTAs start while this one drains and wait for it before touching memory.
 //
 // Numerics (both paths) match the tensor-core families and the reference: scores in fp32
 // scaled by scale_bmm1 * log2(e), running max rounded up to an integer, P = exp2(score - max)
@@ -60,6 +62,7 @@
 #include <type_traits>
 
 #include "fmha/kernel/cluster_launch.h"
+#include "fmha/kernel/dependent_launch.h"
 #include "fmha/kernel/launch_checks.h"
 #include "fmha/mask/mask.h"
 #include "fmha/memory/cluster_sm90.h"
@@ -838,6 +841,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __gri
     constexpr int R = Tr::kRows;
     constexpr int H = Tr::kHeads;
     extern __shared__ __align__(128) char smem[];
+    // A dependent launch (depend_on_previous): nothing global before the grid ahead is done;
+    // the grid behind may launch once every CTA has started.
+    kernel::wait_for_prerequisites();
+    kernel::allow_dependents();
     const Shape shape = make_shape<Tr>(p, splits);
     const int tid = threadIdx.x;
     const int lane = tid % kWarpSize;
@@ -1179,14 +1186,16 @@ struct MmaSetup {
     // Clusters of n CTAs resident at once, solo ([0]: kSoloSmemBytes) and paired ([1]:
     // kSmemBytes); all 0 where the kernel's code has no clusters (before SM90).
     int clusters[2][kernel::kMaxCluster + 1];
+    bool sm90;  // the kernel's code is SM90's: programmatic dependent launch is real
 };
 
 template <class Tr>
 const MmaSetup& mma_setup() {
     static const MmaSetup setup = [] {
-        MmaSetup s{cudaSuccess, 1, 1, {}};
+        MmaSetup s{cudaSuccess, 1, 1, {}, false};
         const void* padding = mma_fn<Tr, mask::Kind::kPadding, softmax::ScoreMod::kNone>();
-        const bool clusters = Tr::kFusedMerge && kernel::compiled_for_clusters(padding);
+        s.sm90 = kernel::compiled_for_sm90(padding);
+        const bool clusters = Tr::kFusedMerge && s.sm90;
         kernel::for_each_variant([&](auto kind, auto mod) {
             const void* fn = mma_fn<Tr, decltype(kind)::value, decltype(mod)::value>();
             if (s.err == cudaSuccess && Tr::kSoloSmemBytes > 48 * 1024)
@@ -1276,13 +1285,30 @@ cudaError_t launch_short(const Params& p, const Shape& shape, cudaStream_t strea
     return cudaSuccess;
 }
 
+// Mma path: whether the launch is a dependent one (kernel::launch_dependent; SM90 code):
+// where its CTAs are more than one wave of resident CTAs. Every CTA allows the grid behind
+// at its start, so once this grid's last wave has started, the next grid's CTAs take the
+// slots this one frees and wait there: its launch and start overlap this grid's drain (H200,
+// b = 64 at 4k: -0.9 %; b = 128 at 4k, 64 at 2k and 16k: -0.4, -1.0, -0.1 % with the
+// allowance after a CTA's last loads; bench/NOTES.md §33). Not within one wave: the next
+// grid's first CTAs would take the free slots beside this grid's from the start, and its
+// later ones land two to an SM where a fresh launch puts one (b = 20 and 24 at 4k, 160 and
+// 192 CTAs on 264 slots: 13-35 % slower), nor in a nearly full one: d = 64, b = 64 at 4k
+// (256 CTAs on 264 slots) gained 0.4-0.6 %, but b = 8 at 64k read 1.0-1.4 % lower in the
+// run that allowed it there, not timed against its own launch without.
+inline bool depend_on_previous(int64_t ctas, int64_t resident, bool sm90) {
+    return sm90 && ctas > resident;
+}
+
 // How a launch runs this problem on this device: the key splits of either path within
-// workspace_bytes and, on the mma path, whether two CTAs share an SM (pair_up) and whether a
-// tile's splits form a cluster (cluster_splits), decided once from one SM count and setup.
+// workspace_bytes and, on the mma path, whether two CTAs share an SM (pair_up), whether a
+// tile's splits form a cluster (cluster_splits) and whether the launch overlaps the grid
+// ahead (depend_on_previous), decided once from one SM count and setup.
 struct LaunchPlan {
     int splits = 1;
     bool paired = false;
     bool clustered = false;
+    bool dependent = false;
 };
 
 template <class Tr>
@@ -1297,6 +1323,9 @@ inline cudaError_t plan_launch(const Params& p, size_t workspace_bytes, LaunchPl
             cluster_fallback<Tr>(p, setup, choose_splits_mma<Tr>(p, sms, setup.ctas_per_sm, workspace_bytes), sms);
         plan->paired = pair_up<Tr>(p, plan->splits, sms, setup.ctas_per_sm);
         plan->clustered = cluster_splits<Tr>(p, setup, plan->splits, plan->paired, sms);
+        const int64_t resident = int64_t(sms) * (plan->paired ? setup.paired_ctas_per_sm : setup.ctas_per_sm);
+        plan->dependent = !plan->clustered &&
+                          depend_on_previous(make_shape<Tr>(p, plan->splits).units, resident, setup.sm90);
     } else {
         plan->splits = choose_splits_warp<Tr>(p, sms, workspace_bytes);
     }
@@ -1394,6 +1423,10 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
                 if (plan.clustered) {
                     return kernel::launch_clusters(&decode_mma_kernel<Tr, kKind, kMod>, blocks, Tr::kThreads, smem,
                                                    splits, stream, p, splits);
+                }
+                if (plan.dependent) {
+                    return kernel::launch_dependent(&decode_mma_kernel<Tr, kKind, kMod>, blocks, Tr::kThreads, smem,
+                                                    stream, p, splits);
                 }
                 decode_mma_kernel<Tr, kKind, kMod><<<blocks, Tr::kThreads, smem, stream>>>(p, splits);
                 return cudaSuccess;

@@ -2,7 +2,7 @@
 // thread of the cluster, and loads from another CTA's shared memory (distributed shared
 // memory). Compiled for an architecture before SM90 they stand for a cluster of one CTA,
 // so a portable kernel can call them; its launcher must then not ask for a cluster
-// (kernel::compiled_for_clusters says whether the kernel's code has them).
+// (kernel::compiled_for_sm90 says whether the kernel's code has them).
 #pragma once
 
 #include <cstdint>

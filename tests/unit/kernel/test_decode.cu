@@ -1,8 +1,9 @@
 // src/fmha/kernel/decode.h, host side: the mma path's split choice (one wave of resident
 // CTAs, never more; beyond one wave, a last wave mostly busy; no split under
 // kMmaMinKeysPerSplit keys; within the workspace), when short CTAs beyond one wave share an
-// SM (pair_up), when a tile's splits merge in a cluster (cluster_splits), the units' KV head
-// groups, and the workspace layout (arrival counters first, 256-byte aligned, then the
+// SM (pair_up), when a tile's splits merge in a cluster (cluster_splits), when a launch
+// overlaps the grid ahead (depend_on_previous), the units' KV head groups, and the workspace
+// layout (arrival counters first, 256-byte aligned, then the
 // partials).
 #include "fmha/kernel/decode.h"
 #include "unit_test.h"
@@ -72,6 +73,15 @@ TEST(DecodeSplits, ShortCtasBeyondOneWaveShareAnSm) {
     EXPECT_LE(2 * (Mma64::kSmemBytes + 1024), 228 * 1024);
     EXPECT_GT(2 * (Mma64::kSoloSmemBytes + 1024), 228 * 1024);
     EXPECT_LE(2 * (Mma32::kSmemBytes + 1024), 228 * 1024);
+}
+
+TEST(DecodeLaunch, DependentBeyondOneWaveOfSm90Code) {
+    using fmha::decode::depend_on_previous;
+    EXPECT_TRUE(depend_on_previous(512, 264, true));    // b = 64 at 4k: two paired waves
+    EXPECT_TRUE(depend_on_previous(265, 264, true));
+    EXPECT_FALSE(depend_on_previous(264, 264, true));   // one wave, full
+    EXPECT_FALSE(depend_on_previous(160, 264, true));   // b = 20 at 4k: a wave with free slots
+    EXPECT_FALSE(depend_on_previous(512, 264, false));  // code from before SM90: no such launch
 }
 
 TEST(DecodeHeads, UnitsCoverTheKvHeadsInGroups) {
