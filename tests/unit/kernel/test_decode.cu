@@ -3,8 +3,7 @@
 // kMmaMinKeysPerSplit keys; within the workspace), when short CTAs beyond one wave share an
 // SM (pair_up), when a tile's splits merge in a cluster (cluster_splits), when a launch
 // overlaps the grid ahead (depend_on_previous), the units' KV head groups, and the workspace
-// layout (arrival counters first, 256-byte aligned, then the
-// partials).
+// layout (arrival counters first, 256-byte aligned, then the partials).
 #include "fmha/kernel/decode.h"
 #include "unit_test.h"
 
