@@ -22,6 +22,20 @@ inline bool compiled_for_sm90(const void* fn) {
     return attr.ptxVersion >= 90;
 }
 
+// The launch configuration of `blocks` CTAs (threads, smem bytes each) with one launch
+// attribute, `attr`, which must outlive the configuration (cudaLaunchKernelEx).
+inline cudaLaunchConfig_t config_with(unsigned blocks, int threads, int smem, cudaStream_t stream,
+                                      const cudaLaunchAttribute& attr) {
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(blocks);
+    config.blockDim = dim3(static_cast<unsigned>(threads));
+    config.dynamicSmemBytes = static_cast<size_t>(smem);
+    config.stream = stream;
+    config.attrs = const_cast<cudaLaunchAttribute*>(&attr);
+    config.numAttrs = 1;
+    return config;
+}
+
 // The launch configuration of `blocks` CTAs (threads, smem bytes each) in clusters of n
 // consecutive CTAs; `attr` receives the cluster shape and must outlive the configuration.
 inline cudaLaunchConfig_t cluster_config(unsigned blocks, int threads, int smem, int n, cudaStream_t stream,
@@ -31,14 +45,7 @@ inline cudaLaunchConfig_t cluster_config(unsigned blocks, int threads, int smem,
     attr.val.clusterDim.x = static_cast<unsigned>(n);
     attr.val.clusterDim.y = 1;
     attr.val.clusterDim.z = 1;
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(blocks);
-    config.blockDim = dim3(static_cast<unsigned>(threads));
-    config.dynamicSmemBytes = static_cast<size_t>(smem);
-    config.stream = stream;
-    config.attrs = &attr;
-    config.numAttrs = 1;
-    return config;
+    return config_with(blocks, threads, smem, stream, attr);
 }
 
 // Clusters of n CTAs (threads, smem bytes each) resident at once on the device; 0 when the

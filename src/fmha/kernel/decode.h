@@ -1187,6 +1187,11 @@ struct MmaSetup {
     // kSmemBytes); all 0 where the kernel's code has no clusters (before SM90).
     int clusters[2][kernel::kMaxCluster + 1];
     bool sm90;  // the kernel's code is SM90's: programmatic dependent launch is real
+
+    // CTAs resident at once on `sms` SMs, paired (kSmemBytes) or solo (kSoloSmemBytes).
+    int64_t resident(int sms, bool paired) const {
+        return int64_t(sms) * (paired ? paired_ctas_per_sm : ctas_per_sm);
+    }
 };
 
 template <class Tr>
@@ -1232,8 +1237,7 @@ inline bool cluster_splits(const Params& p, const MmaSetup& setup, int splits, b
     if (!Tr::kFusedMerge || splits < 2 || splits > kernel::kMaxCluster) return false;
     const Shape shape = make_shape<Tr>(p, splits);
     if (shape.keys_per_split > kMmaClusterMaxKeys) return false;
-    const int64_t resident = int64_t(sms) * (paired ? setup.paired_ctas_per_sm : setup.ctas_per_sm);
-    return shape.units <= resident && int64_t(setup.clusters[paired ? 1 : 0][splits]) * splits >= shape.units;
+    return shape.units <= setup.resident(sms, paired) && int64_t(setup.clusters[paired ? 1 : 0][splits]) * splits >= shape.units;
 }
 
 // Mma path: where a wave's splits cannot merge in clusters (more than a cluster holds, or
@@ -1323,9 +1327,8 @@ inline cudaError_t plan_launch(const Params& p, size_t workspace_bytes, LaunchPl
             cluster_fallback<Tr>(p, setup, choose_splits_mma<Tr>(p, sms, setup.ctas_per_sm, workspace_bytes), sms);
         plan->paired = pair_up<Tr>(p, plan->splits, sms, setup.ctas_per_sm);
         plan->clustered = cluster_splits<Tr>(p, setup, plan->splits, plan->paired, sms);
-        const int64_t resident = int64_t(sms) * (plan->paired ? setup.paired_ctas_per_sm : setup.ctas_per_sm);
-        plan->dependent = !plan->clustered &&
-                          depend_on_previous(make_shape<Tr>(p, plan->splits).units, resident, setup.sm90);
+        plan->dependent = !plan->clustered && depend_on_previous(make_shape<Tr>(p, plan->splits).units,
+                                                                 setup.resident(sms, plan->paired), setup.sm90);
     } else {
         plan->splits = choose_splits_warp<Tr>(p, sms, workspace_bytes);
     }

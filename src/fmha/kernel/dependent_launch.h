@@ -9,6 +9,7 @@
 
 #include <cuda_runtime.h>
 
+#include "fmha/kernel/cluster_launch.h"  // config_with
 #include "fmha/utils.h"
 
 namespace fmha {
@@ -39,13 +40,7 @@ cudaError_t launch_dependent(void (*kernel)(Expected...), unsigned blocks, int t
     cudaLaunchAttribute attr{};
     attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr.val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(blocks);
-    config.blockDim = dim3(static_cast<unsigned>(threads));
-    config.dynamicSmemBytes = static_cast<size_t>(smem);
-    config.stream = stream;
-    config.attrs = &attr;
-    config.numAttrs = 1;
+    const cudaLaunchConfig_t config = config_with(blocks, threads, smem, stream, attr);
     return cudaLaunchKernelEx(&config, kernel, static_cast<Actual&&>(args)...);
 }
 
