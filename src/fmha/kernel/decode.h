@@ -1237,7 +1237,8 @@ inline bool cluster_splits(const Params& p, const MmaSetup& setup, int splits, b
     if (!Tr::kFusedMerge || splits < 2 || splits > kernel::kMaxCluster) return false;
     const Shape shape = make_shape<Tr>(p, splits);
     if (shape.keys_per_split > kMmaClusterMaxKeys) return false;
-    return shape.units <= setup.resident(sms, paired) && int64_t(setup.clusters[paired ? 1 : 0][splits]) * splits >= shape.units;
+    return shape.units <= setup.resident(sms, paired) &&
+           int64_t(setup.clusters[paired ? 1 : 0][splits]) * splits >= shape.units;
 }
 
 // Mma path: where a wave's splits cannot merge in clusters (more than a cluster holds, or
