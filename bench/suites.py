@@ -182,13 +182,15 @@ SUITES = {suite.name: suite for suite in (
           + tuple(Problem(b, 32, 8, 1, s, 128, False) for b, s in ((20, 4096), (20, 16384), (24, 4096), (24, 65536),
                                                                    (40, 16384)))
           + tuple(Problem(b, 32, 8, 1, s, 64, False) for b, s in product((8, 64), (4096, 16384, 65536)))
+          + tuple(Problem(b, 32, 8, 1, s, 64, False) for b, s in ((40, 4096), (48, 4096), (48, 16384)))
           + tuple(Problem(b, 32, 8, 1, 16384, 256, False) for b in (8, 64))
           + tuple(Problem(b, 32, 8, 1, s, 128, False, paged=t) for b, s, t in ((8, 16384, 16), (8, 16384, 128),
                                                                               (64, 4096, 16))),
           "s_q = 1 against a 2-token KV (b=30720, h 16/32, d 128/256) and a long GQA KV cache "
           "(b 1/8/64, h=32 over 8 KV heads, s 4k/16k/64k, d=128), ANCHORS.md's decode cases, three "
           "batches between one and four waves of units (b 20 at 4k/16k, 24 at 4k/64k, 40 at 16k), the "
-          "other head sizes of the long cache (d=64: b 8/64 at 4k/16k/64k; d=256: b 8/64 at 16k), and "
+          "other head sizes of the long cache (d=64: b 8/64 at 4k/16k/64k, and b 40/48 at 4k and 48 at 16k, "
+          "half to three quarters of a wave of one-head units; d=256: b 8/64 at 16k), and "
           "three of the long caches paged (blocks of 16 and 128 tokens; SDPA has no paged cache: "
           "the same problem's dense row is the comparison); a bandwidth problem, so GB/s (bytes "
           "really moved), next to the copy bandwidth measured in the same run"),

@@ -20,7 +20,7 @@ NAN = float("nan")
 
 def test_suite_sizes():
     assert {name: len(s.problems) for name, s in SUITES.items()} == {
-        "readme": 1, "fa3": 36, "seed": 6, "decode": 29, "variants": 14, "heads": 12, "grid": 48}
+        "readme": 1, "fa3": 36, "seed": 6, "decode": 32, "variants": 14, "heads": 12, "grid": 48}
 
 
 def test_variants_pair_each_window_and_cap_with_the_dense_problem():
@@ -131,7 +131,7 @@ def test_only_cuts_each_suite_to_the_labels_a_glob_matches():
         "b=64 h=32/8 s=1/65536 d=64"]  # the suite's order; readme matched nothing and is dropped
     assert "'b=64 *d=64'" in cut.about and cut.about.endswith(decode.about)
     assert only([decode], ["B=64 *"]) == []  # case-sensitive, as the labels are written
-    assert SUITES["decode"] is decode and len(decode.problems) == 29  # the suite itself is untouched
+    assert SUITES["decode"] is decode and len(decode.problems) == 32  # the suite itself is untouched
 
 
 def test_only_flag_lists_the_cut_and_rejects_a_glob_that_matches_nothing(capsys):
@@ -298,9 +298,9 @@ def test_panels_one_per_head_size_and_mask_split_where_b_or_h_vary():
     assert len(panels(rows_of("grid"))) == 2 * 2 * 2 * 2  # mask x d x b x h, 3 lengths each
     decode = panels(rows_of("decode"))
     # tiny KV by (d, h); long KV by b (b 1/8/64 over 3 lengths, b 20/24 two each, 40 one), d = 64
-    # by b (b 8/64 over 3 lengths), d = 256 by b (one length each), and the paged rows by (b,
-    # block size)
-    assert len(decode) == 4 + 3 + 3 + 2 + 2 + 3 and max(len(m) for _, m in decode) == 3
+    # by b (b 8/64 over 3 lengths, 40 one, 48 two), d = 256 by b (one length each), and the paged
+    # rows by (b, block size)
+    assert len(decode) == 4 + 3 + 3 + 4 + 2 + 3 and max(len(m) for _, m in decode) == 3
     for _, members in [*fa3, *decode]:  # a line never joins two problems at one s
         assert len({r["s"] for r in members}) == len(members)
 

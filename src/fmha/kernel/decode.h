@@ -22,7 +22,9 @@
 // KernelMeta::min_s_kv). Work unit = one CTA = (b, group of kHeads KV heads, 16-row tile of
 // each, key split): kHeads = 128 / d below d = 128 (2 at d = 64, 4 at d = 32), so a CTA reads
 // 256 contiguous bytes of a token, each head with its own m-tile; where the one-head units
-// fit one wave the launch runs MmaTraits::OneHead instead (one_head_fits). K and V stream
+// fit one wave the launch runs MmaTraits::OneHead instead (one_head_fits), and at d = 64
+// where they fill half to three quarters of a wave of four CTAs an SM over at most 16k keys,
+// MmaTraits::Quad: one head in 16 KB stages of 64 keys, four CTAs an SM (quad_fits). K and V stream
 // through a kStages-deep cp.async ring of blocks of kBlockN keys of every head (32 KB of K
 // and V a block: 64 keys, or 8192 / d of one head; d = 256: 64 keys, 64 KB), up to 96 KB, so
 // two CTAs can share an SM (pair_up says when they do); each warp takes a quarter of every
@@ -47,7 +49,8 @@
 //   warp path      kBlockM = kRows, query rows per warp unit: 1, 4 or 8; kBlockN keys per warp
 //                  step, a multiple of 256 / d; kWarpsM 1..8 independent warps, kWarpsN 1
 //   mma path       kBlockM 16 x kHeads (rows per CTA: 16 per KV head; kHeads 1 or 128 / d),
-//                  kBlockN keys per stage (kBlockN x kHeads = 8192 / d, 64 at d = 256),
+//                  kBlockN keys per stage (kBlockN x kHeads = 8192 / d, 64 at d = 256;
+//                  Quad 4096 / d),
 //                  kWarpsM 1, kWarpsN 4
 //   run time       s_q <= kMaxSq; every MaskType (bottom-right aligned); var-len q and kv
 //                  lengths; GQA/MQA; every layout (strides multiples of 8 elements); under
@@ -101,6 +104,13 @@ constexpr int kMmaClusterMaxKeys = 4096;
 // ... and a wave's splits are cut to fewer that merge in clusters (cluster_fallback) only where
 // those are at most this many keys.
 constexpr int kMmaFallbackMaxKeys = 1024;
+// d = 64: the four-an-SM Quad runs where its one-head units fill more than half and at most
+// kMmaQuadMaxFillQuarters quarters of its wave, over at most kMmaQuadMaxKeys keys. Fuller
+// waves even out the two-head tile's pairs (b = 56-64: Quad 0-5 % slower); over longer keys
+// an SM left with one two-head CTA streams at nearly two CTAs' rate, and the two-head tile
+// is 1-4 % faster (b = 40 / 48 at 32k / 64k; H200, bench/NOTES.md §35).
+constexpr int kMmaQuadMaxFillQuarters = 3;
+constexpr int kMmaQuadMaxKeys = 16384;
 
 template <typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockM_, int kBlockN_, int kWarpsM_,
           int kWarpsN_, bool kAccFp16_>
@@ -113,6 +123,7 @@ struct WarpTraits {
     static constexpr int kHeadDimV = kHeadDimV_;
     static constexpr int kRows = kBlockM_;
     static constexpr int kHeads = 1;  // KV heads per unit
+    static constexpr bool kHasQuad = false;
     static constexpr int kBlockN = kBlockN_;
     static constexpr int kWarps = kWarpsM_;
     static constexpr int kThreads = kWarps * kWarpSize;
@@ -152,6 +163,11 @@ struct MmaTraits {
     // launch runs OneHead, the same 32 KB stages of one head (launch_one_head).
     static constexpr int kHeads = kBlockM_ / 16;
     using OneHead = MmaTraits<Element_, kHeadDim_, kHeadDimV_, 16, kBlockN_ * kHeads, kWarpsM_, kWarpsN_, kAccFp16_>;
+    // d = 64: also one head in 16 KB stages (64 keys), four CTAs to an SM, as cuDNN runs d = 64
+    // (bench/NOTES.md §30, §34), where the one-head units fill most of a wave of those
+    // (launch_quad).
+    static constexpr bool kHasQuad = kHeads > 1 && kHeadDim_ == 64;
+    using Quad = MmaTraits<Element_, kHeadDim_, kHeadDimV_, 16, 4096 / kHeadDim_, kWarpsM_, kWarpsN_, kAccFp16_>;
     static constexpr int kRows = 16;           // packed query rows per head: one m-tile
     static constexpr int kBlockN = kBlockN_;   // keys per pipeline stage
     static constexpr int kWarps = kWarpsN_;    // each takes kWarpKeys keys of every stage
@@ -181,6 +197,9 @@ struct MmaTraits {
     // and several waves.
     static constexpr int kStageBytes = kSmemK + kSmemV;
     static constexpr int kStages = 3;
+    // The quarter footprint (Quad): 16 KB stages, four CTAs to an SM at most 128 registers.
+    static constexpr bool kQuad = kStageBytes == 16 * 1024;
+    static constexpr int kMinCtas = kQuad ? 4 : 1;
     // The warps' merge reuses the ring: [kWarps][kHeads * kRows][kMergePitch] O, then
     // [kWarps][kHeads * kRows][2].
     static constexpr int kMergePitch = kHeadDimV + 4;  // floats; staggers the rows' banks
@@ -190,7 +209,7 @@ struct MmaTraits {
     static constexpr int kSmemPartial = kHeads * kRows * (kHeadDimV + 2) * 4;
     static constexpr int kSmemBytes = max_int(kSmemQ + kStages * kStageBytes, kSmemMerge + kSmemPartial);
     // One CTA per SM: more than half an SM's 228 KB less the 1 KB each CTA holds back.
-    static constexpr int kSoloSmemBytes = max_int(kSmemBytes, 115 * 1024);
+    static constexpr int kSoloSmemBytes = kQuad ? kSmemBytes : max_int(kSmemBytes, 115 * 1024);
     static constexpr int kMaxSmemBytes = 227 * 1024;
 
     static_assert(kIsSupportedElement<Element>, "Element must be __half or __nv_bfloat16");
@@ -203,8 +222,9 @@ struct MmaTraits {
     // Keys per stage: a 32 KB block of K and V (d = 256: 64 keys, 64 KB). Less, as the 64 keys
     // of one head at d = 64 and 32 once were, leaves a CTA's per-block cost (wait, barrier,
     // softmax) on half or a quarter of the bytes (bench/NOTES.md §29).
-    static_assert(kWarps == 4 && kBlockN * kHeads == (kHeadDim == 256 ? 64 : 8192 / kHeadDim),
-                  "decode mma: kWarpsN 4, kBlockN * heads = 8192 / d keys (64 at d = 256)");
+    static_assert(kWarps == 4 && (kBlockN * kHeads == (kHeadDim == 256 ? 64 : 8192 / kHeadDim) ||
+                                  (kHeads == 1 && kBlockN * kHeadDim == 4096)),
+                  "decode mma: kWarpsN 4, kBlockN * heads = 8192 / d keys (64 at d = 256), or one head's 4096 / d");
     static_assert(kSoloSmemBytes <= kMaxSmemBytes, "decode mma: ring exceeds shared memory");
     static_assert(kSmemMerge % 16 == 0, "decode mma: the partial's float4s are 16-byte aligned");
 };
@@ -428,6 +448,18 @@ inline bool pair_up(const Params& p, int splits, int num_sms, int ctas_per_sm) {
 template <class Tr>
 inline bool one_head_fits(const Params& p, int num_sms, int ctas_per_sm) {
     return make_shape<typename Tr::OneHead>(p, 1).units <= int64_t(std::max(num_sms, 1)) * std::max(ctas_per_sm, 1);
+}
+
+// Mma path, d = 64 (Tr::kHasQuad): whether the launch runs Tr::Quad, where the one-head units
+// do not fit a wave of OneHead, fill more than half and at most three quarters of a wave of
+// Quad's resident CTAs (quad_ctas_per_sm an SM) without a split, and read at most
+// kMmaQuadMaxKeys keys: b = 34 to 49 at h_kv = 8, s_q = 1 (132 SMs, four an SM), to 16k keys.
+template <class Tr>
+inline bool quad_fits(const Params& p, int num_sms, int one_head_ctas_per_sm, int quad_ctas_per_sm) {
+    const int64_t units = make_shape<typename Tr::OneHead>(p, 1).units;
+    const int64_t slots = int64_t(std::max(num_sms, 1)) * std::max(quad_ctas_per_sm, 1);
+    return !one_head_fits<Tr>(p, num_sms, one_head_ctas_per_sm) && 2 * units > slots &&
+           4 * units <= kMmaQuadMaxFillQuarters * slots && mask::key_span_max(p) <= kMmaQuadMaxKeys;
 }
 
 FMHA_DEVICE uint4 load_raw(const void* src, bool valid) {
@@ -836,7 +868,7 @@ FMHA_DEVICE T (&one_tile(T& x))[1] {
 }
 
 template <class Tr, mask::Kind kMask, softmax::ScoreMod kMod = softmax::ScoreMod::kNone>
-__global__ void __launch_bounds__(Tr::kThreads, 1) decode_mma_kernel(const __grid_constant__ Params p, int splits) {
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtas) decode_mma_kernel(const __grid_constant__ Params p, int splits) {
     using Element = typename Tr::Element;
     constexpr int R = Tr::kRows;
     constexpr int H = Tr::kHeads;
@@ -1237,8 +1269,7 @@ inline bool cluster_splits(const Params& p, const MmaSetup& setup, int splits, b
     if (!Tr::kFusedMerge || splits < 2 || splits > kernel::kMaxCluster) return false;
     const Shape shape = make_shape<Tr>(p, splits);
     if (shape.keys_per_split > kMmaClusterMaxKeys) return false;
-    return shape.units <= setup.resident(sms, paired) &&
-           int64_t(setup.clusters[paired ? 1 : 0][splits]) * splits >= shape.units;
+    return shape.units <= setup.resident(sms, paired) && int64_t(setup.clusters[paired ? 1 : 0][splits]) * splits >= shape.units;
 }
 
 // Mma path: where a wave's splits cannot merge in clusters (more than a cluster holds, or
@@ -1381,10 +1412,26 @@ inline bool launch_one_head(const Params& p) {
 
 // The registry's WorkspaceFn: bytes of Params::workspace the launch uses for this problem
 // at most (0 when it runs one split). Launch with less and it runs fewer splits.
+// Mma path, d = 64 (Tr::kHasQuad): whether this problem runs Tr::Quad (quad_fits on this
+// device); false when the device cannot say (the launch reports it).
+template <class Tr>
+inline bool launch_quad(const Params& p) {
+    static_assert(Tr::kMma && Tr::kHasQuad, "only a d = 64 tile of several heads has a quad sibling");
+    int sms = 0;
+    if (kernel::sm_count(p, &sms) != cudaSuccess) return false;
+    const MmaSetup& one = mma_setup<typename Tr::OneHead>();
+    const MmaSetup& quad = mma_setup<typename Tr::Quad>();
+    return one.err == cudaSuccess && quad.err == cudaSuccess &&
+           quad_fits<Tr>(p, sms, one.ctas_per_sm, quad.ctas_per_sm);
+}
+
 template <class Tr>
 size_t workspace_bytes(const Params& p) {
     if constexpr (Tr::kMma && Tr::kHeads > 1) {
         if (launch_one_head<Tr>(p)) return workspace_bytes<typename Tr::OneHead>(p);
+    }
+    if constexpr (Tr::kMma && Tr::kHasQuad) {
+        if (launch_quad<Tr>(p)) return workspace_bytes<typename Tr::Quad>(p);
     }
     LaunchPlan plan;
     if (plan_launch<Tr>(p, SIZE_MAX, &plan) != cudaSuccess) {  // the launch reports it
@@ -1406,6 +1453,9 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
     if (entry<Tr>(p.mask) == nullptr) return cudaErrorInvalidValue;  // a mask the family does not implement
     if constexpr (Tr::kMma && Tr::kHeads > 1) {
         if (launch_one_head<Tr>(p)) return launch<typename Tr::OneHead>(p, stream);
+    }
+    if constexpr (Tr::kMma && Tr::kHasQuad) {
+        if (launch_quad<Tr>(p)) return launch<typename Tr::Quad>(p, stream);
     }
     LaunchPlan plan;
     const cudaError_t err = plan_launch<Tr>(p, p.workspace != nullptr ? p.workspace_bytes : 0, &plan);

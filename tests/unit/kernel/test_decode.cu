@@ -83,6 +83,31 @@ TEST(DecodeLaunch, DependentBeyondOneWaveOfSm90Code) {
     EXPECT_FALSE(depend_on_previous(512, 264, false));  // code from before SM90: no such launch
 }
 
+TEST(DecodeHeads, QuadRunsWhereOneHeadUnitsFillHalfToThreeQuartersOfAWaveOfFour) {
+    // d = 64: a one-head sibling of 16 KB stages, four CTAs to an SM (at most 128 registers:
+    // __launch_bounds__ min blocks), the quarter of an SM's shared memory each.
+    using Quad = Mma64::Quad;
+    static_assert(Mma64::kHasQuad && !Mma::kHasQuad && !Mma32::kHasQuad && !Quad::kHasQuad);
+    static_assert(Quad::kHeads == 1 && Quad::kBlockN == 64 && Quad::kStageBytes == 16 * 1024);
+    static_assert(Quad::kQuad && Quad::kMinCtas == 4 && !Mma64::kQuad && Mma64::kMinCtas == 1);
+    EXPECT_LE(4 * (Quad::kSoloSmemBytes + 1024), 228 * 1024);
+    const auto quad = [](int b, int s_kv) {
+        fmha::Params p = problem(b, 8, 1, s_kv);
+        p.d = p.dv = 64;
+        return fmha::decode::quad_fits<Mma64>(p, 132, 1, 4);
+    };
+    EXPECT_TRUE(quad(34, 4096));    // 272 one-head units on 528 slots
+    EXPECT_TRUE(quad(40, 4096));    // 320
+    EXPECT_TRUE(quad(48, 1024));    // 384
+    EXPECT_TRUE(quad(49, 16384));   // 392: at most three quarters, at most 16k keys
+    EXPECT_FALSE(quad(48, 16385));  // past 16k keys the two-head tile streams faster
+    EXPECT_FALSE(quad(34, 65536));
+    EXPECT_FALSE(quad(50, 4096));   // 400: more than three quarters, the two-head pairs even out
+    EXPECT_FALSE(quad(64, 4096));   // 512
+    EXPECT_FALSE(quad(33, 4096));   // 264: half a wave, where the two-head tile splits
+    EXPECT_FALSE(quad(16, 4096));   // 128: OneHead's wave
+}
+
 TEST(DecodeHeads, UnitsCoverTheKvHeadsInGroups) {
     // d = 64: two KV heads a unit, d = 32: four; a last group with fewer heads (h_kv = 5, 1).
     EXPECT_EQ(Mma64::kHeads, 2);
