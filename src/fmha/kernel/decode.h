@@ -23,7 +23,7 @@
 // each, key split): kHeads = 128 / d below d = 128 (2 at d = 64, 4 at d = 32), so a CTA reads
 // 256 contiguous bytes of a token, each head with its own m-tile; where the one-head units
 // fit one wave the launch runs MmaTraits::OneHead instead (one_head_fits), and at d = 64
-// where they fill half to three quarters of a wave of four CTAs an SM over at most 16k keys,
+// where they fill half to three quarters of a wave of four CTAs an SM over at most 8k keys,
 // MmaTraits::Quad: one head in 16 KB stages of 64 keys, four CTAs an SM (quad_fits). K and V stream
 // through a kStages-deep cp.async ring of blocks of kBlockN keys of every head (32 KB of K
 // and V a block: 64 keys, or 8192 / d of one head; d = 256: 64 keys, 64 KB), up to 96 KB, so
@@ -108,9 +108,10 @@ constexpr int kMmaFallbackMaxKeys = 1024;
 // kMmaQuadMaxFillQuarters quarters of its wave, over at most kMmaQuadMaxKeys keys. Fuller
 // waves even out the two-head tile's pairs (b = 56-64: Quad 0-5 % slower); over longer keys
 // an SM left with one two-head CTA streams at nearly two CTAs' rate, and the two-head tile
-// is 1-4 % faster (b = 40 / 48 at 32k / 64k; H200, bench/NOTES.md §35).
+// is as fast or faster (b = 48 at 16k: Quad 1 % faster on the H200, 2 % slower on the H100;
+// at 32k / 64k 1-4 % slower on the H200; bench/NOTES.md §35).
 constexpr int kMmaQuadMaxFillQuarters = 3;
-constexpr int kMmaQuadMaxKeys = 16384;
+constexpr int kMmaQuadMaxKeys = 8192;
 
 template <typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockM_, int kBlockN_, int kWarpsM_,
           int kWarpsN_, bool kAccFp16_>
@@ -453,7 +454,7 @@ inline bool one_head_fits(const Params& p, int num_sms, int ctas_per_sm) {
 // Mma path, d = 64 (Tr::kHasQuad): whether the launch runs Tr::Quad, where the one-head units
 // do not fit a wave of OneHead, fill more than half and at most three quarters of a wave of
 // Quad's resident CTAs (quad_ctas_per_sm an SM) without a split, and read at most
-// kMmaQuadMaxKeys keys: b = 34 to 49 at h_kv = 8, s_q = 1 (132 SMs, four an SM), to 16k keys.
+// kMmaQuadMaxKeys keys: b = 34 to 49 at h_kv = 8, s_q = 1 (132 SMs, four an SM), to 8k keys.
 template <class Tr>
 inline bool quad_fits(const Params& p, int num_sms, int one_head_ctas_per_sm, int quad_ctas_per_sm) {
     const int64_t units = make_shape<typename Tr::OneHead>(p, 1).units;

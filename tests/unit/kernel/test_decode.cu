@@ -99,8 +99,8 @@ TEST(DecodeHeads, QuadRunsWhereOneHeadUnitsFillHalfToThreeQuartersOfAWaveOfFour)
     EXPECT_TRUE(quad(34, 4096));    // 272 one-head units on 528 slots
     EXPECT_TRUE(quad(40, 4096));    // 320
     EXPECT_TRUE(quad(48, 1024));    // 384
-    EXPECT_TRUE(quad(49, 16384));   // 392: at most three quarters, at most 16k keys
-    EXPECT_FALSE(quad(48, 16385));  // past 16k keys the two-head tile streams faster
+    EXPECT_TRUE(quad(49, 8192));    // 392: at most three quarters, at most 8k keys
+    EXPECT_FALSE(quad(48, 8193));   // past 8k keys the two-head tile streams as fast or faster
     EXPECT_FALSE(quad(34, 65536));
     EXPECT_FALSE(quad(50, 4096));   // 400: more than three quarters, the two-head pairs even out
     EXPECT_FALSE(quad(64, 4096));   // 512
