@@ -772,9 +772,17 @@ struct WarpState {
 };
 
 // Any number of steps per unit: one unit per warp, every load of a step issued before use.
+// A score modifier's registers, or a local mask's window bounds (64 registers at eight CTAs an SM
+// spilled 4 bytes), take a share of the CTAs an SM.
+template <mask::Kind kMask, softmax::ScoreMod kMod>
+constexpr int warp_min_blocks(int min_blocks) {
+    return kMod != softmax::ScoreMod::kNone ? max_int(1, min_blocks * 3 / 4)
+           : kMask == mask::Kind::kLocal    ? max_int(1, min_blocks * 7 / 8)
+                                            : min_blocks;
+}
+
 template <class Tr, mask::Kind kMask, softmax::ScoreMod kMod = softmax::ScoreMod::kNone>
-__global__ void __launch_bounds__(Tr::kThreads,
-                                  kMod != softmax::ScoreMod::kNone ? max_int(1, Tr::kMinBlocks * 3 / 4) : Tr::kMinBlocks)
+__global__ void __launch_bounds__(Tr::kThreads, (warp_min_blocks<kMask, kMod>(Tr::kMinBlocks)))
     decode_kernel(const __grid_constant__ Params p, int splits, const UnitDivs dv) {
     const Shape shape = make_shape<Tr>(p, splits);
     const int lane = threadIdx.x % kWarpSize;
