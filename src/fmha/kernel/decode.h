@@ -24,9 +24,9 @@
 // 256 contiguous bytes of a token, each head with its own m-tile; where the one-head units
 // fit one wave the launch runs MmaTraits::OneHead instead (one_head_fits), and at d = 64
 // where they fill half to three quarters of a wave of four CTAs an SM over at most 8k keys,
-// MmaTraits::Quad: one head in 16 KB stages of 64 keys, four CTAs an SM (quad_fits). K and V stream
-// through a kStages-deep cp.async ring of blocks of kBlockN keys of every head (32 KB of K
-// and V a block: 64 keys, or 8192 / d of one head; d = 256: 64 keys, 64 KB), up to 96 KB, so
+// MmaTraits::Quad: one head in 16 KB stages of 64 keys, four CTAs an SM (quad_fits). K and
+// V stream through a kStages-deep cp.async ring of blocks of kBlockN keys of every head (32 KB
+// of K and V a block: 64 keys, or 8192 / d of one head; d = 256: 64 keys, 64 KB), up to 96 KB, so
 // two CTAs can share an SM (pair_up says when they do); each warp takes a quarter of every
 // block's keys: S = Q K^T and O += P V on mma.sync m16n8k16 (rows past the
 // tile's real rows are zeros: the tensor cores have throughput to spare, where the
@@ -165,8 +165,8 @@ struct MmaTraits {
     static constexpr int kHeads = kBlockM_ / 16;
     using OneHead = MmaTraits<Element_, kHeadDim_, kHeadDimV_, 16, kBlockN_ * kHeads, kWarpsM_, kWarpsN_, kAccFp16_>;
     // d = 64: also one head in 16 KB stages (64 keys), four CTAs to an SM, as cuDNN runs d = 64
-    // (bench/NOTES.md §30, §34), where the one-head units fill most of a wave of those
-    // (launch_quad).
+    // (bench/NOTES.md §30, §34, §35), where the one-head units fill half to three quarters of a
+    // wave of those (quad_fits, launch_quad).
     static constexpr bool kHasQuad = kHeads > 1 && kHeadDim_ == 64;
     using Quad = MmaTraits<Element_, kHeadDim_, kHeadDimV_, 16, 4096 / kHeadDim_, kWarpsM_, kWarpsN_, kAccFp16_>;
     static constexpr int kRows = 16;           // packed query rows per head: one m-tile
@@ -771,9 +771,9 @@ struct WarpState {
     }
 };
 
-// Any number of steps per unit: one unit per warp, every load of a step issued before use.
-// A score modifier's registers, or a local mask's window bounds (64 registers at eight CTAs an SM
-// spilled 4 bytes), take a share of the CTAs an SM.
+// Warp path: the CTAs an SM the registers are cut for. A score modifier's registers, or a
+// local mask's window bounds (64 registers at eight CTAs an SM spilled 4-8 bytes on sm_90a),
+// take a share of them.
 template <mask::Kind kMask, softmax::ScoreMod kMod>
 constexpr int warp_min_blocks(int min_blocks) {
     return kMod != softmax::ScoreMod::kNone ? max_int(1, min_blocks * 3 / 4)
@@ -781,6 +781,7 @@ constexpr int warp_min_blocks(int min_blocks) {
                                             : min_blocks;
 }
 
+// Any number of steps per unit: one unit per warp, every load of a step issued before use.
 template <class Tr, mask::Kind kMask, softmax::ScoreMod kMod = softmax::ScoreMod::kNone>
 __global__ void __launch_bounds__(Tr::kThreads, (warp_min_blocks<kMask, kMod>(Tr::kMinBlocks)))
     decode_kernel(const __grid_constant__ Params p, int splits, const UnitDivs dv) {
@@ -877,7 +878,8 @@ FMHA_DEVICE T (&one_tile(T& x))[1] {
 }
 
 template <class Tr, mask::Kind kMask, softmax::ScoreMod kMod = softmax::ScoreMod::kNone>
-__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtas) decode_mma_kernel(const __grid_constant__ Params p, int splits) {
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtas)
+    decode_mma_kernel(const __grid_constant__ Params p, int splits) {
     using Element = typename Tr::Element;
     constexpr int R = Tr::kRows;
     constexpr int H = Tr::kHeads;
@@ -1278,7 +1280,8 @@ inline bool cluster_splits(const Params& p, const MmaSetup& setup, int splits, b
     if (!Tr::kFusedMerge || splits < 2 || splits > kernel::kMaxCluster) return false;
     const Shape shape = make_shape<Tr>(p, splits);
     if (shape.keys_per_split > kMmaClusterMaxKeys) return false;
-    return shape.units <= setup.resident(sms, paired) && int64_t(setup.clusters[paired ? 1 : 0][splits]) * splits >= shape.units;
+    return shape.units <= setup.resident(sms, paired) &&
+           int64_t(setup.clusters[paired ? 1 : 0][splits]) * splits >= shape.units;
 }
 
 // Mma path: where a wave's splits cannot merge in clusters (more than a cluster holds, or
@@ -1419,8 +1422,6 @@ inline bool launch_one_head(const Params& p) {
     return setup.err == cudaSuccess && one_head_fits<Tr>(p, sms, setup.ctas_per_sm);
 }
 
-// The registry's WorkspaceFn: bytes of Params::workspace the launch uses for this problem
-// at most (0 when it runs one split). Launch with less and it runs fewer splits.
 // Mma path, d = 64 (Tr::kHasQuad): whether this problem runs Tr::Quad (quad_fits on this
 // device); false when the device cannot say (the launch reports it).
 template <class Tr>
@@ -1434,6 +1435,8 @@ inline bool launch_quad(const Params& p) {
            quad_fits<Tr>(p, sms, one.ctas_per_sm, quad.ctas_per_sm);
 }
 
+// The registry's WorkspaceFn: bytes of Params::workspace the launch uses for this problem
+// at most (0 when it runs one split). Launch with less and it runs fewer splits.
 template <class Tr>
 size_t workspace_bytes(const Params& p) {
     if constexpr (Tr::kMma && Tr::kHeads > 1) {
