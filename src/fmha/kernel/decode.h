@@ -406,6 +406,12 @@ inline int choose_splits_warp(const Params& p, int num_sms, size_t workspace_byt
     return std::max(splits, 1);
 }
 
+// Mma path: CTAs resident at once, one wave, on num_sms SMs of ctas_per_sm each (at least one
+// of each, where the device or the kernel cannot say).
+inline int64_t wave_slots(int num_sms, int ctas_per_sm) {
+    return int64_t(std::max(num_sms, 1)) * std::max(ctas_per_sm, 1);
+}
+
 // Mma path: as many splits as fit the CTAs into one wave of resident CTAs (num_sms *
 // ctas_per_sm) without exceeding it, so no CTA streams alone at the end; none shorter than
 // kMmaMinKeysPerSplit keys; at most what `workspace_bytes` holds. Problems with more units
@@ -415,7 +421,7 @@ inline int choose_splits_warp(const Params& p, int num_sms, size_t workspace_byt
 template <class Tr>
 inline int choose_splits_mma(const Params& p, int num_sms, int ctas_per_sm, size_t workspace_bytes) {
     const Shape one = make_shape<Tr>(p, 1);
-    const int64_t slots = int64_t(std::max(num_sms, 1)) * std::max(ctas_per_sm, 1);
+    const int64_t slots = wave_slots(num_sms, ctas_per_sm);
     const int span = mask::key_span_max(p);
     int splits = static_cast<int>(std::min<int64_t>(kMaxSplits, std::max<int64_t>(1, slots / one.units)));
     if (one.units > slots) {
@@ -439,7 +445,7 @@ inline int choose_splits_mma(const Params& p, int num_sms, int ctas_per_sm, size
 template <class Tr>
 inline bool pair_up(const Params& p, int splits, int num_sms, int ctas_per_sm) {
     const Shape s = make_shape<Tr>(p, splits);
-    return s.units > int64_t(std::max(num_sms, 1)) * std::max(ctas_per_sm, 1) && s.keys_per_split <= kMmaPairMaxKeys;
+    return s.units > wave_slots(num_sms, ctas_per_sm) && s.keys_per_split <= kMmaPairMaxKeys;
 }
 
 // Mma path, several KV heads a CTA (kHeads > 1): whether the launch runs Tr::OneHead instead,
@@ -448,7 +454,7 @@ inline bool pair_up(const Params& p, int splits, int num_sms, int ctas_per_sm) {
 // half as often (b = 8: 2 splits, not 4; b = 1 at 4k: 128 CTAs of 256 keys, not 64).
 template <class Tr>
 inline bool one_head_fits(const Params& p, int num_sms, int ctas_per_sm) {
-    return make_shape<typename Tr::OneHead>(p, 1).units <= int64_t(std::max(num_sms, 1)) * std::max(ctas_per_sm, 1);
+    return make_shape<typename Tr::OneHead>(p, 1).units <= wave_slots(num_sms, ctas_per_sm);
 }
 
 // Mma path, d = 64 (Tr::kHasQuad): whether the launch runs Tr::Quad, where the one-head units
@@ -458,7 +464,7 @@ inline bool one_head_fits(const Params& p, int num_sms, int ctas_per_sm) {
 template <class Tr>
 inline bool quad_fits(const Params& p, int num_sms, int one_head_ctas_per_sm, int quad_ctas_per_sm) {
     const int64_t units = make_shape<typename Tr::OneHead>(p, 1).units;
-    const int64_t slots = int64_t(std::max(num_sms, 1)) * std::max(quad_ctas_per_sm, 1);
+    const int64_t slots = wave_slots(num_sms, quad_ctas_per_sm);
     return !one_head_fits<Tr>(p, num_sms, one_head_ctas_per_sm) && 2 * units > slots &&
            4 * units <= kMmaQuadMaxFillQuarters * slots && mask::key_span_max(p) <= kMmaQuadMaxKeys;
 }
