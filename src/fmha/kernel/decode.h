@@ -34,8 +34,9 @@
 // warps' (max, sum, O) are merged through shared memory. Splits fill one wave of resident
 // CTAs (choose_splits_mma), so every CTA streams the same number of keys, and the last CTA
 // of a tile merges the splits (arrival counters in Params::workspace; d = 256: combine_kernel).
-// Beyond one wave of CTAs (SM90) the launch is a dependent one (depend_on_previous): the next
-// grid's CTAs start while this one drains and wait for it before touching memory.
+// Beyond one wave of CTAs, or in a nearly full wave of whole units (SM90), the launch is a
+// dependent one (depend_on_previous): the next grid's CTAs start while this one drains and
+// wait for it before touching memory.
 //
 // Numerics (both paths) match the tensor-core families and the reference: scores in fp32
 // scaled by scale_bmm1 * log2(e), running max rounded up to an integer, P = exp2(score - max)
@@ -1339,19 +1340,19 @@ cudaError_t launch_short(const Params& p, const Shape& shape, cudaStream_t strea
     return cudaSuccess;
 }
 
-// Mma path: whether the launch is a dependent one (kernel::launch_dependent; SM90 code):
-// where its CTAs are more than one wave of resident CTAs. Every CTA allows the grid behind
-// at its start, so once this grid's last wave has started, the next grid's CTAs take the
-// slots this one frees and wait there: its launch and start overlap this grid's drain (H200,
-// b = 64 at 4k: -0.9 %; b = 128 at 4k, 64 at 2k and 16k: -0.4, -1.0, -0.1 % with the
-// allowance after a CTA's last loads; bench/NOTES.md §33). Not within one wave: the next
-// grid's first CTAs would take the free slots beside this grid's from the start, and its
-// later ones land two to an SM where a fresh launch puts one (b = 20 and 24 at 4k, 160 and
-// 192 CTAs on 264 slots: 13-35 % slower), nor in a nearly full one: d = 64, b = 64 at 4k
-// (256 CTAs on 264 slots) gained 0.4-0.6 %, but b = 8 at 64k read 1.0-1.4 % lower in the
-// run that allowed it there, not timed against its own launch without.
-inline bool depend_on_previous(int64_t ctas, int64_t resident, bool sm90) {
-    return sm90 && ctas > resident;
+// Mma path: whether the launch is a dependent one (kernel::launch_dependent; SM90 code).
+// Every CTA allows the grid behind at its start, so the next grid's CTAs take the slots this
+// one frees and wait there: its launch and start overlap this grid's drain. Two cases:
+// - more than one wave of resident CTAs: once the last wave has started (H200, b = 64 at
+//   4k: -0.9 %; b = 128 at 4k, 64 at 2k and 16k: -0.4, -1.0, -0.1 %; bench/NOTES.md §33);
+// - one wave of whole units (no split, `whole`) with at most a sixteenth of its slots free:
+//   d = 64, b = 62-66 and d = 128, b = 31-33 at 1k-4k, 0.1-3.6 % faster on the H200 and the
+//   H100 (§36). With more free slots the next grid's first CTAs take them from the start and
+//   its later ones land two to an SM where a fresh launch spreads them (b = 56 and 60 at 4k,
+//   224 and 240 CTAs on 264 slots: 2-7 % slower; b = 20 and 24: 13-35 %). A split launch
+//   stays plain: b = 8 at 64k read 1.0-1.4 % lower in the run that allowed it (§33).
+inline bool depend_on_previous(int64_t ctas, int64_t resident, bool sm90, bool whole) {
+    return sm90 && (ctas > resident || (whole && 16 * ctas >= 15 * resident));
 }
 
 // How a launch runs this problem on this device: the key splits of either path within
@@ -1378,7 +1379,8 @@ inline cudaError_t plan_launch(const Params& p, size_t workspace_bytes, LaunchPl
         plan->paired = pair_up<Tr>(p, plan->splits, sms, setup.ctas_per_sm);
         plan->clustered = cluster_splits<Tr>(p, setup, plan->splits, plan->paired, sms);
         plan->dependent = !plan->clustered && depend_on_previous(make_shape<Tr>(p, plan->splits).units,
-                                                                 setup.resident(sms, plan->paired), setup.sm90);
+                                                                 setup.resident(sms, plan->paired), setup.sm90,
+                                                                 plan->splits == 1);
     } else {
         plan->splits = choose_splits_warp<Tr>(p, sms, workspace_bytes);
     }
