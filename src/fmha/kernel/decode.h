@@ -162,12 +162,12 @@ struct MmaTraits {
     // the other heads' read by other CTAs at other times, cost d = 64 3-4 % of its
     // bandwidth (H100, bench/NOTES.md §30). But where the (sequence, KV head) tiles fit one
     // wave, fewer units mean more splits, which cost more (b = 1 and 8: 3-22 %): there the
-    // launch runs OneHead, the same 32 KB stages of one head (launch_one_head).
+    // launch runs OneHead, the same 32 KB stages of one head (with_sibling).
     static constexpr int kHeads = kBlockM_ / 16;
     using OneHead = MmaTraits<Element_, kHeadDim_, kHeadDimV_, 16, kBlockN_ * kHeads, kWarpsM_, kWarpsN_, kAccFp16_>;
     // d = 64: also one head in 16 KB stages (64 keys), four CTAs to an SM, as cuDNN runs d = 64
     // (bench/NOTES.md §30, §34, §35), where the one-head units fill half to three quarters of a
-    // wave of those (quad_fits, launch_quad).
+    // wave of those (quad_fits, with_sibling).
     static constexpr bool kHasQuad = kHeads > 1 && kHeadDim_ == 64;
     using Quad = MmaTraits<Element_, kHeadDim_, kHeadDimV_, 16, 4096 / kHeadDim_, kWarpsM_, kWarpsN_, kAccFp16_>;
     static constexpr int kRows = 16;           // packed query rows per head: one m-tile
@@ -1419,40 +1419,38 @@ const void* entry(MaskType m) {
         static_cast<const void*>(nullptr));
 }
 
-// Mma path with kHeads > 1: whether this problem runs Tr::OneHead (one_head_fits on this
-// device); false when the device cannot say (the launch reports it).
-template <class Tr>
-inline bool launch_one_head(const Params& p) {
-    static_assert(Tr::kMma && Tr::kHeads > 1, "only a tile of several heads has a one-head sibling to run");
-    int sms = 0;
-    if (kernel::sm_count(p, &sms) != cudaSuccess) return false;
-    const MmaSetup& setup = mma_setup<typename Tr::OneHead>();
-    return setup.err == cudaSuccess && one_head_fits<Tr>(p, sms, setup.ctas_per_sm);
-}
+// A tile traits type as a value, for with_sibling's callback.
+template <class T>
+struct TileTag {
+    using type = T;
+};
 
-// Mma path, d = 64 (Tr::kHasQuad): whether this problem runs Tr::Quad (quad_fits on this
-// device); false when the device cannot say (the launch reports it).
-template <class Tr>
-inline bool launch_quad(const Params& p) {
-    static_assert(Tr::kMma && Tr::kHasQuad, "only a d = 64 tile of several heads has a quad sibling");
-    int sms = 0;
-    if (kernel::sm_count(p, &sms) != cudaSuccess) return false;
-    const MmaSetup& one = mma_setup<typename Tr::OneHead>();
-    const MmaSetup& quad = mma_setup<typename Tr::Quad>();
-    return one.err == cudaSuccess && quad.err == cudaSuccess &&
-           quad_fits<Tr>(p, sms, one.ctas_per_sm, quad.ctas_per_sm);
-}
-
-// The registry's WorkspaceFn: bytes of Params::workspace the launch uses for this problem
-// at most (0 when it runs one split). Launch with less and it runs fewer splits.
-template <class Tr>
-size_t workspace_bytes(const Params& p) {
+// Calls f(TileTag<X>{}) with the tile this problem runs on and returns what f returns: on
+// the mma path with kHeads > 1, Tr::OneHead where one_head_fits, else at d = 64 Tr::Quad
+// where quad_fits (on this device); otherwise, or when the device cannot say (the launch
+// then reports it), Tr itself. launch() and workspace_bytes() both choose through it, so
+// the workspace is sized for the tile that runs.
+template <class Tr, class F>
+auto with_sibling(const Params& p, F&& f) {
     if constexpr (Tr::kMma && Tr::kHeads > 1) {
-        if (launch_one_head<Tr>(p)) return workspace_bytes<typename Tr::OneHead>(p);
+        int sms = 0;
+        const MmaSetup& one = mma_setup<typename Tr::OneHead>();
+        if (kernel::sm_count(p, &sms) == cudaSuccess && one.err == cudaSuccess) {
+            if (one_head_fits<Tr>(p, sms, one.ctas_per_sm)) return f(TileTag<typename Tr::OneHead>{});
+            if constexpr (Tr::kHasQuad) {
+                const MmaSetup& quad = mma_setup<typename Tr::Quad>();
+                if (quad.err == cudaSuccess && quad_fits<Tr>(p, sms, one.ctas_per_sm, quad.ctas_per_sm)) {
+                    return f(TileTag<typename Tr::Quad>{});
+                }
+            }
+        }
     }
-    if constexpr (Tr::kMma && Tr::kHasQuad) {
-        if (launch_quad<Tr>(p)) return workspace_bytes<typename Tr::Quad>(p);
-    }
+    return f(TileTag<Tr>{});
+}
+
+// workspace_bytes for the tile that runs (with_sibling chose it).
+template <class Tr>
+size_t tile_workspace_bytes(const Params& p) {
     LaunchPlan plan;
     if (plan_launch<Tr>(p, SIZE_MAX, &plan) != cudaSuccess) {  // the launch reports it
         cudaGetLastError();
@@ -1461,22 +1459,16 @@ size_t workspace_bytes(const Params& p) {
     return plan.splits > 1 ? partial_bytes<Tr>(p, plan.splits) : 0;
 }
 
-// Returns cudaErrorInvalidValue without launching when the problem does not fit this
-// instantiation (d, dv, b, h, h_kv, alignment and strides as the other families; s_q_max
-// <= kMaxSq; warp path: rows per KV head <= kRows unless kRows is 8, the tiled case; under
-// 2^31 units and query rows x 16-byte chunks, the 32-bit indices).
+// The registry's WorkspaceFn: bytes of Params::workspace the launch uses for this problem
+// at most (0 when it runs one split). Launch with less and it runs fewer splits.
 template <class Tr>
-cudaError_t launch(const Params& p, cudaStream_t stream) {
-    if (!kernel::params_fit(p, Tr::kHeadDim, Tr::kHeadDimV)) return cudaErrorInvalidValue;
-    if (p.s_q_max > kMaxSq) return cudaErrorInvalidValue;
-    if (!Tr::kMma && (p.h / p.h_kv) * p.s_q_max > Tr::kRows && Tr::kRows != 8) return cudaErrorInvalidValue;
-    if (entry<Tr>(p.mask) == nullptr) return cudaErrorInvalidValue;  // a mask the family does not implement
-    if constexpr (Tr::kMma && Tr::kHeads > 1) {
-        if (launch_one_head<Tr>(p)) return launch<typename Tr::OneHead>(p, stream);
-    }
-    if constexpr (Tr::kMma && Tr::kHasQuad) {
-        if (launch_quad<Tr>(p)) return launch<typename Tr::Quad>(p, stream);
-    }
+size_t workspace_bytes(const Params& p) {
+    return with_sibling<Tr>(p, [&](auto tile) { return tile_workspace_bytes<typename decltype(tile)::type>(p); });
+}
+
+// launch() for the tile that runs (with_sibling chose it; launch() checked the problem).
+template <class Tr>
+cudaError_t launch_tile(const Params& p, cudaStream_t stream) {
     LaunchPlan plan;
     const cudaError_t err = plan_launch<Tr>(p, p.workspace != nullptr ? p.workspace_bytes : 0, &plan);
     if (err != cudaSuccess) return err;
@@ -1529,6 +1521,19 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
         combine_kernel<Tr><<<static_cast<unsigned>((combine_threads + 255) / 256), 256, 0, stream>>>(p, splits);
     }
     return cudaGetLastError();
+}
+
+// Returns cudaErrorInvalidValue without launching when the problem does not fit this
+// instantiation (d, dv, b, h, h_kv, alignment and strides as the other families; s_q_max
+// <= kMaxSq; warp path: rows per KV head <= kRows unless kRows is 8, the tiled case; under
+// 2^31 units and query rows x 16-byte chunks, the 32-bit indices).
+template <class Tr>
+cudaError_t launch(const Params& p, cudaStream_t stream) {
+    if (!kernel::params_fit(p, Tr::kHeadDim, Tr::kHeadDimV)) return cudaErrorInvalidValue;
+    if (p.s_q_max > kMaxSq) return cudaErrorInvalidValue;
+    if (!Tr::kMma && (p.h / p.h_kv) * p.s_q_max > Tr::kRows && Tr::kRows != 8) return cudaErrorInvalidValue;
+    if (entry<Tr>(p.mask) == nullptr) return cudaErrorInvalidValue;  // a mask the family does not implement
+    return with_sibling<Tr>(p, [&](auto tile) { return launch_tile<typename decltype(tile)::type>(p, stream); });
 }
 
 }  // namespace decode
