@@ -1346,11 +1346,12 @@ cudaError_t launch_short(const Params& p, const Shape& shape, cudaStream_t strea
 // - more than one wave of resident CTAs: once the last wave has started (H200, b = 64 at
 //   4k: -0.9 %; b = 128 at 4k, 64 at 2k and 16k: -0.4, -1.0, -0.1 %; bench/NOTES.md §33);
 // - one wave of whole units (no split, `whole`) with at most a sixteenth of its slots free:
-//   d = 64, b = 62-66 and d = 128, b = 31-33 at 1k-4k, 0.1-3.6 % faster on the H200 and the
+//   d = 64, b = 62-66 and d = 128, b = 31-33 at 1k-4k, 0-3.6 % faster on the H200 and the
 //   H100 (§36). With more free slots the next grid's first CTAs take them from the start and
 //   its later ones land two to an SM where a fresh launch spreads them (b = 56 and 60 at 4k,
-//   224 and 240 CTAs on 264 slots: 2-7 % slower; b = 20 and 24: 13-35 %). A split launch
-//   stays plain: b = 8 at 64k read 1.0-1.4 % lower in the run that allowed it (§33).
+//   224 and 240 CTAs on 264 slots: 1-7 % slower; b = 20 and 24: 13-35 %). A split launch
+//   stays plain: its last CTAs merge the tile, and b = 8 at 64k ran 0.8-1.7 % slower with the
+//   next grid's CTAs waiting beside them (H200, §36).
 inline bool depend_on_previous(int64_t ctas, int64_t resident, bool sm90, bool whole) {
     return sm90 && (ctas > resident || (whole && 16 * ctas >= 15 * resident));
 }
