@@ -34,8 +34,8 @@
 // warps' (max, sum, O) are merged through shared memory. Splits fill one wave of resident
 // CTAs (choose_splits_mma), so every CTA streams the same number of keys, and the last CTA
 // of a tile merges the splits (arrival counters in Params::workspace; d = 256: combine_kernel).
-// Beyond one wave of CTAs, or in a nearly full wave of whole units (SM90), the launch is a
-// dependent one (depend_on_previous): the next grid's CTAs start while this one drains and
+// Beyond one wave of CTAs, or in a nearly full wave of whole units two to an SM (SM90), the
+// launch is a dependent one (depend_on_previous): the next grid's CTAs start while this one drains and
 // wait for it before touching memory.
 //
 // Numerics (both paths) match the tensor-core families and the reference: scores in fp32
@@ -1345,15 +1345,16 @@ cudaError_t launch_short(const Params& p, const Shape& shape, cudaStream_t strea
 // one frees and wait there: its launch and start overlap this grid's drain. Two cases:
 // - more than one wave of resident CTAs: once the last wave has started (H200, b = 64 at
 //   4k: -0.9 %; b = 128 at 4k, 64 at 2k and 16k: -0.4, -1.0, -0.1 %; bench/NOTES.md §33);
-// - one wave of whole units (no split, `whole`) with at most a sixteenth of its slots free:
-//   d = 64, b = 62-66 and d = 128, b = 31-33 at 1k-4k, 0-3.6 % faster on the H200 and the
-//   H100 (§36). With more free slots the next grid's first CTAs take them from the start and
+// - one wave of whole units (no split, `whole`) two to an SM (`paired`) with at most a
+//   sixteenth of its slots free: d = 64, b = 62-66 and d = 128, b = 31-33 at 1k-4k, 0-3.6 %
+//   faster on the H200 and the H100 (§36). One CTA an SM (d = 256, b = 16: 128 CTAs on 132
+//   slots) ran 0.9-1.7 % slower with it. With more free slots the next grid's first CTAs take them from the start and
 //   its later ones land two to an SM where a fresh launch spreads them (b = 56 and 60 at 4k,
 //   224 and 240 CTAs on 264 slots: 1-7 % slower; b = 20 and 24: 13-35 %). A split launch
 //   stays plain: its last CTAs merge the tile, and b = 8 at 64k ran 0.8-1.7 % slower with the
 //   next grid's CTAs waiting beside them (H200, §36).
-inline bool depend_on_previous(int64_t ctas, int64_t resident, bool sm90, bool whole) {
-    return sm90 && (ctas > resident || (whole && 16 * ctas >= 15 * resident));
+inline bool depend_on_previous(int64_t ctas, int64_t resident, bool sm90, bool whole, bool paired) {
+    return sm90 && (ctas > resident || (whole && paired && 16 * ctas >= 15 * resident));
 }
 
 // How a launch runs this problem on this device: the key splits of either path within
@@ -1381,7 +1382,7 @@ inline cudaError_t plan_launch(const Params& p, size_t workspace_bytes, LaunchPl
         plan->clustered = cluster_splits<Tr>(p, setup, plan->splits, plan->paired, sms);
         plan->dependent = !plan->clustered && depend_on_previous(make_shape<Tr>(p, plan->splits).units,
                                                                  setup.resident(sms, plan->paired), setup.sm90,
-                                                                 plan->splits == 1);
+                                                                 plan->splits == 1, plan->paired);
     } else {
         plan->splits = choose_splits_warp<Tr>(p, sms, workspace_bytes);
     }

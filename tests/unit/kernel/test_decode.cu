@@ -74,24 +74,30 @@ TEST(DecodeSplits, ShortCtasBeyondOneWaveShareAnSm) {
     EXPECT_LE(2 * (Mma32::kSmemBytes + 1024), 228 * 1024);
 }
 
-TEST(DecodeLaunch, DependentBeyondOneWaveOrInANearlyFullWaveOfWholeUnitsOfSm90Code) {
+TEST(DecodeLaunch, DependentBeyondOneWaveOrInANearlyFullPairedWaveOfWholeUnitsOfSm90Code) {
     using fmha::decode::depend_on_previous;
     for (bool whole : {false, true}) {
-        EXPECT_TRUE(depend_on_previous(512, 264, true, whole));    // b = 64 at 4k: two paired waves
-        EXPECT_TRUE(depend_on_previous(265, 264, true, whole));
-        EXPECT_FALSE(depend_on_previous(160, 264, true, whole));   // b = 20 at 4k: a wave with free slots
-        EXPECT_FALSE(depend_on_previous(512, 264, false, whole));  // code from before SM90: no such launch
-        EXPECT_FALSE(depend_on_previous(256, 264, false, whole));
+        for (bool paired : {false, true}) {
+            EXPECT_TRUE(depend_on_previous(512, 264, true, whole, paired));  // b = 64 at 4k: two paired waves
+            EXPECT_TRUE(depend_on_previous(265, 264, true, whole, paired));
+            EXPECT_TRUE(depend_on_previous(133, 132, true, whole, paired));
+            EXPECT_FALSE(depend_on_previous(160, 264, true, whole, paired));   // b = 20 at 4k: free slots
+            EXPECT_FALSE(depend_on_previous(512, 264, false, whole, paired));  // before SM90: no such launch
+            EXPECT_FALSE(depend_on_previous(256, 264, false, whole, paired));
+        }
     }
-    // One wave of whole units, at most a sixteenth of its slots free: d = 64, b = 62-66 at h_kv = 8.
-    EXPECT_TRUE(depend_on_previous(264, 264, true, true));
-    EXPECT_TRUE(depend_on_previous(256, 264, true, true));
-    EXPECT_TRUE(depend_on_previous(248, 264, true, true));
-    EXPECT_FALSE(depend_on_previous(244, 264, true, true));  // b = 61: slower on the H200
-    EXPECT_FALSE(depend_on_previous(240, 264, true, true));
-    // The same wave in splits stays a plain launch.
-    EXPECT_FALSE(depend_on_previous(264, 264, true, false));
-    EXPECT_FALSE(depend_on_previous(256, 264, true, false));
+    // One wave of whole units two to an SM, at most a sixteenth of its slots free: d = 64,
+    // b = 62-66 at h_kv = 8.
+    EXPECT_TRUE(depend_on_previous(264, 264, true, true, true));
+    EXPECT_TRUE(depend_on_previous(256, 264, true, true, true));
+    EXPECT_TRUE(depend_on_previous(248, 264, true, true, true));
+    EXPECT_FALSE(depend_on_previous(244, 264, true, true, true));  // b = 61: slower on the H200
+    EXPECT_FALSE(depend_on_previous(240, 264, true, true, true));
+    // The same wave in splits stays a plain launch, and so does one CTA an SM (d = 256, b = 16).
+    EXPECT_FALSE(depend_on_previous(264, 264, true, false, true));
+    EXPECT_FALSE(depend_on_previous(256, 264, true, false, true));
+    EXPECT_FALSE(depend_on_previous(128, 132, true, true, false));
+    EXPECT_FALSE(depend_on_previous(132, 132, true, true, false));
 }
 
 TEST(DecodeHeads, QuadRunsWhereOneHeadUnitsFillHalfToThreeQuartersOfAWaveOfFour) {
