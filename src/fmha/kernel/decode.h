@@ -35,8 +35,8 @@
 // CTAs (choose_splits_mma), so every CTA streams the same number of keys, and the last CTA
 // of a tile merges the splits (arrival counters in Params::workspace; d = 256: combine_kernel).
 // Beyond one wave of CTAs, or in a nearly full wave of whole units two to an SM (SM90), the
-// launch is a dependent one (depend_on_previous): the next grid's CTAs start while this one drains and
-// wait for it before touching memory.
+// launch is a dependent one (depend_on_previous): the next grid's CTAs start while this one
+// drains and wait for it before touching memory.
 //
 // Numerics (both paths) match the tensor-core families and the reference: scores in fp32
 // scaled by scale_bmm1 * log2(e), running max rounded up to an integer, P = exp2(score - max)
@@ -1240,7 +1240,7 @@ struct MmaSetup {
 
     // CTAs resident at once on `sms` SMs, paired (kSmemBytes) or solo (kSoloSmemBytes).
     int64_t resident(int sms, bool paired) const {
-        return int64_t(sms) * (paired ? paired_ctas_per_sm : ctas_per_sm);
+        return wave_slots(sms, paired ? paired_ctas_per_sm : ctas_per_sm);
     }
 };
 
@@ -1348,11 +1348,11 @@ cudaError_t launch_short(const Params& p, const Shape& shape, cudaStream_t strea
 // - one wave of whole units (no split, `whole`) two to an SM (`paired`) with at most a
 //   sixteenth of its slots free: d = 64, b = 62-66 and d = 128, b = 31-33 at 1k-4k, 0-3.6 %
 //   faster on the H200 and the H100 (§36). One CTA an SM (d = 256, b = 16: 128 CTAs on 132
-//   slots) ran 0.9-1.7 % slower with it. With more free slots the next grid's first CTAs take them from the start and
-//   its later ones land two to an SM where a fresh launch spreads them (b = 56 and 60 at 4k,
-//   224 and 240 CTAs on 264 slots: 1-7 % slower; b = 20 and 24: 13-35 %). A split launch
-//   stays plain: its last CTAs merge the tile, and b = 8 at 64k ran 0.8-1.7 % slower with the
-//   next grid's CTAs waiting beside them (H200, §36).
+//   slots) ran 0.9-1.7 % slower with it. With more free slots the next grid's first CTAs
+//   take them from the start and its later ones land two to an SM where a fresh launch
+//   spreads them (b = 56 and 60 at 4k, 224 and 240 CTAs on 264 slots: 1-7 % slower; b = 20
+//   and 24: 13-35 %). A split launch stays plain: its last CTAs merge the tile, and b = 8 at
+//   64k ran 0.8-1.7 % slower with the next grid's CTAs waiting beside them (H200, §36).
 inline bool depend_on_previous(int64_t ctas, int64_t resident, bool sm90, bool whole, bool paired) {
     return sm90 && (ctas > resident || (whole && paired && 16 * ctas >= 15 * resident));
 }
@@ -1437,13 +1437,12 @@ auto with_sibling(const Params& p, F&& f) {
     if constexpr (Tr::kMma && Tr::kHeads > 1) {
         int sms = 0;
         const MmaSetup& one = mma_setup<typename Tr::OneHead>();
-        if (kernel::sm_count(p, &sms) == cudaSuccess && one.err == cudaSuccess) {
-            if (one_head_fits<Tr>(p, sms, one.ctas_per_sm)) return f(TileTag<typename Tr::OneHead>{});
-            if constexpr (Tr::kHasQuad) {
-                const MmaSetup& quad = mma_setup<typename Tr::Quad>();
-                if (quad.err == cudaSuccess && quad_fits<Tr>(p, sms, one.ctas_per_sm, quad.ctas_per_sm)) {
-                    return f(TileTag<typename Tr::Quad>{});
-                }
+        const bool known = kernel::sm_count(p, &sms) == cudaSuccess && one.err == cudaSuccess;
+        if (known && one_head_fits<Tr>(p, sms, one.ctas_per_sm)) return f(TileTag<typename Tr::OneHead>{});
+        if constexpr (Tr::kHasQuad) {
+            const MmaSetup& quad = mma_setup<typename Tr::Quad>();
+            if (known && quad.err == cudaSuccess && quad_fits<Tr>(p, sms, one.ctas_per_sm, quad.ctas_per_sm)) {
+                return f(TileTag<typename Tr::Quad>{});
             }
         }
     }
