@@ -1,18 +1,38 @@
 # FMHA_v2: builds bin/fmha.exe from src/ and the kernels that setup.py generated.
 #
-#   python3 setup.py && make -j      build (generated/makefile lists kernels and -gencode flags)
+#   python3 setup.py && make -j      build (generated/makefile lists kernels and -gencode flags);
+#                                    a bare -j runs as many nvcc jobs as the cores and memory
+#                                    hold (JOBS overrides), make -j N runs N
 #   make deps                        pip requirements, and ccache and GoogleTest when missing
 #   make list                        the kernels this build contains
 #   make test | make check           build bin/unit_tests (tests/unit/, GoogleTest) | and run it
 #   make clean | make distclean      remove obj/ bin/ | and generated/ too
 #
-# Overridable: NVCC, NVCC_FLAGS, PYTHON, USE_CCACHE=1, GTEST_ROOT, UNIT_FLAGS (environment or
-# command line).
-# Objects do not depend on NVCC_FLAGS: after changing it, make clean.
+# Overridable: NVCC, NVCC_FLAGS, LINEINFO=1, JOBS, PYTHON, USE_CCACHE=1, GTEST_ROOT, UNIT_FLAGS
+# (environment or command line). A change of NVCC_FLAGS or LINEINFO rebuilds every object.
 
 NVCC ?= nvcc
-NVCC_FLAGS ?= -O3 -lineinfo
+NVCC_FLAGS ?= -O3
 PYTHON ?= python3
+
+# LINEINFO=1: source lines in the device code, for ncu and compute-sanitizer reports. Off by
+# default: the line tables are most of a cubin (bench/NOTES.md §37).
+lineinfo_flag := $(shell echo '$(LINEINFO)' | tr A-Z a-z)
+ifneq ($(filter-out 0 1 true false on off,$(lineinfo_flag)),)
+  $(error LINEINFO=$(LINEINFO): expected one of 0/1/true/false/on/off)
+endif
+ifneq ($(filter 1 true on,$(lineinfo_flag)),)
+  NVCC_FLAGS += -lineinfo
+endif
+
+# A bare `make -j` would start every nvcc at once (150+ jobs of up to ~0.5 GB each: a 24 GB
+# machine runs out of memory). It re-runs make with -j$(JOBS): one job a core, at most one a
+# GiB of available memory. make -j N is left alone. Make 4.3 shows -j only to recipes, so the
+# check sits in one.
+JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); \
+    m=$$(awk '/^MemAvailable:/ {print int($$2 / 1048576)}' /proc/meminfo 2>/dev/null); \
+    m=$${m:-$$n}; j=$$(( n < m ? n : m )); echo $$(( j > 0 ? j : 1 )))
+bounded = $(MAKE) --no-print-directory $(if $(filter -j,$(MAKEFLAGS)),-j$(JOBS)) $(1)
 
 GEN_DIR := generated
 OBJ_DIR := obj
@@ -72,7 +92,16 @@ $(call obj,$(filter %.cu,$(HAND_SRCS))): GENCODE := $(SRC_GENCODE)
 # The arch list is in no source file: this stamp is how a new list reaches make.
 $(call obj,$(filter %.cu,$(SRCS))): $(ARCH_STAMP)
 
-all: $(FMHA_EXE)
+all:
+	+@$(call bounded,$(FMHA_EXE))
+
+# Objects depend on the flags they were compiled with: this stamp changes with them.
+FLAGS_STAMP := $(OBJ_DIR)/nvcc_flags.stamp
+ifneq ($(BUILDING),)
+  $(shell mkdir -p $(OBJ_DIR) && echo '$(NVCC_FLAGS)' | cmp -s - $(FLAGS_STAMP) \
+      || echo '$(NVCC_FLAGS)' > $(FLAGS_STAMP))
+endif
+$(OBJS): $(FLAGS_STAMP)
 
 $(FMHA_EXE): $(OBJS)
 	@mkdir -p $(@D)
@@ -142,9 +171,10 @@ ifneq ($(filter test check $(UNIT_BIN),$(MAKECMDGOALS)),)
       || echo '$(UNIT_GENCODE)' > $(UNIT_STAMP))
 endif
 
-test: $(UNIT_BIN)
+test:
+	+@$(call bounded,$(UNIT_BIN))
 
-check: $(UNIT_BIN)
+check: test
 	$(UNIT_BIN)
 
 $(UNIT_BIN): $(UNIT_OBJS)

@@ -32,11 +32,34 @@ struct Device {
     size_t l2_bytes = 0;
 };
 
+// Without a driver the runtime says "CUDA driver version is insufficient", which sends people
+// to upgrade a driver they do not have: name the real cause (exit 3 either way).
+[[noreturn]] void no_device(cudaError_t err) {
+    int driver = 0, runtime = 0;
+    cudaDriverGetVersion(&driver);  // 0 when no driver is installed
+    cudaRuntimeGetVersion(&runtime);
+    std::fflush(stdout);
+    if (driver == 0) {
+        std::fprintf(stderr, "CUDA error: no NVIDIA driver on this machine, so no GPU to run on "
+                     "(cudaGetDeviceCount: %s)\n", cudaGetErrorString(err));
+    } else if (err == cudaErrorInsufficientDriver) {
+        std::fprintf(stderr, "CUDA error: the NVIDIA driver supports CUDA %d.%d, this build needs %d.%d "
+                     "(cudaGetDeviceCount: %s)\n",
+                     driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10, cudaGetErrorString(err));
+    } else {
+        std::fprintf(stderr, "CUDA error: no CUDA device visible; is CUDA_VISIBLE_DEVICES set? (cudaGetDeviceCount: %s)\n",
+                     cudaGetErrorString(err));
+    }
+    std::exit(kExitCudaError);
+}
+
 Device open_device() {
     int count = 0;
     const cudaError_t err = cudaGetDeviceCount(&count);
+    if (err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver || (err == cudaSuccess && count == 0)) {
+        no_device(err == cudaSuccess ? cudaErrorNoDevice : err);
+    }
     if (err != cudaSuccess) cuda_fail(err, "cudaGetDeviceCount");
-    if (count == 0) cuda_fail(cudaErrorNoDevice, "cudaGetDeviceCount");
     CUDA_CHECK(cudaSetDevice(0));
     cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));

@@ -110,6 +110,48 @@ def test_make_dry_run_gencode_per_family(tmp_path):
     assert run(["make", "list"], tmp_path).stdout.split()[:2] == [DECODE_KERNEL, WS_KERNEL]  # dispatch order
 
 
+FAKE_NVCC = """#!/usr/bin/env python3
+# Stands in for nvcc: logs when each job starts and ends, holds it a second, writes its -o.
+import os, sys, time
+out = sys.argv[sys.argv.index("-o") + 1]
+with open(os.environ["FAKE_NVCC_LOG"], "a") as log:
+    log.write(f"{time.time()} 1\\n")
+time.sleep(1.0)
+with open(os.environ["FAKE_NVCC_LOG"], "a") as log:
+    log.write(f"{time.time()} -1\\n")
+os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+open(out, "w").close()
+"""
+
+
+def most_at_once(log: Path) -> int:
+    events = sorted((float(t), int(d)) for t, d in (line.split() for line in log.read_text().splitlines()))
+    running = peak = 0
+    for _, delta in events:
+        running += delta
+        peak = max(peak, running)
+    return peak
+
+
+@needs_make
+@pytest.mark.parametrize("make_args, jobs_env, expected", [
+    (["-j"], {"JOBS": "2"}, 2),       # a bare -j is bounded (JOBS: the bound)
+    (["-j3"], {"JOBS": "2"}, 3),      # make -j N means N
+    ([], {}, 1),                      # no -j: one job
+], ids=["bare-j", "j3", "serial"])
+def test_parallel_jobs(tmp_path, make_args, jobs_env, expected):
+    copy_tree(tmp_path)
+    setup(tmp_path, TORCH_CUDA_ARCH_LIST="8.0", FMHA_FILTER="*_flash_bf16_d1*")  # several kernels
+    fake = tmp_path / "fake_nvcc"
+    fake.write_text(FAKE_NVCC)
+    fake.chmod(0o755)
+    log = tmp_path / "jobs.log"
+    result = run(["make", *make_args, f"NVCC={fake}"], tmp_path, FAKE_NVCC_LOG=str(log), **jobs_env)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "bin" / "fmha.exe").exists()
+    assert most_at_once(log) == expected
+
+
 @needs_make
 def test_make_checks_use_ccache(tmp_path):
     copy_tree(tmp_path)
@@ -193,7 +235,8 @@ def test_new_arch_list_rebuilds_device_objects_only(built):
         rebuilt = objects(run(["make", "-n"], built).stdout)
         device = {str(d.relative_to(built).with_suffix(".o")) for d in (built / "obj").rglob("*.d")
                   if (built / d.relative_to(built / "obj")).with_suffix(".cu").exists()}
-        assert device and rebuilt == device | {"bin/fmha.exe"}
+        # The registry lists each kernel's archs, so it is rebuilt too (host code, quick).
+        assert device and rebuilt == device | {"obj/generated/registry.o", "bin/fmha.exe"}
     finally:
         setup(built, TORCH_CUDA_ARCH_LIST="8.0", FMHA_FILTER=SMALL_FILTER)
 
@@ -221,10 +264,10 @@ def test_ws_exe_lists_its_kernel(built_ws):
     result = run([str(tree / "bin" / "fmha.exe"), "-list-kernels"], tree)
     assert result.returncode == 0, result.stderr
     row = next(l for l in result.stdout.splitlines() if l.startswith(WS_KERNEL))
-    # family sm dtype acc d dv tile warps masks warp_spec tma sched max_s_q min_s_kv
+    # family sm dtype acc d dv tile warps masks warp_spec tma sched max_s_q min_s_kv archs
     assert row.split()[1:] == ["ws", "90", "bf16", "fp32", "64", "64", "192x128", "12x1",
-                                   "padding,causal,sliding_window,bidirectional_sliding_window,chunked,custom", "true",
-                               "true", "persistent", "-", "-"]
+                               "padding,causal,sliding_window,bidirectional_sliding_window,chunked,custom", "true",
+                               "true", "persistent", "-", "-", "sm_90a"]
 
 
 @pytest.mark.build

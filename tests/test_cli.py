@@ -136,8 +136,8 @@ def test_gpu_run_without_gpu_exits_3(args, fmha, has_gpu):
         pytest.skip("a GPU is present: this checks the no-device path")
     r = fmha(*args)
     assert r.returncode == 3, (r.returncode, r.stdout, r.stderr)
-    assert r.stderr.startswith("CUDA error: ")
-    assert r.stderr.rstrip().endswith("(cudaGetDeviceCount)")
+    assert r.stderr.startswith("CUDA error: no ")  # no driver / no device, not "upgrade your driver"
+    assert "(cudaGetDeviceCount: " in r.stderr
     assert len(r.stderr.splitlines()) == 1
 
 
@@ -163,8 +163,8 @@ def test_use_tma_keeps_only_tma_kernels(fmha):
 
 def test_list_kernels_shows_the_tma_scheduling_and_s_q_columns(fmha):
     lines = fmha("-list-kernels").stdout.splitlines()
-    assert lines[0].split()[-5:] == ["warp_spec", "tma", "sched", "max_s_q", "min_s_kv"]
-    rows = [line.split() for line in lines[1:-1]]
+    assert lines[0].split()[-6:] == ["warp_spec", "tma", "sched", "max_s_q", "min_s_kv", "archs"]
+    rows = [line.split()[:-1] for line in lines[1:-1]]
     assert all(r[-4] == ("true" if "_ws_" in r[0] else "false") for r in rows)
     # SCHEDULING_MODE picks one scheduler for every ws kernel of a build; the others are grids.
     ws_sched = {r[-3] for r in rows if "_ws_" in r[0]}
