@@ -111,8 +111,10 @@ def _parse_arch(entry: str) -> Arch:
     number = int(match["major"]) * 10 + int(match["minor"])
     suffix = match["suffix"].lower()
     if number < MIN_ARCH:
+        # CUDA 13 dropped every target below Turing: Volta (7.0, 7.2) cannot be built at all.
+        why = "CUDA 13 cannot compile for it (Volta and older were dropped); " if number < 75 else ""
         raise EnvError(
-            f"TORCH_CUDA_ARCH_LIST entry {entry!r}: no kernel family supports it "
+            f"TORCH_CUDA_ARCH_LIST entry {entry!r}: {why}no kernel family supports it "
             f"(the oldest arch any family targets is {MIN_ARCH // 10}.{MIN_ARCH % 10})"
         )
     if number not in KNOWN_ARCHS:
@@ -143,6 +145,19 @@ def _parse_bool(environ: Mapping[str, str], key: str) -> bool:
     raise EnvError(f"{key}={value!r}: expected one of 0/1/true/false/on/off")
 
 
+# ENABLE_SM100 / ENABLE_SM120: the Blackwell archs they add to TORCH_CUDA_ARCH_LIST. The
+# portable families (mma.sync: flash, decode) run there unchanged; no family uses tcgen05 or
+# TMEM yet, and ws (wgmma, sm_90a) exists on Hopper alone.
+BLACKWELL_FLAGS = {"ENABLE_SM100": Arch(100), "ENABLE_SM120": Arch(120)}
+
+
+def with_blackwell(archs: tuple, flags: dict) -> tuple:
+    """archs plus the Blackwell arch of each flag that is on, unless the list names it already."""
+    extra = [arch for flag, arch in BLACKWELL_FLAGS.items()
+             if flags[flag] and all(a.number != arch.number for a in archs)]
+    return tuple(sorted(archs + tuple(extra)))
+
+
 def parse(environ: Mapping[str, str]) -> Config:
     """All flags of SPEC.md from `environ` (os.environ or a test's dict)."""
     arch_list = _flag(environ, "TORCH_CUDA_ARCH_LIST") or DEFAULT_ARCH_LIST
@@ -152,12 +167,13 @@ def parse(environ: Mapping[str, str]) -> Config:
             f"SCHEDULING_MODE={scheduling!r}: expected 0 (static grid) or 1 (persistent, dynamic tile counter)"
         )
     globs = tuple(g.strip() for g in (_flag(environ, "FMHA_FILTER") or "").split(",") if g.strip())
+    blackwell = {flag: _parse_bool(environ, flag) for flag in BLACKWELL_FLAGS}
     return Config(
-        archs=parse_arch_list(arch_list),
+        archs=with_blackwell(parse_arch_list(arch_list), blackwell),
         enable_hmma_fp32=_parse_bool(environ, "ENABLE_HMMA_FP32"),
         enable_sm89_qmma=_parse_bool(environ, "ENABLE_SM89_QMMA"),
-        enable_sm100=_parse_bool(environ, "ENABLE_SM100"),
-        enable_sm120=_parse_bool(environ, "ENABLE_SM120"),
+        enable_sm100=blackwell["ENABLE_SM100"],
+        enable_sm120=blackwell["ENABLE_SM120"],
         scheduling_mode=int(scheduling),
         use_ccache=_parse_bool(environ, "USE_CCACHE"),
         fmha_filter=globs,

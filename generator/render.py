@@ -40,12 +40,14 @@ def environment(templates: Path = TEMPLATES) -> jinja2.Environment:
     )
 
 
-def _kernel_vars(spec: KernelSpec, scheduling_mode: int) -> dict:
+def _kernel_vars(spec: KernelSpec, config: Config) -> dict:
     """The C++ spellings of one spec, shared by the kernel and registry templates.
 
-    scheduling_mode is SCHEDULING_MODE (env.py): families with `scheduled` get it as their
-    Traits' kPersistent; the others ignore it (their KernelMeta::persistent is false).
+    config.scheduling_mode is SCHEDULING_MODE (env.py): families with `scheduled` get it as
+    their Traits' kPersistent; the others ignore it (their KernelMeta::persistent is false).
+    config.archs decide the SASS targets the row lists (KernelMeta::archs).
     """
+    scheduling_mode = config.scheduling_mode
     family = FAMILIES[spec.family]
     element, dtype_enum = DTYPES[spec.dtype]
     return {
@@ -64,15 +66,20 @@ def _kernel_vars(spec: KernelSpec, scheduling_mode: int) -> dict:
         "persistent": "true" if family.scheduled and scheduling_mode == 1 else "false",
         "max_rows": decode_max_rows(spec),
         "min_s_kv": decode_min_s_kv(spec),
+        "archs": ",".join(f"sm_{a.number}{a.suffix}" for a in family_archs(spec.family, config)),
     }
 
 
 def render_kernel(env: jinja2.Environment, spec: KernelSpec, scheduling_mode: int = 1) -> str:
-    return env.get_template(FAMILIES[spec.family].template).render(**_kernel_vars(spec, scheduling_mode))
+    config = Config(scheduling_mode=scheduling_mode)
+    return env.get_template(FAMILIES[spec.family].template).render(**_kernel_vars(spec, config))
 
 
-def render_registry(env: jinja2.Environment, specs: list[KernelSpec], scheduling_mode: int = 1) -> str:
-    return env.get_template("registry.cpp.j2").render(kernels=[_kernel_vars(s, scheduling_mode) for s in specs])
+def render_registry(env: jinja2.Environment, specs: list[KernelSpec], scheduling_mode: int = 1,
+                    config: Config | None = None) -> str:
+    """config: the build's flags (default: the default flags with this scheduling_mode)."""
+    config = config or Config(scheduling_mode=scheduling_mode)
+    return env.get_template("registry.cpp.j2").render(kernels=[_kernel_vars(s, config) for s in specs])
 
 
 def gencode(archs) -> str:
@@ -97,7 +104,7 @@ def render_manifest(specs: list[KernelSpec], config: Config) -> str:
     for spec in specs:
         entry = spec.to_dict()
         entry["archs"] = [str(a) for a in family_archs(spec.family, config)]
-        row = _kernel_vars(spec, config.scheduling_mode)  # KernelMeta fields the tests select by
+        row = _kernel_vars(spec, config)  # KernelMeta fields the tests select by
         entry["max_rows"], entry["min_s_kv"] = row["max_rows"], row["min_s_kv"]
         entry["variants"] = list(row["variants"])
         kernels.append(entry)
@@ -132,7 +139,7 @@ def render_all(specs: list[KernelSpec], config: Config, out: Path) -> Outcome:
     """Bring `out` in line with `specs`: write what changed, remove stale kernels."""
     env = environment()
     files = {kernel_path(s): render_kernel(env, s, config.scheduling_mode) for s in specs}
-    files["registry.cpp"] = render_registry(env, specs, config.scheduling_mode)
+    files["registry.cpp"] = render_registry(env, specs, config=config)
     files["makefile"] = render_makefile(env, specs, config)
     files["manifest.json"] = render_manifest(specs, config)
     files[ARCH_STAMP] = render_arch_stamp(config)

@@ -44,6 +44,7 @@ struct KernelMeta {
     int min_s_kv;         // dispatch takes it only for caches of at least this many keys
                           // (max over the batch); 0 = any. A preference, not a limit:
                           // `-kernel NAME` runs it on any length
+    const char* archs;    // the SASS targets it was compiled for, e.g. "sm_80,sm_90,sm_100"
     LaunchFn launch;
     EntryFn entry;
     WorkspaceFn workspace;  // nullptr: the family needs no workspace

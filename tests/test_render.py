@@ -174,8 +174,9 @@ def test_second_run_writes_nothing(tmp_path, capsys):
 def test_changed_flag_rewrites_only_what_it_changes(tmp_path):
     render_all(kernels(parse({})), parse({}), tmp_path)
     outcome = render_all(kernels(parse({})), parse({"TORCH_CUDA_ARCH_LIST": "9.0"}), tmp_path)
-    # New gencode: kernel sources are the same, the makefile, manifest and arch stamp are not.
-    assert sorted(p.name for p in outcome.written) == ["archs.stamp", "makefile", "manifest.json"]
+    # New gencode: kernel sources are the same; the makefile, manifest, arch stamp and the
+    # registry (its archs column) are not.
+    assert sorted(p.name for p in outcome.written) == ["archs.stamp", "makefile", "manifest.json", "registry.cpp"]
 
 
 def test_stale_kernels_are_removed(tmp_path):
