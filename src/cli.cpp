@@ -145,7 +145,7 @@ struct FloatOption {
     bool positive;  // must be > 0 (else: any finite value)
 };
 const FloatOption kFloatOptions[] = {
-    {"-scale-bmm1", &Problem::scale_bmm1, false},
+    {"-scale-bmm1", &Problem::scale_bmm1, true},  // the softmax takes max(S) * scale as the max
     {"-scale-softmax", &Problem::scale_softmax, false},
     {"-scale-bmm2", &Problem::scale_bmm2, false},
     {"-range-q", &Problem::range_q, true},
@@ -346,6 +346,9 @@ void resolve_and_validate(Problem& p, const std::set<std::string>& seen) {
                   " (token, head) rows overflow 32-bit indexing");
 
     if (!given("-scale-bmm1")) p.scale_bmm1 = 1.f / std::sqrt(static_cast<float>(p.d));
+    // The kernels scale logits by scale_bmm1 * log2(e) in fp32 (softmax/exp2_row.h).
+    if (!std::isfinite(p.scale_bmm1 * 1.4426950408889634f))
+        fail_args("-scale-bmm1 is too large: times log2(e) it overflows fp32");
     if (!given("-epsilon"))
         p.epsilon = p.dtype == DataType::kBf16 ? kDefaultEpsilonBf16 : kDefaultEpsilonFp16;
 }

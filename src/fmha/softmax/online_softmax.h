@@ -18,6 +18,7 @@
 
 #include <math_constants.h>
 
+#include "fmha/softmax/exp2_row.h"
 #include "fmha/softmax/sinks.h"
 #include "fmha/softmax/stats.h"
 #include "fmha/utils.h"
@@ -81,16 +82,8 @@ struct OnlineSoftmax {
                 alpha[mi][h] = row_grew ? fast_exp2(row_max[mi][h] - max_scaled) : 1.f;
                 grew |= row_grew;
                 row_max[mi][h] = mx;
-                float sum = 0.f;
-#pragma unroll
-                for (int ni = 0; ni < kNTilesS; ++ni) {
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        const float pv = fast_exp2(fmaf(s[mi][ni][2 * h + e], scale_log2, -max_scaled));
-                        s[mi][ni][2 * h + e] = pv;
-                        sum += pv;
-                    }
-                }
+                const float sum = exp2_row<2 * kNTilesS>(
+                    [&](int i) -> float& { return s[mi][i / 2][2 * h + i % 2]; }, scale_log2, max_scaled);
                 row_sum[mi][h] = row_sum[mi][h] * alpha[mi][h] + sum;
             }
         }
