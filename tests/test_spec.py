@@ -102,8 +102,8 @@ def test_to_dict_is_json_with_the_name():
 
 
 # The flag of every run-time variant (spec.VARIANTS) and of every mask beyond padding and
-# causal (spec.MASKS): each must have a row in README's variant x family table.
-README_VARIANT_FLAGS = {
+# causal (spec.MASKS): each must have a row in docs/USAGE.md's variant x family table.
+USAGE_VARIANT_FLAGS = {
     "softcap": "-softcapping-scale-bmm1", "alibi": "-alibi", "bias": "-attention-bias",
     "sinks": "-use-attention-sinks", "softmax_stats": "-save-softmax", "paged_kv": "-paged-kv",
     "sliding_window": "-sliding-window-size", "bidirectional_sliding_window": "-bidirectional-sliding-window-mask",
@@ -111,21 +111,21 @@ README_VARIANT_FLAGS = {
 }
 
 
-def test_readme_variant_table_has_every_variant_and_family():
+def test_usage_variant_table_has_every_variant_and_family():
     from generator.spec import FAMILIES, MASKS, VARIANTS
-    assert set(README_VARIANT_FLAGS) == set(VARIANTS) | (set(MASKS) - {"padding", "causal"})
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert set(USAGE_VARIANT_FLAGS) == set(VARIANTS) | (set(MASKS) - {"padding", "causal"})
+    text = (Path(__file__).resolve().parent.parent / "docs" / "USAGE.md").read_text()
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("| variant | flag |"))
     header = lines[start]
     for family in FAMILIES:
-        assert f"| {family} (" in header, f"README's variant table has no column for the {family} family"
+        assert f"| {family} (" in header, f"docs/USAGE.md's variant table has no column for the {family} family"
     rows = []
     for line in lines[start + 2:]:
         if not line.startswith("|"):
             break
         rows.append(line)
-    for name, flag in README_VARIANT_FLAGS.items():
+    for name, flag in USAGE_VARIANT_FLAGS.items():
         row = next((r for r in rows if flag in r.split("|")[2]), None)
-        assert row is not None, f"README's variant table has no row for {name} ({flag})"
+        assert row is not None, f"docs/USAGE.md's variant table has no row for {name} ({flag})"
         assert len(row.split("|")) == len(header.split("|")), f"the {name} row does not fill every family column"
