@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""A/B of two fmha.exe builds on one suite's problems, interleaved in one process.
+
+    python3 bench/ab.py A_EXE B_EXE [--suite fa3] [--dtype bf16] [--only GLOB ...] [--repeats 3] [--extra FLAGS]
+
+For each problem, runs A and B alternately `--repeats` times (`-skip-checks`, bursts of about
+25 ms as bench/run.py times ours) and prints the median µs of each and B / A. Both must pick
+the same kernel; a problem where they differ is flagged. Meant for "no change intended" checks
+(a refactor, a rare-path branch) where SDPA adds nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.suites import DTYPES, SUITES, only, select  # noqa: E402
+
+ELAPSED = re.compile(r"^Elapsed \.+: ([0-9.]+) us")
+KERNEL = re.compile(r"^Kernel\.+: (\S+)", re.MULTILINE)
+BURST_MS = 25.0
+
+
+def run(exe: str, args: list[str]) -> tuple[float, str]:
+    proc = subprocess.run([exe, *args], capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise SystemExit(f"{exe} {' '.join(args)}: exit {proc.returncode}: {proc.stderr.strip()[-300:]}")
+    us = next(float(m.group(1)) for m in map(ELAPSED.match, proc.stdout.splitlines()) if m)
+    return us, KERNEL.search(proc.stdout).group(1)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("a")
+    parser.add_argument("b")
+    parser.add_argument("--suite", default="fa3", choices=list(SUITES))
+    parser.add_argument("--dtype", default="bf16", choices=list(DTYPES))
+    parser.add_argument("--only", nargs="+", default=[])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--extra", default="", help="more fmha.exe flags for both, e.g. -force-non-warp-specialization")
+    args = parser.parse_args(argv)
+    suites = only(select([args.suite]), args.only) if args.only else select([args.suite])
+    print("| problem | kernel | A us | B us | B / A |")
+    print("|---|---|---|---|---|")
+    ratios = []
+    for suite in suites:
+        for p in suite.problems:
+            base = [*p.fmha_args(), DTYPES[args.dtype].flag, *args.extra.split(), "-skip-checks", "-v", "0"]
+            probe, _ = run(args.a, [*base, "-runs", "1", "-warm-up-runs", "1"])
+            runs = max(1, min(200, int(BURST_MS * 1000 / probe)))
+            timed = [*base, "-runs", str(runs), "-warm-up-runs", str(max(1, runs // 2))]
+            times = {args.a: [], args.b: []}
+            kernels = {}
+            for _ in range(args.repeats):
+                for exe in (args.a, args.b):
+                    us, kernels[exe] = run(exe, timed)
+                    times[exe].append(us)
+            a, b = statistics.median(times[args.a]), statistics.median(times[args.b])
+            ratios.append(b / a)
+            kernel = kernels[args.a] if kernels[args.a] == kernels[args.b] else \
+                f"{kernels[args.a]} != {kernels[args.b]}"
+            print(f"| {p.label()} | {kernel} | {a:.1f} | {b:.1f} | {b / a:.3f} |", flush=True)
+    print(f"\nB / A over {len(ratios)} problems: geometric mean "
+          f"{statistics.geometric_mean(ratios):.4f}, min {min(ratios):.3f}, max {max(ratios):.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
