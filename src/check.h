@@ -7,7 +7,8 @@
 #include <vector>
 
 #include "cli.h"
-#include "tensors.h"
+#include "inputs.h"
+#include "layouts.h"
 
 namespace fmha {
 

@@ -15,6 +15,7 @@
 #include "cuda_check.h"
 #include "dispatch.h"
 #include "kernel_meta.h"
+#include "metrics.h"
 #include "reference/reference.h"
 #include "save_tensors.h"
 #include "tensors.h"
@@ -23,7 +24,6 @@ namespace fmha {
 namespace {
 
 constexpr int kLabelWidth = 14;  // "Kernel........: " -- label and dots, then ": "
-constexpr int kBytesPerElement = 2;  // fp16 and bf16
 
 struct Device {
     std::string name;
@@ -91,23 +91,6 @@ std::string header_line(const Problem& p, const KernelMeta& k) {
                   layout_label(p.layout), k.warps_m, k.warps_n);
 }
 
-// Bytes of the score modifiers' tensors a kernel reads (each entry once): the bias entries
-// inside the sequences (a broadcast batch: the largest lengths), the custom mask's words.
-double score_tensor_bytes(const Problem& p, const SeqLens& lens) {
-    double pairs = 0.0, words = 0.0;
-    for (int i = 0; i < p.b; ++i) {
-        pairs += double(lens.q_lens[i]) * lens.kv_lens[i];
-        words += double(lens.q_lens[i]) * ((lens.kv_lens[i] + 31) / 32);
-    }
-    double bytes = 0.0;
-    if (p.attention_bias) {
-        const double plane = p.bias_per_batch ? pairs : double(lens.s_q_max) * lens.s_kv_max;
-        bytes += double(kBytesPerElement) * plane * (p.bias_per_head ? p.h : 1);
-    }
-    if (p.mask == MaskType::kCustom) bytes += double(sizeof(uint32_t)) * words;
-    return bytes;
-}
-
 struct Timing {
     bool reference_ran;
     float reference_ms;  // one run of the reference
@@ -119,12 +102,8 @@ struct Timing {
 // first mismatches and the error statistics.
 void print_results(const Problem& p, const Device& dev, const KernelMeta& kernel, const SeqLens& lens,
                    const CustomMask& custom, const CheckResult& check, const Timing& t) {
-    const double flops = double(allowed_pairs(p, lens, &custom)) * p.h * 2.0 * (p.d + p.dv);
-    const double bytes = double(kBytesPerElement) *
-                         (double(lens.q_total) * p.h * (p.d + p.dv) +  // Q read, O written
-                          double(visible_kv_tokens(p, lens)) * p.h_kv * (p.d + p.dv)) +  // K, V once per KV head
-                         (p.save_softmax ? double(sizeof(float)) * lens.q_total * p.h : 0.0) +  // the LSE written
-                         score_tensor_bytes(p, lens);
+    const double flops = attention_flops(p, lens, custom);
+    const double bytes = attention_bytes(p, lens);
     const std::string speedup =
         t.reference_ran ? format("(%.2fx)", 1e3 * t.reference_ms / t.us) : "(n/a)";
 
@@ -266,7 +245,8 @@ int run(int argc, char** argv) {
     CheckResult check;
     if (!p.skip_checks) check = check_output(p, lens, o_raw, o_ref_host, o_amb_host);
     if (!p.skip_checks && p.save_softmax) check_lse(p, lens, lse_host, lse_ref_host, check);
-    print_results(p, dev, kernel, lens, t.custom_mask_host, check, Timing{run_reference_path, ref_ms, us, static_cast<int>(sets.size())});
+    const Timing timing{run_reference_path, ref_ms, us, static_cast<int>(sets.size())};
+    print_results(p, dev, kernel, lens, t.variants.custom_mask_host, check, timing);
 
     CUDA_CHECK(cudaStreamDestroy(stream));
     return p.skip_checks || check.passed() ? kExitOk : kExitCheckFailed;

@@ -58,8 +58,9 @@ void save_bias(const std::string& dir, const Problem& p, const SeqLens& lens, co
                cudaStream_t stream) {
     const int nb = p.bias_per_batch ? p.b : 1, nh = p.bias_per_head ? p.h : 1;
     const size_t plane = size_t(lens.s_q_max) * lens.s_kv_max;
-    std::vector<uint16_t> raw(t.bias.size());
-    CUDA_CHECK(cudaMemcpyAsync(raw.data(), t.bias.get(), t.bias.bytes(), cudaMemcpyDeviceToHost, stream));
+    const DeviceBuffer<uint16_t>& bias = t.variants.bias;
+    std::vector<uint16_t> raw(bias.size());
+    CUDA_CHECK(cudaMemcpyAsync(raw.data(), bias.get(), bias.bytes(), cudaMemcpyDeviceToHost, stream));
     CUDA_CHECK(cudaStreamSynchronize(stream));
     const auto to_float = p.dtype == DataType::kBf16 ? bf16_bits_to_float : half_bits_to_float;
     std::vector<float> out(size_t(nb) * nh * p.s_q * p.s, 0.f);
@@ -90,9 +91,9 @@ void save_custom_mask(const std::string& dir, const Problem& p, const SeqLens& l
 // the poison's NaN), and block_table.npy int32 [b, blocks of the longest sequence] (-1 past
 // a sequence's blocks).
 void save_paged_kv(const std::string& dir, const Problem& p, const DeviceTensors& t, cudaStream_t stream) {
-    const PagedKv& g = t.paged_host;
-    std::vector<uint16_t> raw(t.kv_pool.size());
-    CUDA_CHECK(cudaMemcpyAsync(raw.data(), t.kv_pool.get(), t.kv_pool.bytes(), cudaMemcpyDeviceToHost, stream));
+    const PagedKv& g = t.paged.host;
+    std::vector<uint16_t> raw(t.paged.pool.size());
+    CUDA_CHECK(cudaMemcpyAsync(raw.data(), t.paged.pool.get(), t.paged.pool.bytes(), cudaMemcpyDeviceToHost, stream));
     CUDA_CHECK(cudaStreamSynchronize(stream));
     const auto to_float = p.dtype == DataType::kBf16 ? bf16_bits_to_float : half_bits_to_float;
     const size_t k_part = size_t(p.h_kv) * g.tokens_per_block * p.d;
@@ -136,12 +137,13 @@ void save_tensors(const Problem& p, const SeqLens& lens, const DeviceTensors& t,
                  q.q_offsets, q.q_lens, p.b, p.s_q, stream);
     save_ints(dir, "seqlens_q.npy", lens.q_lens);
     save_ints(dir, "seqlens_kv.npy", lens.kv_lens);
-    if (!t.sinks_host.empty())  // [h]
-        write_floats(dir, "sinks.npy", t.sinks_host.data(), {static_cast<int64_t>(t.sinks_host.size())});
+    if (!t.variants.sinks_host.empty())  // [h]
+        write_floats(dir, "sinks.npy", t.variants.sinks_host.data(),
+                     {static_cast<int64_t>(t.variants.sinks_host.size())});
     if (t.lse.size() > 0) save_lse(dir, "lse.npy", t.lse.get(), p, lens, stream);
     if (lse_ref != nullptr) save_lse(dir, "lse_ref.npy", lse_ref, p, lens, stream);
     if (p.attention_bias) save_bias(dir, p, lens, t, stream);
-    if (p.mask == MaskType::kCustom) save_custom_mask(dir, p, lens, t.custom_mask_host);
+    if (p.mask == MaskType::kCustom) save_custom_mask(dir, p, lens, t.variants.custom_mask_host);
     if (p.layout == Layout::kPagedKv) save_paged_kv(dir, p, t, stream);
 
     JsonObject meta;
