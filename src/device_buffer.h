@@ -50,4 +50,13 @@ DeviceBuffer<T> to_device(const std::vector<T>& host) {
     return buf;
 }
 
+// A synchronous copy of the whole buffer.
+template <class T>
+std::vector<T> to_host(const DeviceBuffer<T>& buf) {
+    std::vector<T> host(buf.size());
+    if (!host.empty())
+        CUDA_CHECK(cudaMemcpy(host.data(), buf.get(), buf.bytes(), cudaMemcpyDeviceToHost));
+    return host;
+}
+
 }  // namespace fmha
