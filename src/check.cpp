@@ -5,17 +5,12 @@
 #include <cstring>
 #include <string>
 
+#include "format.h"
+
 namespace fmha {
 namespace {
 
 constexpr int kMaxReported = 10;  // mismatches (and touched elements) printed
-
-template <class... Args>
-std::string format(const char* fmt, Args... args) {
-    char buf[512];
-    std::snprintf(buf, sizeof(buf), fmt, args...);
-    return buf;
-}
 
 struct Verdict {
     bool fail;
@@ -70,7 +65,7 @@ CheckResult check_output(const Problem& p, const SeqLens& lens, const std::vecto
                          const std::vector<float>& o_ref, const std::vector<float>& o_amb) {
     CheckResult r;
     const int64_t row = int64_t(p.h) * p.dv;  // elements per token
-    auto to_float = p.dtype == DataType::kBf16 ? bf16_bits_to_float : half_bits_to_float;
+    const BitsToFloat to_float = bits_to_float(p.dtype);
     int reported = 0;
 
     std::vector<char> covered(static_cast<size_t>(lens.q_storage_tokens), 0);

@@ -7,7 +7,8 @@
 #include <vector>
 
 #include "cli.h"
-#include "tensors.h"
+#include "inputs.h"
+#include "layouts.h"
 
 namespace fmha {
 
@@ -54,5 +55,9 @@ std::string check_summary(const Problem& p, const CheckResult& r);
 // fp16 / bf16 bit patterns to float, on the host.
 float half_bits_to_float(uint16_t bits);
 float bf16_bits_to_float(uint16_t bits);
+using BitsToFloat = float (*)(uint16_t);
+inline BitsToFloat bits_to_float(DataType type) {
+    return type == DataType::kBf16 ? bf16_bits_to_float : half_bits_to_float;
+}
 
 }  // namespace fmha

@@ -14,7 +14,9 @@
 #include "cli.h"
 #include "cuda_check.h"
 #include "dispatch.h"
+#include "format.h"
 #include "kernel_meta.h"
+#include "metrics.h"
 #include "reference/reference.h"
 #include "save_tensors.h"
 #include "tensors.h"
@@ -23,7 +25,6 @@ namespace fmha {
 namespace {
 
 constexpr int kLabelWidth = 14;  // "Kernel........: " -- label and dots, then ": "
-constexpr int kBytesPerElement = 2;  // fp16 and bf16
 
 struct Device {
     std::string name;
@@ -93,13 +94,6 @@ void print_field(const char* label, const std::string& value) {
     std::printf("%s%s: %s\n", label, dots.c_str(), value.c_str());
 }
 
-template <class... Args>
-std::string format(const char* fmt, Args... args) {
-    char buf[512];
-    std::snprintf(buf, sizeof(buf), fmt, args...);
-    return buf;
-}
-
 std::string checks_word(const char* word, const char* colour) {
     const bool use_colour = isatty(fileno(stdout)) && std::getenv("NO_COLOR") == nullptr;
     return use_colour && colour != nullptr ? std::string(colour) + word + "\033[0m" : word;
@@ -114,23 +108,6 @@ std::string header_line(const Problem& p, const KernelMeta& k) {
                   layout_label(p.layout), k.warps_m, k.warps_n);
 }
 
-// Bytes of the score modifiers' tensors a kernel reads (each entry once): the bias entries
-// inside the sequences (a broadcast batch: the largest lengths), the custom mask's words.
-double score_tensor_bytes(const Problem& p, const SeqLens& lens) {
-    double pairs = 0.0, words = 0.0;
-    for (int i = 0; i < p.b; ++i) {
-        pairs += double(lens.q_lens[i]) * lens.kv_lens[i];
-        words += double(lens.q_lens[i]) * ((lens.kv_lens[i] + 31) / 32);
-    }
-    double bytes = 0.0;
-    if (p.attention_bias) {
-        const double plane = p.bias_per_batch ? pairs : double(lens.s_q_max) * lens.s_kv_max;
-        bytes += double(kBytesPerElement) * plane * (p.bias_per_head ? p.h : 1);
-    }
-    if (p.mask == MaskType::kCustom) bytes += double(sizeof(uint32_t)) * words;
-    return bytes;
-}
-
 struct Timing {
     bool reference_ran;
     float reference_ms;  // one run of the reference
@@ -138,64 +115,64 @@ struct Timing {
     int input_sets;      // input copies the timed launches cycle through
 };
 
+// -v 1: the labelled details before the summary.
+void print_details(const Problem& p, const Device& dev, const SeqLens& lens, const CheckResult& check,
+                   const Timing& t) {
+    print_field("Device", format("%s, sm_%d, %d SMs", dev.name.c_str(), dev.sm, dev.num_sms));
+    print_field("Problem", format("b=%d h=%d h_kv=%d d=%d dv=%d s=%d s_q=%d min_s=%d, %s storage",
+                                  p.b, p.h, p.h_kv, p.d, p.dv, p.s, p.s_q, p.min_s,
+                                  p.pad_s ? "padded" : "packed"));
+    const char* mask = mask_label(p.mask);
+    print_field("Mask", p.sliding_window_size > 0      ? format("%s, window %d", mask, p.sliding_window_size)
+                        : p.chunked_attention_size > 0 ? format("%s, chunk %d", mask, p.chunked_attention_size)
+                                                       : std::string(mask));
+    print_field("Tokens", format("q %lld (max %d), kv %lld (max %d)", (long long)lens.q_total,
+                                 lens.s_q_max, (long long)lens.kv_total, lens.s_kv_max));
+    print_field("Scales", format("bmm1 %g, softmax %g, bmm2 %g%s%s", p.scale_bmm1, p.scale_softmax, p.scale_bmm2,
+                                 p.softcapping_scale_bmm1 > 0.f
+                                     ? format(", softcap %g", p.softcapping_scale_bmm1).c_str()
+                                     : "",
+                                 p.alibi            ? ", ALiBi slopes"
+                                 : p.attention_bias ? format(", bias [%s, %s, s_q, s]", p.bias_per_batch ? "b" : "1",
+                                                             p.bias_per_head ? "h" : "1").c_str()
+                                                    : ""));
+    print_field("Inputs", format("%s, range q/k/v %g/%g/%g, scale q/k/v %g/%g/%g",
+                                 p.ones ? "ones" : p.randn ? "normal" : "uniform", p.range_q,
+                                 p.range_k, p.range_v, p.scale_q, p.scale_k, p.scale_v));
+    print_field("Seed", std::to_string(p.seed));
+    print_field("Runs", format("%d warm-up, %d timed, cycling %d input set%s", p.warm_up_runs, p.runs,
+                               t.input_sets, t.input_sets == 1 ? "" : "s"));
+    print_field("Reference", t.reference_ran ? format("%.3f ms", t.reference_ms) : "not run");
+    if (!p.skip_checks) {
+        print_field("Epsilon", format("%g", p.epsilon));
+        print_field("Max abs err", format("%.6g", check.max_abs_err));
+        print_field("Max rel err", format("%.6g", check.max_rel_err));
+        print_field("Ambiguous", format("%lld elements within the reference's rounding ambiguity",
+                                        (long long)check.ambiguous));
+        print_field("Failures", format("%lld of %lld elements", (long long)check.failures,
+                                       (long long)check.checked));
+        print_field("Untouched", format("%lld of %lld elements outside the sequences written",
+                                        (long long)check.touched, (long long)check.untouched_checked));
+        if (p.save_softmax)
+            print_field("Softmax stats", format("LSE of %lld rows, %lld fail (tolerance %g), max abs err %.3g; "
+                                                "%lld of %lld rows past the sequences written",
+                                                (long long)check.lse_checked, (long long)check.lse_failures,
+                                                kLseTolerance, check.lse_max_abs_err,
+                                                (long long)check.lse_touched,
+                                                (long long)check.lse_untouched_checked));
+    }
+}
+
 // Verbose details (-v 1), then the four summary lines of SPEC.md, then on failure the
 // first mismatches and the error statistics.
 void print_results(const Problem& p, const Device& dev, const KernelMeta& kernel, const SeqLens& lens,
                    const CustomMask& custom, const CheckResult& check, const Timing& t) {
-    const double flops = double(allowed_pairs(p, lens, &custom)) * p.h * 2.0 * (p.d + p.dv);
-    const double bytes = double(kBytesPerElement) *
-                         (double(lens.q_total) * p.h * (p.d + p.dv) +  // Q read, O written
-                          double(visible_kv_tokens(p, lens)) * p.h_kv * (p.d + p.dv)) +  // K, V once per KV head
-                         (p.save_softmax ? double(sizeof(float)) * lens.q_total * p.h : 0.0) +  // the LSE written
-                         score_tensor_bytes(p, lens);
+    const double flops = attention_flops(p, lens, custom);
+    const double bytes = attention_bytes(p, lens);
     const std::string speedup =
         t.reference_ran ? format("(%.2fx)", 1e3 * t.reference_ms / t.us) : "(n/a)";
 
-    if (p.verbose) {
-        print_field("Device", format("%s, sm_%d, %d SMs", dev.name.c_str(), dev.sm, dev.num_sms));
-        print_field("Problem", format("b=%d h=%d h_kv=%d d=%d dv=%d s=%d s_q=%d min_s=%d, %s storage",
-                                      p.b, p.h, p.h_kv, p.d, p.dv, p.s, p.s_q, p.min_s,
-                                      p.pad_s ? "padded" : "packed"));
-        print_field("Mask", p.sliding_window_size > 0      ? format("%s, window %d", mask_label(p.mask), p.sliding_window_size)
-                            : p.chunked_attention_size > 0 ? format("%s, chunk %d", mask_label(p.mask), p.chunked_attention_size)
-                                                           : std::string(mask_label(p.mask)));
-        print_field("Tokens", format("q %lld (max %d), kv %lld (max %d)", (long long)lens.q_total,
-                                     lens.s_q_max, (long long)lens.kv_total, lens.s_kv_max));
-        print_field("Scales", format("bmm1 %g, softmax %g, bmm2 %g%s%s", p.scale_bmm1, p.scale_softmax, p.scale_bmm2,
-                                     p.softcapping_scale_bmm1 > 0.f
-                                         ? format(", softcap %g", p.softcapping_scale_bmm1).c_str()
-                                         : "",
-                                     p.alibi            ? ", ALiBi slopes"
-                                     : p.attention_bias ? format(", bias [%s, %s, s_q, s]", p.bias_per_batch ? "b" : "1",
-                                                                 p.bias_per_head ? "h" : "1").c_str()
-                                                        : ""));
-        print_field("Inputs", format("%s, range q/k/v %g/%g/%g, scale q/k/v %g/%g/%g",
-                                     p.ones ? "ones" : p.randn ? "normal" : "uniform", p.range_q,
-                                     p.range_k, p.range_v, p.scale_q, p.scale_k, p.scale_v));
-        print_field("Seed", std::to_string(p.seed));
-        print_field("Runs", format("%d warm-up, %d timed, cycling %d input set%s", p.warm_up_runs, p.runs,
-                                   t.input_sets, t.input_sets == 1 ? "" : "s"));
-        print_field("Reference", t.reference_ran ? format("%.3f ms", t.reference_ms) : "not run");
-        if (!p.skip_checks) {
-            print_field("Epsilon", format("%g", p.epsilon));
-            print_field("Max abs err", format("%.6g", check.max_abs_err));
-            print_field("Max rel err", format("%.6g", check.max_rel_err));
-            print_field("Ambiguous", format("%lld elements within the reference's rounding ambiguity",
-                                            (long long)check.ambiguous));
-            print_field("Failures", format("%lld of %lld elements", (long long)check.failures,
-                                           (long long)check.checked));
-            print_field("Untouched", format("%lld of %lld elements outside the sequences written",
-                                            (long long)check.touched, (long long)check.untouched_checked));
-            if (p.save_softmax)
-                print_field("Softmax stats", format("LSE of %lld rows, %lld fail (tolerance %g), max abs err %.3g; "
-                                                    "%lld of %lld rows past the sequences written",
-                                                    (long long)check.lse_checked, (long long)check.lse_failures,
-                                                    kLseTolerance, check.lse_max_abs_err,
-                                                    (long long)check.lse_touched,
-                                                    (long long)check.lse_untouched_checked));
-        }
-    }
-
+    if (p.verbose) print_details(p, dev, lens, check, t);
     std::printf("%s\n", header_line(p, kernel).c_str());
     print_field("Kernel", kernel.name);
     print_field("Checks", p.skip_checks      ? "DISABLED"
@@ -207,6 +184,56 @@ void print_results(const Problem& p, const Device& dev, const KernelMeta& kernel
         for (const std::string& line : check.report) std::printf("%s\n", line.c_str());
         std::printf("%s\n", check_summary(p, check).c_str());
     }
+}
+
+// Scratch the kernel asks for (decode: split-KV partials), zeroed once and shared by every
+// launch (one stream); empty when it asks for none.
+DeviceBuffer<char> attach_workspace(const KernelMeta& kernel, Params& prm) {
+    DeviceBuffer<char> workspace;
+    if (kernel.workspace == nullptr) return workspace;
+    const size_t bytes = kernel.workspace(prm);
+    if (bytes > 0) {
+        workspace = DeviceBuffer<char>(bytes);
+        CUDA_CHECK(cudaMemset(workspace.get(), 0, bytes));  // zeroed once (Params::workspace)
+        prm.workspace = workspace.get();
+        prm.workspace_bytes = bytes;
+    }
+    return workspace;
+}
+
+// The unfused reference's output, its rounding ambiguity and (-save-softmax) its LSE.
+struct ReferenceRun {
+    bool ran = false;
+    float ms = 0.f;  // one run
+    DeviceBuffer<float> o, amb, lse;
+};
+
+// The reference path, timed once, where the checks or -save-tensors need it.
+ReferenceRun time_reference(const Problem& p, const SeqLens& lens, const DeviceTensors& t, cudaStream_t stream) {
+    ReferenceRun r;
+    r.ran = !p.skip_checks || !p.save_dir.empty();
+    if (!r.ran) return r;
+    const size_t o_elems = size_t(lens.q_storage_tokens) * p.h * p.dv;
+    r.o = DeviceBuffer<float>(o_elems);
+    r.amb = DeviceBuffer<float>(o_elems);
+    if (p.save_softmax) r.lse = DeviceBuffer<float>(t.lse.size());  // [b, h, s_q_max] as the kernel's
+    CUDA_CHECK(prepare_reference(t.logical, p.dtype));
+    r.ms = time_on_stream(stream, [&] {
+        CUDA_CHECK(run_reference(t.logical, p.dtype, r.o.get(), r.amb.get(), r.lse.get(), stream));
+    });
+    return r;
+}
+
+// Microseconds a launch, averaged over p.runs timed launches after p.warm_up_runs untimed
+// ones, cycling through `sets`.
+double time_kernel(const Problem& p, const KernelMeta& kernel, const std::vector<Params>& sets,
+                   cudaStream_t stream) {
+    for (int i = 0; i < p.warm_up_runs; ++i) launch(kernel, sets[i % sets.size()], stream);
+    const float total_ms = time_on_stream(stream, [&] {
+        for (int i = 0; i < p.runs; ++i) launch(kernel, sets[i % sets.size()], stream);
+    });
+    CUDA_CHECK(cudaGetLastError());
+    return 1e3 * double(total_ms) / p.runs;
 }
 
 int run(int argc, char** argv) {
@@ -225,71 +252,37 @@ int run(int argc, char** argv) {
     const SeqLens lens = make_seqlens(p);
     DeviceTensors t = make_tensors(p, lens);
     t.params.num_sms = dev.num_sms;
-    // Scratch the kernel asks for (decode: split-KV partials), shared by every launch (one stream).
-    DeviceBuffer<char> workspace;
-    if (kernel.workspace != nullptr) {
-        const size_t bytes = kernel.workspace(t.params);
-        if (bytes > 0) {
-            workspace = DeviceBuffer<char>(bytes);
-            CUDA_CHECK(cudaMemset(workspace.get(), 0, bytes));  // zeroed once (Params::workspace)
-            t.params.workspace = workspace.get();
-            t.params.workspace_bytes = bytes;
-        }
-    }
+    const DeviceBuffer<char> workspace = attach_workspace(kernel, t.params);
     cudaStream_t stream;
     CUDA_CHECK(cudaStreamCreate(&stream));
-
-    // The unfused reference path, timed once (also needed by -save-tensors).
-    const bool run_reference_path = !p.skip_checks || !p.save_dir.empty();
-    const size_t o_elems = size_t(lens.q_storage_tokens) * p.h * p.dv;
-    DeviceBuffer<float> o_ref, o_amb, lse_ref;
-    float ref_ms = 0.f;
-    if (run_reference_path) {
-        o_ref = DeviceBuffer<float>(o_elems);
-        o_amb = DeviceBuffer<float>(o_elems);
-        if (p.save_softmax) lse_ref = DeviceBuffer<float>(t.lse.size());  // [b, h, s_q_max] as the kernel's
-        CUDA_CHECK(prepare_reference(t.logical, p.dtype));
-        ref_ms = time_on_stream(stream, [&] {
-            CUDA_CHECK(run_reference(t.logical, p.dtype, o_ref.get(), o_amb.get(), lse_ref.get(), stream));
-        });
-    }
+    const ReferenceRun ref = time_reference(p, lens, t, stream);
 
     // One clean launch on a poisoned O: this is the output that is checked and saved.
     poison_output(t, stream);
     launch(kernel, t.params, stream);
     CUDA_CHECK(cudaStreamSynchronize(stream));
     std::vector<uint16_t> o_raw;
-    std::vector<float> o_ref_host, o_amb_host;
+    std::vector<float> o_ref_host, o_amb_host, lse_host, lse_ref_host;
     if (!p.skip_checks) {
-        o_raw.resize(t.o.size());
-        o_ref_host.resize(o_elems);
-        o_amb_host.resize(o_elems);
-        CUDA_CHECK(cudaMemcpy(o_raw.data(), t.o.get(), t.o.bytes(), cudaMemcpyDeviceToHost));
-        CUDA_CHECK(cudaMemcpy(o_ref_host.data(), o_ref.get(), o_ref.bytes(), cudaMemcpyDeviceToHost));
-        CUDA_CHECK(cudaMemcpy(o_amb_host.data(), o_amb.get(), o_amb.bytes(), cudaMemcpyDeviceToHost));
+        o_raw = to_host(t.o);
+        o_ref_host = to_host(ref.o);
+        o_amb_host = to_host(ref.amb);
     }
-    std::vector<float> lse_host, lse_ref_host;
     if (!p.skip_checks && p.save_softmax) {
-        lse_host.resize(t.lse.size());
-        lse_ref_host.resize(lse_ref.size());
-        CUDA_CHECK(cudaMemcpy(lse_host.data(), t.lse.get(), t.lse.bytes(), cudaMemcpyDeviceToHost));
-        CUDA_CHECK(cudaMemcpy(lse_ref_host.data(), lse_ref.get(), lse_ref.bytes(), cudaMemcpyDeviceToHost));
+        lse_host = to_host(t.lse);
+        lse_ref_host = to_host(ref.lse);
     }
-    if (!p.save_dir.empty()) save_tensors(p, lens, t, o_ref.get(), lse_ref.get(), kernel, stream);
+    if (!p.save_dir.empty()) save_tensors(p, lens, t, ref.o.get(), ref.lse.get(), kernel, stream);
 
     std::vector<DeviceBuffer<uint16_t>> input_copies;
     const std::vector<Params> sets = timing_input_sets(t, dev.l2_bytes, &input_copies);
-    for (int i = 0; i < p.warm_up_runs; ++i) launch(kernel, sets[i % sets.size()], stream);
-    const float total_ms = time_on_stream(stream, [&] {
-        for (int i = 0; i < p.runs; ++i) launch(kernel, sets[i % sets.size()], stream);
-    });
-    CUDA_CHECK(cudaGetLastError());
-    const double us = 1e3 * double(total_ms) / p.runs;
+    const double us = time_kernel(p, kernel, sets, stream);
 
     CheckResult check;
     if (!p.skip_checks) check = check_output(p, lens, o_raw, o_ref_host, o_amb_host);
     if (!p.skip_checks && p.save_softmax) check_lse(p, lens, lse_host, lse_ref_host, check);
-    print_results(p, dev, kernel, lens, t.custom_mask_host, check, Timing{run_reference_path, ref_ms, us, static_cast<int>(sets.size())});
+    const Timing timing{ref.ran, ref.ms, us, static_cast<int>(sets.size())};
+    print_results(p, dev, kernel, lens, t.variants.custom_mask_host, check, timing);
 
     CUDA_CHECK(cudaStreamDestroy(stream));
     return p.skip_checks || check.passed() ? kExitOk : kExitCheckFailed;

@@ -142,7 +142,7 @@ struct Params {
     // one of the sequence's kv_len keys are read; the rows of its last block past kv_len are
     // read and masked (they must hold finite values). tokens_per_block: a power of two >= 16.
     // kv_pool_blocks: the pool's block count (the TMA maps' extent; every table entry read is
-    // in [0, kv_pool_blocks)). The driver's pool (tensors.h) is TensorRT-LLM's:
+    // in [0, kv_pool_blocks)). The driver's pool (paged_kv.h) is TensorRT-LLM's:
     // [block][K: h_kv, tokens_per_block, d][V: h_kv, tokens_per_block, dv].
     const int* kv_block_table = nullptr;
     int kv_table_stride = 0;

@@ -1,5 +1,6 @@
 #include "save_tensors.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <system_error>
 #include <vector>
@@ -9,6 +10,13 @@
 
 namespace fmha {
 namespace {
+
+// Writes DIR/name; exits 2 when it cannot.
+template <class T>
+void write_array(const std::string& dir, const char* name, const T* data, const std::vector<int64_t>& shape) {
+    const std::string path = dir + "/" + name;
+    if (!write_npy(path, data, shape)) fail_args("-save-tensors: cannot write " + path);
+}
 
 // Gathers one strided tensor into [b, s_cap, heads, cols] float32 and writes it.
 void save_one(const std::string& dir, const char* name, const void* src, DataType type,
@@ -21,20 +29,18 @@ void save_one(const std::string& dir, const char* name, const void* src, DataTyp
     std::vector<float> host(n);
     CUDA_CHECK(cudaMemcpyAsync(host.data(), dense.get(), dense.bytes(), cudaMemcpyDeviceToHost, stream));
     CUDA_CHECK(cudaStreamSynchronize(stream));
-    const std::string path = dir + "/" + name;
-    if (!write_npy(path, host.data(), {b, s_cap, heads, cols}))
-        fail_args("-save-tensors: cannot write " + path);
+    write_array(dir, name, host.data(), {b, s_cap, heads, cols});
 }
 
-void save_ints(const std::string& dir, const char* name, const std::vector<int>& values) {
-    const std::string path = dir + "/" + name;
-    if (!write_npy(path, values.data(), {static_cast<int64_t>(values.size())}))
-        fail_args("-save-tensors: cannot write " + path);
-}
-
-void write_floats(const std::string& dir, const char* name, const float* data, std::vector<int64_t> shape) {
-    const std::string path = dir + "/" + name;
-    if (!write_npy(path, data, shape)) fail_args("-save-tensors: cannot write " + path);
+// A whole fp16 / bf16 device buffer as floats on the host.
+std::vector<float> download_floats(const DeviceBuffer<uint16_t>& buf, DataType type, cudaStream_t stream) {
+    std::vector<uint16_t> raw(buf.size());
+    CUDA_CHECK(cudaMemcpyAsync(raw.data(), buf.get(), buf.bytes(), cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    const BitsToFloat to_float = bits_to_float(type);
+    std::vector<float> out(raw.size());
+    for (size_t i = 0; i < raw.size(); ++i) out[i] = to_float(raw[i]);
+    return out;
 }
 
 // Softmax statistics [b, h, s_q_max] on the device -> lse-style [b, h, s_q] float32 file,
@@ -49,7 +55,7 @@ void save_lse(const std::string& dir, const char* name, const float* src, const 
         for (int head = 0; head < p.h; ++head)
             for (int row = 0; row < lens.q_lens[seq]; ++row)
                 out[(size_t(seq) * p.h + head) * p.s_q + row] = dense[(size_t(seq) * p.h + head) * lens.s_q_max + row];
-    write_floats(dir, name, out.data(), {p.b, p.h, p.s_q});
+    write_array(dir, name, out.data(), {p.b, p.h, p.s_q});
 }
 
 // The bias [b|1, h|1, s_q_max, s_kv_max] on the device -> [b|1, h|1, s_q, s] float32, entries
@@ -58,10 +64,7 @@ void save_bias(const std::string& dir, const Problem& p, const SeqLens& lens, co
                cudaStream_t stream) {
     const int nb = p.bias_per_batch ? p.b : 1, nh = p.bias_per_head ? p.h : 1;
     const size_t plane = size_t(lens.s_q_max) * lens.s_kv_max;
-    std::vector<uint16_t> raw(t.bias.size());
-    CUDA_CHECK(cudaMemcpyAsync(raw.data(), t.bias.get(), t.bias.bytes(), cudaMemcpyDeviceToHost, stream));
-    CUDA_CHECK(cudaStreamSynchronize(stream));
-    const auto to_float = p.dtype == DataType::kBf16 ? bf16_bits_to_float : half_bits_to_float;
+    const std::vector<float> bias = download_floats(t.variants.bias, p.dtype, stream);
     std::vector<float> out(size_t(nb) * nh * p.s_q * p.s, 0.f);
     for (int bi = 0; bi < nb; ++bi) {
         const int q_len = p.bias_per_batch ? lens.q_lens[bi] : lens.s_q_max;
@@ -70,9 +73,9 @@ void save_bias(const std::string& dir, const Problem& p, const SeqLens& lens, co
             for (int r = 0; r < q_len; ++r)
                 for (int j = 0; j < kv_len; ++j)
                     out[((size_t(bi) * nh + hi) * p.s_q + r) * p.s + j] =
-                        to_float(raw[(size_t(bi) * nh + hi) * plane + size_t(r) * lens.s_kv_max + j]);
+                        bias[(size_t(bi) * nh + hi) * plane + size_t(r) * lens.s_kv_max + j];
     }
-    write_floats(dir, "bias.npy", out.data(), {nb, nh, p.s_q, p.s});
+    write_array(dir, "bias.npy", out.data(), {nb, nh, p.s_q, p.s});
 }
 
 // The custom mask -> int32 [b, s_q, s], 1 where the key is visible (past the lengths: 0).
@@ -81,8 +84,7 @@ void save_custom_mask(const std::string& dir, const Problem& p, const SeqLens& l
     for (int bi = 0; bi < p.b; ++bi)
         for (int r = 0; r < lens.q_lens[bi]; ++r)
             for (int j = 0; j < lens.kv_lens[bi]; ++j) out[(size_t(bi) * p.s_q + r) * p.s + j] = m.visible(bi, r, j);
-    const std::string path = dir + "/custom_mask.npy";
-    if (!write_npy(path, out.data(), {p.b, p.s_q, p.s})) fail_args("-save-tensors: cannot write " + path);
+    write_array(dir, "custom_mask.npy", out.data(), {p.b, p.s_q, p.s});
 }
 
 // -paged-kv: the pool as it is on the device, split into k_pool.npy [blocks, h_kv,
@@ -90,23 +92,19 @@ void save_custom_mask(const std::string& dir, const Problem& p, const SeqLens& l
 // the poison's NaN), and block_table.npy int32 [b, blocks of the longest sequence] (-1 past
 // a sequence's blocks).
 void save_paged_kv(const std::string& dir, const Problem& p, const DeviceTensors& t, cudaStream_t stream) {
-    const PagedKv& g = t.paged_host;
-    std::vector<uint16_t> raw(t.kv_pool.size());
-    CUDA_CHECK(cudaMemcpyAsync(raw.data(), t.kv_pool.get(), t.kv_pool.bytes(), cudaMemcpyDeviceToHost, stream));
-    CUDA_CHECK(cudaStreamSynchronize(stream));
-    const auto to_float = p.dtype == DataType::kBf16 ? bf16_bits_to_float : half_bits_to_float;
+    const PagedKv& g = t.paged.host;
+    const std::vector<float> pool = download_floats(t.paged.pool, p.dtype, stream);
     const size_t k_part = size_t(p.h_kv) * g.tokens_per_block * p.d;
     const size_t v_part = size_t(p.h_kv) * g.tokens_per_block * p.dv;
     std::vector<float> k(size_t(g.pool_blocks) * k_part), v(size_t(g.pool_blocks) * v_part);
     for (size_t blk = 0; blk < size_t(g.pool_blocks); ++blk) {
-        const uint16_t* block = raw.data() + blk * (k_part + v_part);
-        for (size_t i = 0; i < k_part; ++i) k[blk * k_part + i] = to_float(block[i]);
-        for (size_t i = 0; i < v_part; ++i) v[blk * v_part + i] = to_float(block[k_part + i]);
+        const float* block = pool.data() + blk * (k_part + v_part);
+        std::copy(block, block + k_part, k.begin() + blk * k_part);
+        std::copy(block + k_part, block + k_part + v_part, v.begin() + blk * v_part);
     }
-    write_floats(dir, "k_pool.npy", k.data(), {g.pool_blocks, p.h_kv, g.tokens_per_block, p.d});
-    write_floats(dir, "v_pool.npy", v.data(), {g.pool_blocks, p.h_kv, g.tokens_per_block, p.dv});
-    const std::string path = dir + "/block_table.npy";
-    if (!write_npy(path, g.table.data(), {p.b, g.table_stride})) fail_args("-save-tensors: cannot write " + path);
+    write_array(dir, "k_pool.npy", k.data(), {g.pool_blocks, p.h_kv, g.tokens_per_block, p.d});
+    write_array(dir, "v_pool.npy", v.data(), {g.pool_blocks, p.h_kv, g.tokens_per_block, p.dv});
+    write_array(dir, "block_table.npy", g.table.data(), {p.b, g.table_stride});
 }
 
 }  // namespace
@@ -134,14 +132,14 @@ void save_tensors(const Problem& p, const SeqLens& lens, const DeviceTensors& t,
     if (o_ref != nullptr)  // dense [q storage tokens, h, dv]
         save_one(dir, "o_ref.npy", o_ref, DataType::kFp32, int64_t(p.h) * p.dv, p.dv, p.h, p.dv,
                  q.q_offsets, q.q_lens, p.b, p.s_q, stream);
-    save_ints(dir, "seqlens_q.npy", lens.q_lens);
-    save_ints(dir, "seqlens_kv.npy", lens.kv_lens);
-    if (!t.sinks_host.empty())  // [h]
-        write_floats(dir, "sinks.npy", t.sinks_host.data(), {static_cast<int64_t>(t.sinks_host.size())});
+    write_array(dir, "seqlens_q.npy", lens.q_lens.data(), {p.b});
+    write_array(dir, "seqlens_kv.npy", lens.kv_lens.data(), {p.b});
+    const std::vector<float>& sinks = t.variants.sinks_host;
+    if (!sinks.empty()) write_array(dir, "sinks.npy", sinks.data(), {static_cast<int64_t>(sinks.size())});  // [h]
     if (t.lse.size() > 0) save_lse(dir, "lse.npy", t.lse.get(), p, lens, stream);
     if (lse_ref != nullptr) save_lse(dir, "lse_ref.npy", lse_ref, p, lens, stream);
     if (p.attention_bias) save_bias(dir, p, lens, t, stream);
-    if (p.mask == MaskType::kCustom) save_custom_mask(dir, p, lens, t.custom_mask_host);
+    if (p.mask == MaskType::kCustom) save_custom_mask(dir, p, lens, t.variants.custom_mask_host);
     if (p.layout == Layout::kPagedKv) save_paged_kv(dir, p, t, stream);
 
     JsonObject meta;

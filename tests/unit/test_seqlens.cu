@@ -1,6 +1,6 @@
-// src/tensors.h, host side: uniform_lengths, which sets Params::uniform_lengths (kernels may
+// src/layouts.h, host side: uniform_lengths, which sets Params::uniform_lengths (kernels may
 // then take each sequence's lengths and offsets from its index instead of reading them).
-#include "tensors.h"
+#include "layouts.h"
 #include "unit_test.h"
 
 namespace {
