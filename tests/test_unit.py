@@ -5,8 +5,9 @@ TORCH_CUDA_ARCH_LIST reach make through the environment). At collection, an exis
 bin/unit_tests lists its cases (--gtest_list_tests) and each becomes an item that runs
 `bin/unit_tests --gtest_filter=Suite.Case` after the build; where the binary does not exist
 yet, one item builds it and runs every case. Those items are marked `gpu`: without a GPU the
-root conftest skips them, and the CPU tests below still check that `make test` builds and
-that the binary skips its device tests instead of failing.
+root conftest skips them, and the CPU tests below still check that `make test` builds, that
+the binary lists exactly the cases the sources define (read here with regular expressions,
+independently of GoogleTest), and that it skips its device tests instead of failing.
 """
 
 import fcntl

@@ -32,9 +32,11 @@ def _load(path: Path) -> tuple:
 def kernels_or_skip() -> list[dict]:
     """The manifest's kernels, in registry order; without a manifest the calling test module
     skips whole (one entry that says why, rather than hundreds)."""
-    kernels = list(_load(manifest_path()))
+    path = manifest_path()
+    kernels = list(_load(path))
     if not kernels:
-        pytest.skip(f"{manifest_path()} not found: run `python3 setup.py && make -j` first", allow_module_level=True)
+        why = "lists no kernel (FMHA_FILTER?)" if path.is_file() else "not found: run `python3 setup.py && make -j` first"
+        pytest.skip(f"{path} {why}", allow_module_level=True)
     return kernels
 
 
