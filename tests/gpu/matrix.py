@@ -107,6 +107,36 @@ def paged_cases(kernel: dict, index: int, brief: bool) -> list[Case]:
                        PAGED_SHAPES[(index + j) % len(PAGED_SHAPES)], PAGED_TOKENS[j]) for j in js]
 
 
+def mma_path_cases(kernel: dict) -> list[Case]:
+    """The decode mma path's launch shapes."""
+    # Beyond one wave of CTAs (160 units: 3 splits of 6720 keys, 480 CTAs in 4 waves of 132, or
+    # 2 of 10048 where 3 CTAs fit an SM): var-len from 3000 keys, so some sequences fill one
+    # split, some two or three
+    cases = [heads_case(kernel, "padding", "separate_q_k_v", Shape(20, 20000, s_q=1, min_s=3000), 8,
+                        tag="beyond_one_wave")]
+    # ... and 192 unsplit units of at most 4096 keys, which run two CTAs to an SM from d = 64
+    # to 128 (decode.h pair_up); causal s_q = 4, var-len from 1 key
+    cases.append(heads_case(kernel, "causal", "separate_q_k_v", Shape(24, 4000, s_q=4, min_s=1), 8,
+                            tag="paired_beyond_one_wave"))
+    # ... and several KV heads a CTA (d = 64: 2, d = 32: 4; decode.h MmaTraits::kHeads), which
+    # run where the one-head units are more than a wave (64 x 5 = 320): 5 KV heads leave a
+    # last group of one; var-len from 1 key, s_q = 2, in token storage and a paged cache
+    cases.append(heads_case(kernel, "padding", "separate_q_k_v", Shape(64, 300, s_q=2, min_s=1), 5,
+                            tag="head_groups", h=20))
+    if "paged_kv" in kernel["variants"]:
+        cases.append(paged_case(kernel, "causal", "", Shape(64, 300, s_q=2, min_s=1), 16, 5, 20))
+    # ... and a tile's splits merged in a thread-block cluster (SM90, d <= 128: decode.h
+    # cluster_splits): 64 tiles of 2 splits in 64 clusters of 2 (an H100 or H200 holds 66);
+    # var-len from 1 key, so a cluster's second CTA may stream nothing; causal s_q = 2, the
+    # LSE and the sinks where the kernel has them
+    merge_flags = tuple(flag for variant, flag in (("softmax_stats", "-save-softmax"),
+                                                   ("sinks", "-use-attention-sinks"))
+                        if variant in kernel["variants"])
+    cases.append(heads_case(kernel, "causal", "separate_q_k_v", Shape(8, 4100, s_q=2, min_s=1), 8, merge_flags,
+                            tag="clustered_splits"))
+    return cases
+
+
 def decode_cases(kernel: dict, index: int) -> list[Case]:
     """A decode kernel's runs: only problems it holds (query rows per KV head <= its
     max_rows; 0: it tiles any), over the s_q x s_kv x GQA grid (every s_kv, also below the
@@ -139,32 +169,8 @@ def decode_cases(kernel: dict, index: int) -> list[Case]:
         varlen.append((Shape(3, 3000, s_q=sq, min_s=300), local[index % len(local)]))
     for shape, mask in varlen:
         cases.append(heads_case(kernel, mask, "separate_q_k_v", shape, hkv))
-    # the mma path beyond one wave of CTAs (160 units: 3 splits of 6720 keys, 480 CTAs in 4 waves
-    # of 132, or 2 of 10048 where 3 CTAs fit an SM): var-len from 3000 keys, so some sequences
-    # fill one split, some two or three
     if decode_is_mma(KernelSpec.parse(kernel["name"], masks=tuple(kernel["masks"]))):
-        cases.append(heads_case(kernel, "padding", "separate_q_k_v", Shape(20, 20000, s_q=1, min_s=3000), 8,
-                                tag="beyond_one_wave"))
-        # ... and 192 unsplit units of at most 4096 keys, which run two CTAs to an SM from d = 64
-        # to 128 (decode.h pair_up); causal s_q = 4, var-len from 1 key
-        cases.append(heads_case(kernel, "causal", "separate_q_k_v", Shape(24, 4000, s_q=4, min_s=1), 8,
-                                tag="paired_beyond_one_wave"))
-        # ... and several KV heads a CTA (d = 64: 2, d = 32: 4; decode.h MmaTraits::kHeads), which
-        # run where the one-head units are more than a wave (64 x 5 = 320): 5 KV heads leave a
-        # last group of one; var-len from 1 key, s_q = 2, in token storage and a paged cache
-        cases.append(heads_case(kernel, "padding", "separate_q_k_v", Shape(64, 300, s_q=2, min_s=1), 5,
-                                tag="head_groups", h=20))
-        if "paged_kv" in kernel["variants"]:
-            cases.append(paged_case(kernel, "causal", "", Shape(64, 300, s_q=2, min_s=1), 16, 5, 20))
-        # ... and a tile's splits merged in a thread-block cluster (SM90, d <= 128: decode.h
-        # cluster_splits): 64 tiles of 2 splits in 64 clusters of 2 (an H100 or H200 holds 66);
-        # var-len from 1 key, so a cluster's second CTA may stream nothing; causal s_q = 2, the
-        # LSE and the sinks where the kernel has them
-        merge_flags = tuple(flag for variant, flag in (("softmax_stats", "-save-softmax"),
-                                                       ("sinks", "-use-attention-sinks"))
-                            if variant in kernel["variants"])
-        cases.append(heads_case(kernel, "causal", "separate_q_k_v", Shape(8, 4100, s_q=2, min_s=1), 8, merge_flags,
-                                tag="clustered_splits"))
+        cases += mma_path_cases(kernel)
     # numerics: unit-normal inputs and unusual scales, on the kernel's first (s_q, KV heads) pair
     sq, hkv = combos[0]
     for ni, (tag, flags) in enumerate(numerics_for(kernel)):
