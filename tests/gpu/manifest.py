@@ -35,7 +35,8 @@ def kernels_or_skip() -> list[dict]:
     path = manifest_path()
     kernels = list(_load(path))
     if not kernels:
-        why = "lists no kernel (FMHA_FILTER?)" if path.is_file() else "not found: run `python3 setup.py && make -j` first"
+        why = ("lists no kernel (FMHA_FILTER?)" if path.is_file()
+               else "not found: run `python3 setup.py && make -j` first")
         pytest.skip(f"{path} {why}", allow_module_level=True)
     return kernels
 
