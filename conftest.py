@@ -28,7 +28,7 @@ FALLBACK_FILTER = "*_fp16_d64_*"
 ENV_FLAGS = ("TORCH_CUDA_ARCH_LIST", "ENABLE_HMMA_FP32", "ENABLE_SM89_QMMA", "ENABLE_SM100",
              "ENABLE_SM120", "SCHEDULING_MODE", "USE_CCACHE", "FMHA_FILTER")
 
-# The session's perf table: rows appended by fmha_test.py (one per run of fmha.exe).
+# The session's perf table: rows appended by the GPU tier (tests/gpu/, one per run of fmha.exe).
 PERF_ROWS = pytest.StashKey[list]()
 # What --perf-baseline / --update-baseline ask of the session (None: neither).
 PERF_CHECK = pytest.StashKey[perf.Check | None]()
@@ -108,7 +108,7 @@ def pytest_collection_modifyitems(config, items):
         return
     skip = pytest.mark.skip(reason=NO_GPU_REASON)
     for item in items:
-        if "gpu" in item.keywords:
+        if item.get_closest_marker("gpu"):  # a marker, not a keyword: tests/gpu/ names a keyword "gpu"
             item.add_marker(skip)
 
 

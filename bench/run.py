@@ -42,11 +42,12 @@ from pathlib import Path
 from typing import Callable
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # `bench` as a package; fmha_test.py holds the one parser of fmha.exe's output
+sys.path.insert(0, str(REPO))  # `bench` and `tests` as packages
 
 from bench import report  # noqa: E402
 from bench.suites import ALL, DTYPES, SUITES, Problem, Suite, only, select  # noqa: E402
 from bench.perf_baseline import gpu_slug  # noqa: E402  (results and baselines share one name rule)
+from tests.gpu import driver  # noqa: E402  (the one parser of fmha.exe's output, tests/gpu/contract.py)
 
 NAN = float("nan")
 BACKENDS = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION", "efficient": "EFFICIENT_ATTENTION"}
@@ -111,26 +112,20 @@ def median_of_runs(measure: Callable[[], tuple[dict | None, str]], repeats: int)
 
 def fmha_timer(exe: Path, extra: list[str], runs: int, warm_up: int, deadline: float | None = None,
                repeats: int = 1, measure_ms: float = MEASURE_MS) -> Timer:
-    import pytest  # fmha_test.py skips itself with pytest's exception where no manifest is found
-    try:
-        from fmha_test import parse_output, run_fmha
-    except pytest.skip.Exception as error:
-        raise SystemExit(f"cannot use fmha_test.py's parser: {error}")
-
     def run(p: Problem, dtype: str, timed: int, warm: int) -> tuple[dict | None, str]:
         args = [*p.fmha_args(), DTYPES[dtype].flag, *extra, "-skip-checks", "-v", "0",
                 "-runs", str(timed), "-warm-up-runs", str(warm)]
         timeout = FMHA_TIMEOUT_S if deadline is None else \
             max(MIN_FMHA_TIMEOUT_S, min(FMHA_TIMEOUT_S, deadline - time.monotonic()))
         try:
-            proc = run_fmha(exe, args, timeout=timeout)
+            proc = driver.run_fmha(exe, args, timeout=timeout)
         except subprocess.TimeoutExpired:
             return None, f"ours: no result in {timeout:.0f} s"
         if proc.returncode != 0:
             why = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
             return None, f"ours: exit {proc.returncode}: {why[-1] if why else ''}"[:200]
         try:
-            return parse_output(proc.stdout), ""
+            return driver.parse_output(proc.stdout), ""
         except AssertionError as error:
             return None, f"ours: unparsed output ({str(error).splitlines()[0]})"[:200]
 

@@ -439,8 +439,8 @@ def test_ours_takes_the_burst_of_measure_ms(monkeypatch, tmp_path):
         calls.append(int(args[args.index("-runs") + 1]))
         return SimpleNamespace(returncode=0, stdout="", stderr="")
 
-    fake = SimpleNamespace(run_fmha=run_fmha, parse_output=lambda out: {"us": "3400", "tflops": "0", "kernel": "k"})
-    monkeypatch.setitem(__import__("sys").modules, "fmha_test", fake)
+    monkeypatch.setattr(run.driver, "run_fmha", run_fmha)
+    monkeypatch.setattr(run.driver, "parse_output", lambda out: {"us": "3400", "tflops": "0", "kernel": "k"})
     long = mha(1, 16, 16384, 128, False)
     for measure_ms, runs, timed in ((run.MEASURE_MS, 20, 7), (500.0, 1000, 147)):
         calls.clear()

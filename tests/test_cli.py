@@ -11,6 +11,7 @@ import subprocess
 import pytest
 
 from generator import enumerate as enum
+from tests.gpu.contract import DEFAULT_EPSILON, HELP_EPSILON_RE, parse_kernel_table
 
 
 @pytest.fixture(scope="module")
@@ -22,6 +23,14 @@ def fmha(fmha_exe):
         return subprocess.run([str(fmha_exe), *args], capture_output=True, text=True, timeout=120, env=env)
 
     return run
+
+
+@pytest.fixture(scope="module")
+def kernel_table(fmha) -> list[dict]:
+    """-list-kernels of the binary, one dict a row (tests/gpu/contract.py)."""
+    r = fmha("-list-kernels")
+    assert r.returncode == 0, r.stderr
+    return parse_kernel_table(r.stdout)
 
 
 @pytest.mark.parametrize("flag", ["-help", "--help"])
@@ -39,6 +48,12 @@ def test_help_prints_usage_and_exits_0(flag, fmha):
 
 def test_help_wins_over_bad_flags(fmha):
     assert fmha("-b", "0", "-help").returncode == 0
+
+
+def test_help_states_the_default_epsilon(fmha):
+    """The defaults -help states are contract.py's (test_contract.py: and src/cli.cpp's)."""
+    stated = HELP_EPSILON_RE.search(fmha("-help").stdout)
+    assert stated and {dtype: float(value) for dtype, value in stated.groupdict().items()} == DEFAULT_EPSILON
 
 
 BAD_ARGS = {
@@ -129,12 +144,15 @@ def test_list_kernels_needs_no_gpu(fmha):
     assert int(lines[-1].split()[0]) == len(lines) - 2
 
 
-# d=64: a head size every build has (the fallback subset builds only that one).
-@pytest.mark.parametrize("args", [["-d", "64"], ["-d", "64", "-causal-mask", "-b", "2", "-s", "256", "-v", "1"]])
-def test_gpu_run_without_gpu_exits_3(args, fmha, has_gpu):
+@pytest.mark.parametrize("args", [[], ["-causal-mask", "-b", "2", "-s", "256", "-v", "1"]])
+def test_gpu_run_without_gpu_exits_3(args, fmha, kernel_table, has_gpu):
+    """A problem that a row of the build fits (its smallest fp16 head size) reaches the device."""
     if has_gpu:
         pytest.skip("a GPU is present: this checks the no-device path")
-    r = fmha(*args)
+    sizes = sorted(fp16_head_sizes(kernel_table, tma=False) | fp16_head_sizes(kernel_table, tma=True))
+    if not sizes:
+        pytest.skip("no fp16 kernel in this build")
+    r = fmha("-d", str(sizes[0]), *args)
     assert r.returncode == 3, (r.returncode, r.stdout, r.stderr)
     assert r.stderr.startswith("CUDA error: no ")  # no driver / no device, not "upgrade your driver"
     assert "(cudaGetDeviceCount: " in r.stderr
@@ -143,7 +161,8 @@ def test_gpu_run_without_gpu_exits_3(args, fmha, has_gpu):
 
 @pytest.mark.parametrize("args", [["-d", "100"], ["-d", "64", "-dv", "40", "-separate-q-k-v"]],
                          ids=["head size without a kernel", "dv without a kernel"])
-def test_no_kernel_fits_exits_2_before_touching_the_gpu(args, fmha):
+def test_no_kernel_fits_exits_2(args, fmha):
+    """Decided before the device is asked for: no sm_ in the reason."""
     r = fmha(*args)
     assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
     lines = r.stderr.splitlines()
@@ -152,24 +171,57 @@ def test_no_kernel_fits_exits_2_before_touching_the_gpu(args, fmha):
     assert lines[1] == "closest kernels:" and lines[2].startswith("  fmha_v2_flash_")
 
 
-def test_use_tma_keeps_only_tma_kernels(fmha):
-    # No family loads d=32 through TMA (the ws family has d 64/128/192/256), in any build.
-    r = fmha("-use-tma", "-d", "32")
+def fp16_head_sizes(table: list[dict], tma: bool) -> set[int]:
+    """Head sizes (dv = d) of the rows that serve the default problem (fp16, padding mask) and
+    do (not) load through TMA."""
+    return {int(r["d"]) for r in table if r["dtype"] == "fp16" and r["d"] == r["dv"]
+            and "padding" in r["masks"].split(",") and (r["tma"] == "true") == tma}
+
+
+def test_use_tma_leaves_no_row_without_tma(fmha, kernel_table):
+    """-use-tma on a head size whose rows all load without TMA: exit 2 before the device is
+    asked, the closest rows of that size failing on TMA alone."""
+    plain = sorted(fp16_head_sizes(kernel_table, tma=False) - fp16_head_sizes(kernel_table, tma=True))
+    if not plain:
+        pytest.skip("every fp16 head size of this build has a TMA row")
+    d = plain[0]
+    r = fmha("-use-tma", "-d", str(d))
     assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
     lines = r.stderr.splitlines()
-    assert lines[0].startswith("error: no kernel fits") and lines[0].split("(")[0].rstrip().endswith("tma")
-    assert all("no TMA loads (-use-tma)" in line for line in lines[2:] if "flash" in line)
+    assert lines[0].startswith(f"error: no kernel fits dtype=fp16 acc=fp16 d={d} ") and "sm_" not in lines[0]
+    assert lines[0].split("(")[0].rstrip().endswith(" tma") and lines[1] == "closest kernels:", r.stderr
+    tma_rows = {row["name"] for row in kernel_table if row["tma"] == "true"}
+    closest = dict(line.strip().split(": ", 1) for line in lines[2:])
+    assert closest and all("no TMA loads (-use-tma)" in why for name, why in closest.items() if name not in tma_rows)
+    fits_but_tma = [row["name"] for row in kernel_table if row["family"] == "flash" and row["dtype"] == "fp16"
+                    and row["acc"] == "fp16" and row["d"] == row["dv"] == str(d)]
+    assert [closest.get(name) for name in fits_but_tma] == ["no TMA loads (-use-tma)"] * len(fits_but_tma), r.stderr
 
 
-def test_list_kernels_shows_the_tma_scheduling_and_s_q_columns(fmha):
-    lines = fmha("-list-kernels").stdout.splitlines()
-    assert lines[0].split()[-6:] == ["warp_spec", "tma", "sched", "max_s_q", "min_s_kv", "archs"]
-    rows = [line.split()[:-1] for line in lines[1:-1]]
-    assert all(r[-4] == ("true" if "_ws_" in r[0] else "false") for r in rows)
+def test_use_tma_passes_dispatch_with_a_tma_row(fmha, kernel_table, has_gpu):
+    """-use-tma on a head size with a TMA row gets past dispatch to the device: without a GPU,
+    exit 3 (with one, the GPU tier's test_use_tma runs it)."""
+    if has_gpu:
+        pytest.skip("a GPU is present: this checks that dispatch lets the problem through to the device")
+    tma = sorted(fp16_head_sizes(kernel_table, tma=True))
+    if not tma:
+        pytest.skip("no TMA row in this build (the ws family needs TORCH_CUDA_ARCH_LIST with 9.0)")
+    r = fmha("-use-tma", "-d", str(tma[0]))
+    assert r.returncode == 3 and r.stderr.startswith("CUDA error: "), (r.returncode, r.stdout, r.stderr)
+
+
+def test_list_kernels_columns(kernel_table):
+    """The tma, sched, max_s_q and min_s_kv columns follow the family."""
+    rows = kernel_table
+    assert all(r["tma"] == ("true" if r["family"] == "ws" else "false") for r in rows)
+    # The archs a kernel was compiled for: ws for sm_90a alone, the others from sm_80 up.
+    assert all(r["archs"] == "sm_90a" if r["family"] == "ws" else
+               all(a.startswith("sm_") and int(a[3:]) >= 80 for a in r["archs"].split(",")) for r in rows)
     # SCHEDULING_MODE picks one scheduler for every ws kernel of a build; the others are grids.
-    ws_sched = {r[-3] for r in rows if "_ws_" in r[0]}
+    ws_sched = {r["sched"] for r in rows if r["family"] == "ws"}
     assert len(ws_sched) <= 1 and ws_sched <= {"persistent", "grid"}, ws_sched
-    assert all(r[-3] == "grid" for r in rows if "_ws_" not in r[0])
-    # Only the decode family limits s_q; only its mma path (16 rows, warps 1x4) asks for a long cache.
-    assert all(r[-2] == ("16" if "_decode_" in r[0] else "-") for r in rows)
-    assert all(r[-1] == (str(enum.DECODE_MMA_MIN_S_KV) if "_decode_" in r[0] and "_w1x4_" in r[0] else "-") for r in rows)
+    assert all(r["sched"] == "grid" for r in rows if r["family"] != "ws")
+    # Only the decode family limits s_q; only its mma path (warps 1x4) asks for a long cache.
+    assert all(r["max_s_q"] == ("16" if r["family"] == "decode" else "-") for r in rows)
+    assert all(r["min_s_kv"] == (str(enum.DECODE_MMA_MIN_S_KV) if r["family"] == "decode" and r["warps"] == "1x4"
+                                 else "-") for r in rows)

@@ -10,7 +10,6 @@ import pytest
 from generator import enumerate as enum
 from generator.env import Arch, Config, EnvError, parse, parse_arch_list
 from generator.main import kernels, select
-from generator import rules
 from generator.rules import broken, family_archs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,11 +30,43 @@ def names(environ):
 
 
 # --- counts -----------------------------------------------------------------------------
+# Written out from the rules (enumerate.py's comments), not computed from its tables:
+# flash: d = 16, 24, ..., 256 (31 sizes) and MLA's d = 192 / dv = 128: 32 per (dtype, acc).
+N_HEADS = 32
+# ws: d = 32, 40, 64, 72, 80, 96, 104, 128, 160, 192, 256 and MLA: 12 per dtype.
+N_WS = 12
+# decode: portable like flash, so every build has them: 2 dtypes x d 32, 64, 128, 256 x (the
+# mma path + the warp path's rows 1, 4, 8).
+N_DEC = 32
 
-N_HEADS = len(enum.HEAD_SIZES) + len(enum.MLA_HEAD_SIZES)    # flash kernels per (dtype, acc)
-N_WS = len(enum.WS_HEAD_SIZES) + len(enum.MLA_HEAD_SIZES)     # ws kernels per (dtype, acc)
-# decode kernels: portable like flash, so every build has them: 2 dtypes x head sizes x rows
-N_DEC = 2 * len(enum.DECODE_HEAD_SIZES) * (1 + len(enum.DECODE_ROWS))   # mma path + warp path
+# Tiles by head size (block_m x block_n _ warps_m x warps_n), as the rules choose them.
+DECODE_TILES = {32: ("64x64_w1x4", "1x16_w4x1", "4x16_w4x1", "8x8_w4x1"),
+                64: ("32x64_w1x4", "1x8_w4x1", "4x8_w4x1", "8x4_w4x1"),
+                128: ("16x64_w1x4", "1x4_w4x1", "4x4_w4x1", "8x2_w4x1"),
+                256: ("16x64_w1x4", "1x2_w4x1", "4x2_w4x1", "8x1_w4x1")}
+WS_TILES = {32: "192x128_w12x1", 40: "192x128_w12x1", 64: "192x128_w12x1", 72: "128x128_w8x1",
+            80: "128x128_w8x1", 96: "128x128_w8x1", 104: "128x128_w8x1", 128: "128x128_w8x1",
+            160: "128x64_w8x1", 192: "128x64_w8x1", 256: "128x64_w8x1"}
+FLASH_MLA = "d192_dv128_64x64_w4x1"
+WS_MLA = "d192_dv128_128x128_w8x1"
+
+
+def flash_names(dtype: str) -> list[str]:
+    """128 query rows up to d = 128, 64 above (the accumulators' registers)."""
+    sizes = [f"d{d}_{'128x64' if d <= 128 else '64x64'}_w4x1" for d in range(16, 257, 8)]
+    return [f"fmha_v2_flash_{dtype}_{size}_sm80" for size in sizes + [FLASH_MLA]]
+
+
+def ws_names(dtype: str) -> list[str]:
+    return [f"fmha_v2_ws_{dtype}_{size}_sm90" for size in [f"d{d}_{t}" for d, t in WS_TILES.items()] + [WS_MLA]]
+
+
+def decode_names(dtype: str) -> list[str]:
+    return [f"fmha_v2_decode_{dtype}_d{d}_{tile}_sm80" for d, tiles in DECODE_TILES.items() for tile in tiles]
+
+
+def test_hand_counts():
+    assert (len(flash_names("fp16")), len(ws_names("bf16")), len(decode_names("bf16")) * 2) == (N_HEADS, N_WS, N_DEC)
 
 
 @pytest.mark.parametrize("environ, flash, ws", [
@@ -64,45 +95,35 @@ def test_counts(environ, flash, ws):
 
 
 def test_default_kernels():
-    mla = [f"fmha_v2_ws_{dtype}_d192_dv128_128x128_w8x1_sm90" for dtype in ("fp16_fp32", "bf16")]
-    ws = [f"fmha_v2_ws_{dtype}_d{d}_{'x'.join(map(str, enum.ws_tile(d)[:2]))}_w{enum.ws_tile(d)[2]}x1_sm90"
-          for dtype in ("fp16_fp32", "bf16") for d in enum.WS_HEAD_SIZES]
-    n = len(enum.WS_HEAD_SIZES)
-    ws = ws[:n] + mla[:1] + ws[n:] + mla[1:]
-    flash = [
-        f"fmha_v2_flash_{dtype}_d{d}_{'x'.join(map(str, enum.flash_tile(d)[:2]))}_w4x1_sm80"
-        for dtype in ("fp16", "bf16") for d in enum.HEAD_SIZES
-    ]
-    flash = (flash[:len(enum.HEAD_SIZES)] + ["fmha_v2_flash_fp16_d192_dv128_64x64_w4x1_sm80"] +
-             flash[len(enum.HEAD_SIZES):] + ["fmha_v2_flash_bf16_d192_dv128_64x64_w4x1_sm80"])
-    decode = [name for dtype in ("fp16_fp32", "bf16") for d in enum.DECODE_HEAD_SIZES
-              for name in (f"fmha_v2_decode_{dtype}_d{d}_{'x'.join(map(str, enum.decode_mma_tile(d)[:2]))}_w1x4_sm80",
-                           *(f"fmha_v2_decode_{dtype}_d{d}_{'x'.join(map(str, enum.decode_tile(d, r)[:2]))}_w4x1_sm80"
-                             for r in enum.DECODE_ROWS))]
-    assert names({}) == decode + ws + flash
+    """Registry order: decode, ws, flash; within a family by dtype, then head size."""
+    decode = decode_names("fp16_fp32") + decode_names("bf16")
+    ws = ws_names("fp16_fp32") + ws_names("bf16")
+    flash = flash_names("fp16") + flash_names("bf16")
+    got = names({})
+    assert got == decode + ws + flash
+    assert got[:2] == ["fmha_v2_decode_fp16_fp32_d32_64x64_w1x4_sm80", "fmha_v2_decode_fp16_fp32_d32_1x16_w4x1_sm80"]
+    assert got[-1] == "fmha_v2_flash_bf16_d192_dv128_64x64_w4x1_sm80"
 
 
-def test_decode_rows_ascend_so_dispatch_takes_the_smallest_that_holds_the_problem():
-    """Within a (dtype, d): first the mma path (dispatch takes it for caches of at least
-    DECODE_MMA_MIN_S_KV keys, any row count), then the warp-path rows 1, 4, 8: the driver
-    takes the first that holds h / h_kv * s_q rows; the largest holds any count (it tiles)."""
+def test_hopper_build_with_hmma_fp32():
+    """TORCH_CUDA_ARCH_LIST=9.0 ENABLE_HMMA_FP32=1 (bench/gpu_tier.sh's build): 152 kernels."""
+    got = names({"TORCH_CUDA_ARCH_LIST": "9.0", "ENABLE_HMMA_FP32": "1"})
+    assert len(got) == 152
+    assert got == (decode_names("fp16_fp32") + decode_names("bf16") + ws_names("fp16_fp32") + ws_names("bf16")
+                   + flash_names("fp16") + flash_names("bf16") + flash_names("fp16_fp32"))
+
+
+def test_decode_rows_ascend():
+    """Within a (dtype, d): first the mma path (dispatch takes it for caches of at least 64
+    keys, any row count), then the warp-path rows 1, 4, 8: the driver takes the first that
+    holds h / h_kv * s_q rows; the largest holds any count (it tiles)."""
     specs = [s for s in kernels(parse({})) if s.family == "decode"]
     for dtype in ("fp16", "bf16"):
-        for d in enum.DECODE_HEAD_SIZES:
-            tiles = [(s.block_m, s.block_n, s.warps_m, s.warps_n) for s in specs if s.dtype == dtype and s.d == d]
-            assert tiles[0] == enum.decode_mma_tile(d)
-            assert [t[0] for t in tiles[1:]] == list(enum.DECODE_ROWS)
+        for d, tiles in DECODE_TILES.items():
+            got = [f"{s.block_m}x{s.block_n}_w{s.warps_m}x{s.warps_n}" for s in specs if s.dtype == dtype and s.d == d]
+            assert got == list(tiles)
     assert [enum.decode_max_rows(s) for s in specs[:4]] == [0, 1, 4, 0]
-    assert [enum.decode_min_s_kv(s) for s in specs[:4]] == [enum.DECODE_MMA_MIN_S_KV, 0, 0, 0]
-
-
-def test_ws_kernels_with_hmma_fp32():
-    tile = {32: "192x128_w12x1", 40: "192x128_w12x1", 64: "192x128_w12x1", 72: "128x128_w8x1",
-            80: "128x128_w8x1", 96: "128x128_w8x1", 104: "128x128_w8x1", 128: "128x128_w8x1",
-            160: "128x64_w8x1", 192: "128x64_w8x1", 256: "128x64_w8x1"}
-    assert [n for n in names({"TORCH_CUDA_ARCH_LIST": "9.0", "ENABLE_HMMA_FP32": "1"}) if "_ws_" in n] == [
-        f"fmha_v2_ws_{dtype}_{name}_sm90" for dtype in ("fp16_fp32", "bf16")
-        for name in [f"d{d}_{t}" for d, t in tile.items()] + ["d192_dv128_128x128_w8x1"]]
+    assert [enum.decode_min_s_kv(s) for s in specs[:4]] == [64, 0, 0, 0]
 
 
 def test_ws_rows_come_before_flash_rows_of_the_same_problem():
@@ -110,7 +131,7 @@ def test_ws_rows_come_before_flash_rows_of_the_same_problem():
     image) the flash one. fp16 accumulation (-fp16) has no ws kernel."""
     order = [(s.family, s.dtype, s.acc, s.d) for s in kernels(parse({"ENABLE_HMMA_FP32": "1"}))]
     ws = [key for key in order if key[0] == "ws"]
-    assert len(ws) == 2 * N_WS and not any(acc == "fp16" for _, _, acc, _ in ws)
+    assert len(ws) == 24 and not any(acc == "fp16" for _, _, acc, _ in ws)
     for _, dtype, acc, d in ws:
         assert order.index(("ws", dtype, acc, d)) < order.index(("flash", dtype, acc, d))
 
@@ -141,17 +162,12 @@ def test_head_sizes_cover_every_multiple_of_8_from_16_to_256():
     assert {32, 40, 64, 72, 80, 96, 104, 128, 160, 192, 256} <= set(enum.HEAD_SIZES)
 
 
-def test_tiles_come_from_their_tile_function_and_pass_the_rules():
+def test_every_candidate_passes_the_rules():
+    """With every flag that turns kernels on, no candidate of any family is rejected."""
     config = parse({"ENABLE_HMMA_FP32": "1"})
-    tile = {"flash": enum.flash_tile, "ws": enum.ws_tile,
-            "decode": lambda spec: (enum.decode_mma_tile(spec.d) if rules.decode_is_mma(spec)
-                                    else enum.decode_tile(spec.d, spec.block_m))}
     specs = [s for family in enum.candidates(config).values() for s in family]
-    assert {s.family for s in specs} == set(tile)
-    for spec in specs:
-        got = (spec.block_m, spec.block_n, spec.warps_m, spec.warps_n)
-        assert got == (tile[spec.family](spec) if spec.family == "decode" else tile[spec.family](spec.d, spec.dv))
-        assert broken(spec, config) == []
+    assert {s.family for s in specs} == {"decode", "ws", "flash"} and len(specs) == 152
+    assert [(s.name, broken(s, config)) for s in specs if broken(s, config)] == []
 
 
 def test_ws_tile():
@@ -168,17 +184,17 @@ def test_ws_tile():
 
 @pytest.mark.parametrize("globs, count", [
     ("*_fp16_d64_*", 1),
-    ("*bf16*", N_HEADS + N_WS + N_DEC // 2),
-    ("*_flash_bf16*", N_HEADS),
-    ("*_ws_*", 2 * N_WS),                   # fp16 (fp32 accumulation) and bf16
-    ("*_d128_*,*_d256_*", 4 + 4 + 16),         # flash + ws + decode (2 dtypes x 4 tiles each)
-    (" *_d128_* , *_d256_* ,", 4 + 4 + 16),    # blanks and empty entries are ignored
+    ("*bf16*", 32 + 12 + 16),               # flash + ws + decode
+    ("*_flash_bf16*", 32),
+    ("*_ws_*", 24),                         # fp16 (fp32 accumulation) and bf16
+    ("*_d128_*,*_d256_*", 4 + 4 + 16),      # flash + ws + decode (2 dtypes x 4 tiles each)
+    (" *_d128_* , *_d256_* ,", 4 + 4 + 16), # blanks and empty entries are ignored
     ("fmha_v2_flash_fp16_d32_128x64_w4x1_sm80", 1),
     ("fmha_v2_ws_bf16_d256_128x64_w8x1_sm90", 1),
     ("*_flash_fp16_fp32*", 0),              # rules come first: HMMA_FP32 is off
-    ("*_ws_fp16_fp32*", N_WS),              # the ws family's fp16 kernels need no flag
+    ("*_ws_fp16_fp32*", 12),                # the ws family's fp16 kernels need no flag
     ("nothing*", 0),
-    ("", 2 * N_HEADS + 2 * N_WS + N_DEC),   # empty = unset = everything
+    ("", 120),                              # empty = unset = everything
 ])
 def test_fmha_filter(globs, count):
     assert len(names({"FMHA_FILTER": globs})) == count
@@ -274,13 +290,14 @@ def test_setup_rejects_bad_values_with_exit_2(tmp_path, flag, value):
     assert not (tmp_path / "gen").exists()        # nothing generated from a bad config
 
 
-def test_setup_prints_one_line_per_family(tmp_path):
-    run = run_setup(tmp_path)
+@pytest.mark.parametrize("flags, flash", [({}, 64), ({"TORCH_CUDA_ARCH_LIST": "9.0", "ENABLE_HMMA_FP32": "1"}, 96)])
+def test_setup_prints_one_line_per_family(tmp_path, flags, flash):
+    run = run_setup(tmp_path, **flags)
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
-    assert lines[0].startswith(f"decode (decode family, s_q <= 16, split-KV, mma.sync or CUDA cores): {N_DEC} kernels -> ")
-    assert lines[1].startswith(f"ws (sm90 family, wgmma + TMA, warp-specialised): {2 * N_WS} kernels -> ")
-    assert lines[2].startswith(f"flash (sm80 family, mma.sync): {2 * N_HEADS} kernels -> ")
+    assert lines[0].startswith("decode (decode family, s_q <= 16, split-KV, mma.sync or CUDA cores): 32 kernels -> ")
+    assert lines[1].startswith("ws (sm90 family, wgmma + TMA, warp-specialised): 24 kernels -> ")
+    assert lines[2].startswith(f"flash (sm80 family, mma.sync): {flash} kernels -> ")
     assert "rejected" not in run.stdout
 
 
@@ -301,13 +318,13 @@ def test_setup_verbose_prints_rejections_with_reasons(tmp_path):
     assert "  compiled for: 9.0a\n" in run.stdout and "  compiled for: 8.0 9.0\n" in run.stdout
 
 
-def test_setup_verbose_says_why_ws_is_not_generated_without_hopper(tmp_path):
+def test_setup_explains_no_ws_without_hopper(tmp_path):
     run = run_setup(tmp_path, "-v", TORCH_CUDA_ARCH_LIST="8.0;8.6", ENABLE_HMMA_FP32="1")
     assert run.returncode == 0, run.stderr
     assert "ws (sm90 family, wgmma + TMA, warp-specialised): 0 kernels" in run.stdout
     assert "  compiled for: nothing (no arch of this family in TORCH_CUDA_ARCH_LIST)" in run.stdout
     ws = [line for line in rejected_lines(run.stdout) if "_ws_" in line]
-    assert len(ws) == 2 * N_WS and all(line.endswith(f": {WS_ARCH_REASON}") for line in ws)
+    assert len(ws) == 24 and all(line.endswith(f": {WS_ARCH_REASON}") for line in ws)
     assert not [line for line in rejected_lines(run.stdout) if "_flash_" in line]
 
 

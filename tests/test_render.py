@@ -8,12 +8,10 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from generator.enumerate import decode_max_rows, decode_min_s_kv
 from generator.env import parse
 from generator.main import kernels, main
 from generator.render import (environment, kernel_path, render_all, render_kernel,
                               render_makefile, render_registry, write_if_changed)
-from generator.rules import kernel_variants
 from generator.spec import KernelSpec
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -138,22 +136,51 @@ def test_makefile_records_use_ccache_as_default():
     assert "USE_CCACHE ?= 1" in render_makefile(environment(), [], config)
 
 
+# The manifest of TORCH_CUDA_ARCH_LIST=9.0;8.0 FMHA_FILTER=*_d64_*, written out by hand from
+# the rules: name -> (block_m, block_n, warps_m, warps_n, max_rows, min_s_kv). Decode d = 64: the
+# mma path's 16 rows for each of 2 KV heads over 64 keys (max_rows 0: it tiles any count; a
+# cache of 64 keys or more), then the warp path's rows 1, 4, 8 at 2, 2, 1 passes of 4 keys (the
+# largest tiles any count); ws d = 64: 192 rows over 12 warps; flash: 128 x 64 over 4 warps.
+D64_MANIFEST = {
+    "fmha_v2_decode_fp16_fp32_d64_32x64_w1x4_sm80": (32, 64, 1, 4, 0, 64),
+    "fmha_v2_decode_fp16_fp32_d64_1x8_w4x1_sm80": (1, 8, 4, 1, 1, 0),
+    "fmha_v2_decode_fp16_fp32_d64_4x8_w4x1_sm80": (4, 8, 4, 1, 4, 0),
+    "fmha_v2_decode_fp16_fp32_d64_8x4_w4x1_sm80": (8, 4, 4, 1, 0, 0),
+    "fmha_v2_decode_bf16_d64_32x64_w1x4_sm80": (32, 64, 1, 4, 0, 64),
+    "fmha_v2_decode_bf16_d64_1x8_w4x1_sm80": (1, 8, 4, 1, 1, 0),
+    "fmha_v2_decode_bf16_d64_4x8_w4x1_sm80": (4, 8, 4, 1, 4, 0),
+    "fmha_v2_decode_bf16_d64_8x4_w4x1_sm80": (8, 4, 4, 1, 0, 0),
+    "fmha_v2_ws_fp16_fp32_d64_192x128_w12x1_sm90": (192, 128, 12, 1, 0, 0),
+    "fmha_v2_ws_bf16_d64_192x128_w12x1_sm90": (192, 128, 12, 1, 0, 0),
+    "fmha_v2_flash_fp16_d64_128x64_w4x1_sm80": (128, 64, 4, 1, 0, 0),
+    "fmha_v2_flash_bf16_d64_128x64_w4x1_sm80": (128, 64, 4, 1, 0, 0),
+}
+EVERY_MASK = ["padding", "causal", "sliding_window", "bidirectional_sliding_window", "chunked", "custom"]
+EVERY_VARIANT = ["softcap", "alibi", "bias", "sinks", "softmax_stats", "paged_kv"]
+
+
 def test_manifest(tmp_path):
     config = parse({"TORCH_CUDA_ARCH_LIST": "9.0;8.0", "FMHA_FILTER": "*_d64_*"})
     render_all(kernels(config), config, tmp_path)
     manifest = json.loads((tmp_path / "manifest.json").read_text())
-    assert manifest["config"]["torch_cuda_arch_list"] == ["8.0", "9.0"]
-    assert manifest["config"]["fmha_filter"] == ["*_d64_*"]
-    assert [k["name"] for k in manifest["kernels"]] == [s.name for s in kernels(config)]
-    assert [k["family"] for k in manifest["kernels"]] == ["decode"] * 8 + ["ws", "ws", "flash", "flash"]
+    assert manifest["config"] == {"enable_hmma_fp32": False, "enable_sm100": False, "enable_sm120": False,
+                                  "enable_sm89_qmma": False, "fmha_filter": ["*_d64_*"], "scheduling_mode": 1,
+                                  "torch_cuda_arch_list": ["8.0", "9.0"], "use_ccache": False}
+    assert [k["name"] for k in manifest["kernels"]] == list(D64_MANIFEST)
     for entry in manifest["kernels"]:
-        spec = KernelSpec.parse(entry["name"], masks=entry["masks"])
-        assert spec.to_dict() == {k: v for k, v in entry.items()
-                                  if k not in ("archs", "max_rows", "min_s_kv", "variants")}
-        assert (entry["max_rows"], entry["min_s_kv"]) == (decode_max_rows(spec), decode_min_s_kv(spec))
-        assert entry["variants"] == list(kernel_variants(spec))
-        # What fmha_test.py's require_arch reads: sm_90a code runs on sm_90 alone.
-        assert entry["archs"] == (["9.0a"] if entry["family"] == "ws" else ["8.0", "9.0"])   # decode: portable
+        family, dtype = entry["name"].split("_")[2:4]
+        block_m, block_n, warps_m, warps_n, max_rows, min_s_kv = D64_MANIFEST[entry["name"]]
+        assert entry == {
+            "name": entry["name"], "family": family, "sm": 90 if family == "ws" else 80,
+            "dtype": dtype, "acc": "fp16" if entry["name"].startswith("fmha_v2_flash_fp16_") else "fp32",
+            "d": 64, "dv": 64, "block_m": block_m, "block_n": block_n, "warps_m": warps_m, "warps_n": warps_n,
+            "masks": EVERY_MASK, "max_rows": max_rows, "min_s_kv": min_s_kv,
+            # ws: no softcapping in its 192-row tile (generator/rules.py VARIANT_EXCLUSIONS)
+            "variants": EVERY_VARIANT[1:] if family == "ws" else EVERY_VARIANT,
+            # What tests/gpu/manifest.py's require_arch reads: sm_90a code runs on sm_90 alone;
+            # decode and flash are portable.
+            "archs": ["9.0a"] if family == "ws" else ["8.0", "9.0"],
+        }, entry["name"]
 
 
 def test_second_run_writes_nothing(tmp_path, capsys):

@@ -1,0 +1,3 @@
+"""The GPU tier's fixtures for `pytest tests/gpu` (fmha_test.py imports the same ones)."""
+
+from .fixtures import exe, perf_record  # noqa: F401

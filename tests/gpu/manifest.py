@@ -1,0 +1,105 @@
+"""The kernels under test: generated/manifest.json (written by `python3 setup.py`), never a
+list kept here, and what an entry implies: its dtype flag, its first-line labels, the GPUs its
+code loads on."""
+
+import json
+import os
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from generator.spec import FAMILIES
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def manifest_path() -> Path:
+    """generated/manifest.json beside the binary under test ($FMHA_EXE's tree, else the repo's)."""
+    if os.environ.get("FMHA_EXE"):
+        beside = Path(os.environ["FMHA_EXE"]).resolve().parent.parent / "generated" / "manifest.json"
+        if beside.is_file():
+            return beside
+    return REPO / "generated" / "manifest.json"
+
+
+@lru_cache(maxsize=None)
+def _load(path: Path) -> tuple:
+    return tuple(json.loads(path.read_text())["kernels"]) if path.is_file() else ()
+
+
+def kernels_or_skip() -> list[dict]:
+    """The manifest's kernels, in registry order; without a manifest the calling test module
+    skips whole (one entry that says why, rather than hundreds)."""
+    path = manifest_path()
+    kernels = list(_load(path))
+    if not kernels:
+        why = ("lists no kernel (FMHA_FILTER?)" if path.is_file()
+               else "not found: run `python3 setup.py && make -j` first")
+        pytest.skip(f"{path} {why}", allow_module_level=True)
+    return kernels
+
+
+def is_decode(kernel: dict) -> bool:
+    """A family that serves a few query rows only (max_s_q): the decode family."""
+    return bool(FAMILIES[kernel["family"]].max_s_q)
+
+
+def dtype_flag(kernel: dict) -> str:
+    if kernel["dtype"] == "bf16":
+        return "-bf16"
+    return "-fp16-fp32" if kernel["acc"] == "fp32" else "-fp16"
+
+
+def warp_spec(kernel: dict) -> str:
+    """The first line's warp_spec= value, a property of the kernel's family."""
+    return "true" if FAMILIES[kernel["family"]].warp_specialized else "false"
+
+
+def dtype_label(kernel: dict) -> str:
+    """The first line's dtype= value: FP16, FP16_FP32 or BF16 (bf16 always accumulates in fp32)."""
+    return "FP16_FP32" if kernel["dtype"] == "fp16" and kernel["acc"] == "fp32" else kernel["dtype"].upper()
+
+
+ARCH_RE = re.compile(r"(?P<major>\d+)\.(?P<minor>\d)(?P<suffix>[af]?)(?P<ptx>\+PTX)?")
+
+
+def loads_on(arch: str, gpu_sm: int) -> bool:
+    """Whether code built for `arch` (a TORCH_CUDA_ARCH_LIST entry) runs on an sm_<gpu_sm>:
+    SASS runs on the same major at an equal or higher minor ('a' archs: that one GPU only),
+    PTX on anything at or above it."""
+    m = ARCH_RE.fullmatch(arch)
+    number = int(m["major"]) * 10 + int(m["minor"])
+    if m["ptx"] and number <= gpu_sm:
+        return True
+    if m["suffix"] == "a":
+        return number == gpu_sm
+    return number // 10 == gpu_sm // 10 and number <= gpu_sm
+
+
+def runs_on(kernel: dict, gpu_sm: int) -> bool:
+    archs = kernel.get("archs") or [f"{kernel['sm'] // 10}.{kernel['sm'] % 10}+PTX"]
+    return kernel["sm"] <= gpu_sm and any(loads_on(a, gpu_sm) for a in archs)
+
+
+def require_arch(kernel: dict, gpu_sm: int):
+    if not runs_on(kernel, gpu_sm):
+        archs = kernel.get("archs") or [f"{kernel['sm'] // 10}.{kernel['sm'] % 10}+PTX"]
+        pytest.skip(f"{kernel['name']} was built for {', '.join(archs)}: nothing runs on sm_{gpu_sm}")
+
+
+def pick_kernel(kernels, dtype: str = "fp16", acc: str | None = None, mask: str = "causal",
+                family: str | None = None) -> dict | None:
+    """The smallest-head kernel of a dtype (and family) that supports `mask` (deterministic).
+    Without a family, a prefill kernel: the callers' problems have s_q = s, beyond decode's."""
+    fits = [k for k in kernels if k["dtype"] == dtype and (acc is None or k["acc"] == acc) and mask in k["masks"]
+            and (k["family"] == family if family is not None else not is_decode(k))]
+    return min(fits, key=lambda k: (k["d"], k["dv"], k["name"])) if fits else None
+
+
+def kernel_or_skip(kernels, **kw) -> dict:
+    kernel = pick_kernel(kernels, **kw)
+    if kernel is None:
+        pytest.skip(f"no kernel in the build fits {kw}")
+    return kernel

@@ -1,0 +1,155 @@
+"""Attention in float64 with NumPy, independent of the driver's own reference: the
+-save-tensors re-check (test_save_tensors.py) compares both the kernel's output and the
+driver's fp32 reference with it. SPEC.md's error metric, the masks' formulas and the ALiBi
+slopes are written here from their definitions, not from src/.
+"""
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+REF_REL_L2 = 1e-4  # the driver's fp32 reference against float64, relative L2
+# Relative distance from a rounding edge where a kernel's fp32 P may round either way.
+AMBIGUITY = 2.0 ** -16
+
+
+def spec_error(found: np.ndarray, expected: np.ndarray, eps: float) -> np.ndarray:
+    """SPEC.md's per-element error: relative |a-b|/(|a|+|b|), absolute where |a|+|b| <= eps;
+    NaN anywhere counts as infinitely wrong."""
+    a, b = found.astype(np.float64), expected.astype(np.float64)
+    diff, size = np.abs(a - b), np.abs(a) + np.abs(b)
+    err = np.where(size <= eps, diff, diff / np.where(size == 0, 1, size))
+    return np.where(np.isnan(a) | np.isnan(b), np.inf, err)
+
+
+def round_to(x, dtype):
+    """x (float64) rounded once, to nearest even, to fp16 or bf16, returned as float64. (Through
+    float32 first would round twice: a value just off a bf16 midpoint can land on it and tie
+    the other way; the driver's reference rounds float64 P once.)"""
+    x = np.asarray(x, dtype=np.float64)
+    if dtype == "fp16":
+        return x.astype(np.float16).astype(np.float64)  # numpy rounds float64 -> half directly
+    mant, exp = np.frexp(x)  # x = mant * 2^exp, 0.5 <= |mant| < 1: bf16 keeps 8 significant bits
+    return np.ldexp(np.round(mant * 256.0) / 256.0, exp)  # np.round: ties to even
+
+
+def visible_fp64(meta: dict, lq: int, lk: int, custom=None) -> np.ndarray:
+    """[lq, lk] booleans: which keys each query row sees under meta.json's mask. Query row r
+    sits at key position p = r + lk - lq (Q holds the last lq tokens). custom: the sequence's
+    [s_q, s] slice of custom_mask.npy (mask "custom")."""
+    pos = np.arange(lq)[:, None] + (lk - lq)
+    key = np.arange(lk)[None, :]
+    mask = meta["mask"]
+    if mask == "padding":
+        return np.ones((lq, lk), dtype=bool)
+    if mask == "custom":                # the saved bits, as they are
+        return custom[:lq, :lk] != 0
+    if mask == "causal":
+        return key <= pos
+    if mask == "sliding_window":        # the window's W keys end at the row's own position
+        return (key <= pos) & (key > pos - meta["sliding_window_size"])
+    if mask == "bidirectional_sliding_window":  # W - 1 keys on either side of it
+        return np.abs(key - pos) < meta["sliding_window_size"]
+    if mask == "chunked":               # causal inside the row's chunk of C keys
+        c = meta["chunked_attention_size"]
+        return (key <= pos) & (key // c == pos // c)
+    raise ValueError(f"meta.json mask {mask!r} has no formula here")
+
+
+def alibi_slopes_fp64(h: int) -> np.ndarray:
+    """The ALiBi paper's slopes for h heads (Press et al., its reference code): a geometric
+    sequence starting at 2^(-8/n) for n a power of two; otherwise those of the largest power
+    of two below h, then every other slope of twice that many heads."""
+    def power_of_2(n):
+        start = 2.0 ** (-(2.0 ** -(math.log2(n) - 3)))
+        return [start * start ** i for i in range(n)]
+    if math.log2(h).is_integer():
+        return np.array(power_of_2(h))
+    closest = 2 ** math.floor(math.log2(h))
+    return np.array(power_of_2(closest) + list(alibi_slopes_fp64(2 * closest)[0::2][:h - closest]))
+
+
+def attention_fp64(q, k, v, q_lens, kv_lens, scale_bmm1, scale_out, visible, dtype, softcap=0.0, sinks=None,
+                   alibi=None, bias=None):
+    """Plain softmax attention per sequence in float64. q [b, s_q, h, d], k [b, s, h_kv, d],
+    v [b, s, h_kv, dv]; visible(i, lq, lk) gives the [lq, lk] keys each query row of sequence
+    i may see (None: all of them). A row that sees no key is 0. sinks [h] (gpt-oss attention
+    sinks): a logit per query head that joins each row's denominator, exp(sink), and nothing
+    else. alibi [h]: ALiBi slopes, the logit of query row r and key j less slope *
+    |r + lk - lq - j|. bias [b or 1, h or 1, s_q, s]: added to the logits.
+    The probabilities that multiply V are rounded to the input dtype, as a tensor-core
+    kernel feeds them to P·V (the normaliser uses them unrounded): otherwise a row that
+    averages a few nearly cancelling values fails bf16's relative check on that alone.
+    Rounding at a power-of-two scale gives the same bits whatever the scale, so this is the
+    same P as the kernel's and the driver's reference, computed independently.
+    Returns (out, amb, lse): amb bounds how far the P within AMBIGUITY of a rounding edge, which
+    a kernel computing P in fp32 may round the other way, move each output element; lse
+    [b, h, s_q] is each row's natural-log log-sum-exp of its logits, the sink's exp(sink) in
+    the sum (-inf for a row that sees nothing; 0 past a sequence's length, as lse.npy)."""
+    b, s_q, h, _ = q.shape
+    group = h // k.shape[2]  # query head j reads kv head j // group
+    out = np.zeros((b, s_q, h, v.shape[3]))
+    amb = np.zeros_like(out)
+    lse = np.zeros((b, h, s_q))
+    for i in range(b):
+        lq, lk = int(q_lens[i]), int(kv_lens[i])
+        qi = q[i, :lq].astype(np.float64)
+        ki = np.repeat(k[i, :lk].astype(np.float64), group, axis=1)
+        vi = np.repeat(v[i, :lk].astype(np.float64), group, axis=1)
+        scores = scale_bmm1 * np.einsum("qhd,khd->hqk", qi, ki)
+        if softcap:  # Gemma-2 logit softcapping: cap * tanh(logit / cap)
+            scores = softcap * np.tanh(scores / softcap)
+        if alibi is not None:  # distance between the row's key position and the key
+            dist = np.abs(np.arange(lq)[:, None] + (lk - lq) - np.arange(lk)[None, :])
+            scores = scores - alibi[:, None, None] * dist[None]
+        if bias is not None:  # broadcast over a batch or the heads where the tensor has 1
+            scores = scores + bias[i if bias.shape[0] > 1 else 0, :, :lq, :lk].astype(np.float64)
+        if visible is not None:
+            scores = np.where(visible(i, lq, lk)[None], scores, -np.inf)
+        # P = 2^(log2(e)·S - M), M the row max rounded up to an integer: the power-of-two
+        # scale makes P's rounding independent of where the kernel saw the max.
+        x = scores * np.log2(np.e)
+        m = x.max(axis=-1, keepdims=True)
+        p = np.exp2(x - np.ceil(np.where(np.isfinite(m), m, 0)))
+        norm = p.sum(axis=-1, keepdims=True)
+        if sinks is not None:  # exp(sink) on the same 2^(-M) scale as p, for rows that see a key
+            m_int = np.ceil(np.where(np.isfinite(m), m, 0))
+            norm = norm + np.where(np.isfinite(m), np.exp2(sinks[:, None, None] * np.log2(np.e) - m_int), 0)
+        norm = np.where(norm > 0, norm, 1)
+        out[i, :lq] = scale_out * np.einsum("hqk,khd->qhd", round_to(p, dtype) / norm, vi)
+        edge = round_to(p * (1 + AMBIGUITY), dtype) - round_to(p * (1 - AMBIGUITY), dtype)
+        amb[i, :lq] = abs(scale_out) * np.einsum("hqk,khd->qhd", edge / norm, np.abs(vi))
+        # The LSE straight from the logits (no 2^-M scale): a log-sum-exp about the true max.
+        terms = [scores] if sinks is None else [scores, np.broadcast_to(sinks[:, None, None], (h, lq, 1))]
+        logits = np.concatenate(terms, axis=-1)
+        top = logits.max(axis=-1, keepdims=True)
+        top = np.where(np.isfinite(top), top, 0)
+        with np.errstate(divide="ignore"):  # a row that sees nothing: log(0) = -inf
+            lse[i, :, :lq] = (top + np.log(np.exp(logits - top).sum(axis=-1, keepdims=True)))[..., 0]
+    return out, amb, lse
+
+
+def gather_paged_fp64(path: Path, meta: dict, kv_lens, s: int) -> tuple:
+    """K [b, s, h_kv, d] and V [b, s, h_kv, dv] of a -paged-kv run, read from the pool
+    (k_pool.npy, v_pool.npy: [blocks, h_kv, tokens_per_block, d|dv]) through the block table
+    (block_table.npy [b, blocks]): key j of sequence i is row j % T of block table[i, j // T].
+    Checks the table: each sequence owns ceil(len / T) blocks, no block is owned twice, the
+    entries after a sequence's blocks are -1; zeros past the lengths, as k.npy."""
+    table = np.load(path / "block_table.npy")
+    k_pool, v_pool = np.load(path / "k_pool.npy"), np.load(path / "v_pool.npy")
+    tokens = meta["tokens_per_block"]
+    assert table.dtype == np.int32 and table.shape[0] == len(kv_lens) and k_pool.shape[2] == tokens
+    owned = []
+    k = np.zeros((len(kv_lens), s, k_pool.shape[1], k_pool.shape[3]), dtype=k_pool.dtype)
+    v = np.zeros((len(kv_lens), s, v_pool.shape[1], v_pool.shape[3]), dtype=v_pool.dtype)
+    for i, lk in enumerate(int(x) for x in kv_lens):
+        n = -(-lk // tokens)
+        assert np.all(table[i, n:] == -1) and np.all(table[i, :n] >= 0), f"sequence {i}'s table row {table[i]}"
+        owned += list(table[i, :n])
+        keys = np.arange(lk)
+        blocks = table[i, keys // tokens]
+        k[i, :lk] = k_pool[blocks, :, keys % tokens]
+        v[i, :lk] = v_pool[blocks, :, keys % tokens]
+    assert len(set(owned)) == len(owned), "a pool block belongs to two places"
+    return k, v
