@@ -10,6 +10,7 @@
 #include "fmha/kernel/decode/traits.h"       // constants, WarpTraits, MmaTraits, Traits
 #include "fmha/kernel/decode/shape.h"        // the unit grid and the workspace layout
 #include "fmha/kernel/decode/plan.h"         // host choices: splits, pairing, siblings, clusters
+#include "fmha/kernel/decode/store.h"        // a row's O and LSE, or its split partial
 #include "fmha/kernel/decode/merge.h"        // the split merge and combine_kernel
 #include "fmha/kernel/decode/warp_unit.h"    // warp path: units and their loads
 #include "fmha/kernel/decode/warp_kernel.h"  // warp path: decode_kernel, decode_short_kernel

@@ -9,8 +9,7 @@
 #include <cstdint>
 
 #include "fmha/kernel/decode/shape.h"
-#include "fmha/softmax/sinks.h"
-#include "fmha/softmax/stats.h"
+#include "fmha/kernel/decode/store.h"
 #include "fmha/memory/cluster_sm90.h"
 #include "fmha/utils.h"
 #include "params.h"
@@ -94,16 +93,8 @@ FMHA_DEVICE void merge_chunk(const Params& p, const Shape& shape, int item, int 
     const int b = item / p.h_kv;
     const int g = item - b * p.h_kv;
     const int head = g * shape.group + row % shape.group;
-    l_all += softmax::sink_term(p, head, m_all);
-    const float inv = l_all > 0.f ? p.scale_softmax * p.scale_bmm2 / l_all : 0.f;
-    uint32_t packed[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) packed[i] = ElementTraits<Element>::pack(acc[2 * i] * inv, acc[2 * i + 1] * inv);
-    const int pos = row / shape.group;
-    if (chunk == 0) softmax::store_lse(p, b, head, pos, m_all, l_all);
-    Element* dst = static_cast<Element*>(p.o) + int64_t(q_off + pos) * p.o_row_stride +
-                   int64_t(head) * p.o_head_stride + chunk * kElemsPerChunk;
-    *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+    store_o_chunk<Element>(p, b, head, row, shape.group, q_off, chunk, m_all, l_all, acc,
+                           p.scale_softmax * p.scale_bmm2);
 }
 
 // merge_chunk from the partials in Params::workspace (q_off: the sequence's first row of Q

@@ -14,6 +14,7 @@
 #include "fmha/kernel/decode/merge.h"
 #include "fmha/kernel/decode/mma_tile.h"
 #include "fmha/kernel/decode/shape.h"
+#include "fmha/kernel/decode/store.h"
 #include "fmha/kernel/dependent_launch.h"
 #include "fmha/mask/mask.h"
 #include "fmha/memory/cluster_sm90.h"
@@ -108,16 +109,7 @@ FMHA_DEVICE void store_rows(const Params& p, const Shape& shape, const MmaTile& 
         }
         if (splits == 1) {
             const int head = (t.g0 + hs) * shape.group + row % shape.group;
-            l_all += softmax::sink_term(p, head, m_all);
-            const float inv = l_all > 0.f ? out_scale / l_all : 0.f;
-            uint32_t packed[4];
-#pragma unroll
-            for (int k = 0; k < 4; ++k) packed[k] = ElementTraits<Element>::pack(acc[2 * k] * inv, acc[2 * k + 1] * inv);
-            const int pos = row / shape.group;
-            if (c == 0) softmax::store_lse(p, t.b, head, pos, m_all, l_all);
-            Element* dst = static_cast<Element*>(p.o) + int64_t(t.q_off + pos) * p.o_row_stride +
-                           int64_t(head) * p.o_head_stride + c * kElemsPerChunk;
-            *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+            store_o_chunk<Element>(p, t.b, head, row, shape.group, t.q_off, c, m_all, l_all, acc, out_scale);
         } else if (clustered) {  // read by the cluster's merge
             float4* dst = reinterpret_cast<float4*>(part_o + hr * Tr::kHeadDimV + c * kElemsPerChunk);
             dst[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
@@ -125,13 +117,7 @@ FMHA_DEVICE void store_rows(const Params& p, const Shape& shape, const MmaTile& 
             if (c == 0) reinterpret_cast<float2*>(part_ml)[hr] = make_float2(m_all, l_all);
         } else {
             const int64_t slot = (int64_t(item0 + hs) * shape.row_tiles * R + row) * splits + t.split;
-            float4* dst = reinterpret_cast<float4*>(ws_o + slot * Tr::kHeadDimV + c * kElemsPerChunk);
-            dst[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
-            dst[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
-            if (c == 0) {
-                ws_ml[2 * slot] = m_all;
-                ws_ml[2 * slot + 1] = l_all;
-            }
+            store_partial_chunk<Tr::kHeadDimV>(ws_o, ws_ml, slot, c, m_all, l_all, acc);
         }
     }
 }

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "fmha/kernel/decode/shape.h"
+#include "fmha/kernel/decode/store.h"
 #include "fmha/kernel/decode/warp_unit.h"
 #include "fmha/mask/mask.h"
 #include "fmha/softmax/score_mod.h"
@@ -165,7 +166,9 @@ struct WarpState {
                 const int pos = group.div(row);
                 const int head = u.g * shape.group + group.mod(row, pos);
                 const float l_row = l[r] + softmax::sink_term(p, head, m[r]);
-                const float inv = l_row > 0.f ? __fdividef(out_scale, l_row) : 0.f;  // as OnlineSoftmax::finalize
+                // Not store_o_chunk: __fdividef, as OnlineSoftmax::finalize, and the LSE before the
+                // packing (store_o_chunk's order changes this kernel's schedule).
+                const float inv = l_row > 0.f ? __fdividef(out_scale, l_row) : 0.f;
                 if (sub == 0) softmax::store_lse(p, u.b, head, pos, m[r], l_row);
                 uint32_t packed[4];
 #pragma unroll
@@ -186,13 +189,7 @@ struct WarpState {
             const int row = u.row0 + r;
             if (row >= u.rows) continue;
             const int64_t slot = (u.item * shape.row_tiles * R + row) * splits + u.split;
-            float4* dst = reinterpret_cast<float4*>(ws_o + slot * Tr::kHeadDimV + sub * kElemsPerChunk);
-            dst[0] = make_float4(o[r][0], o[r][1], o[r][2], o[r][3]);
-            dst[1] = make_float4(o[r][4], o[r][5], o[r][6], o[r][7]);
-            if (sub == 0) {
-                ws_ml[2 * slot] = m[r];
-                ws_ml[2 * slot + 1] = l[r];
-            }
+            store_partial_chunk<Tr::kHeadDimV>(ws_o, ws_ml, slot, sub, m[r], l[r], o[r]);
         }
     }
 };
