@@ -235,8 +235,11 @@ cudaError_t launch_tile(const Params& p, cudaStream_t stream) {
             },
             0);
     }
-    if (splits > 1 && !Tr::kFusedMerge) {  // else the last CTA per tile merged them
-        combine_kernel<Tr><<<static_cast<unsigned>((combine_threads + 255) / 256), 256, 0, stream>>>(p, splits);
+    // Fused-merge tiles merged their splits in the kernel: no combine_kernel compiled for them.
+    if constexpr (!Tr::kFusedMerge) {
+        if (splits > 1) {
+            combine_kernel<Tr><<<static_cast<unsigned>((combine_threads + 255) / 256), 256, 0, stream>>>(p, splits);
+        }
     }
     return cudaGetLastError();
 }
