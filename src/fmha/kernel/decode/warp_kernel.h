@@ -26,6 +26,7 @@
 namespace fmha {
 namespace decode {
 
+// P rounded to the input type before it multiplies V, as the tensor-core paths round it.
 template <typename Element>
 FMHA_DEVICE float round_to_element(float x) {
     if constexpr (ElementTraits<Element>::kIsBf16) {
