@@ -1,10 +1,10 @@
-// src/fmha/kernel/decode.h, host side: the mma path's split choice (one wave of resident
+// src/fmha/kernel/decode/plan.h, host side: the mma path's split choice (one wave of resident
 // CTAs, never more; beyond one wave, a last wave mostly busy; no split under
 // kMmaMinKeysPerSplit keys; within the workspace), when short CTAs beyond one wave share an
 // SM (pair_up), when a tile's splits merge in a cluster (cluster_splits), when a launch
 // overlaps the grid ahead (depend_on_previous), the units' KV head groups, and the workspace
 // layout (arrival counters first, 256-byte aligned, then the partials).
-#include "fmha/kernel/decode.h"
+#include "fmha/kernel/decode/plan.h"
 #include "unit_test.h"
 
 namespace {
