@@ -50,7 +50,7 @@ for line in open(sys.argv[1]):
 flash = {k: v for k, v in kernels.items() if "flash_sm80" in k}
 print(f"sass: {len(flash)} flash kernels, {sum(v['HMMA'] == 0 for v in flash.values())} without HMMA, "
       f"{sum(v['LDL'] + v['STL'] > 0 for v in flash.values())} with local memory (LDL/STL)")
-ws = {k: v for k, v in kernels.items() if "flash_sm90" in k}
+ws = {k: v for k, v in kernels.items() if "_ZN4fmha2ws" in k}
 print(f"sass: {len(ws)} ws kernels, {sum(v['HGMMA'] == 0 for v in ws.values())} without HGMMA, "
       f"{sum(v['LDL'] + v['STL'] > 0 for v in ws.values())} with local memory (LDL/STL)")
 dec = {k: v for k, v in kernels.items() if "decode_mma_kernel" in k}

@@ -73,7 +73,7 @@ def flash(config: Config) -> list[KernelSpec]:
     return _specs("flash", FLASH_DTYPES, HEAD_SIZES + MLA_HEAD_SIZES, flash_tile)
 
 
-# The ws family (src/fmha/kernel/flash_sm90.h): the head sizes fmha_v2 serves. Its Traits take
+# The ws family (src/fmha/kernel/ws.h): the head sizes fmha_v2 serves. Its Traits take
 # any multiple of 8 (shared memory rounds d up to whole 64-column TMA panels, zero-filled);
 # the other multiples of 8 run on the flash family, and a size joins this list when a model
 # needs it (each costs two more translation units of about 20 entry points). fp32

@@ -64,9 +64,9 @@ FAMILIES = {
     "ws": Family(
         name="ws",
         sm=90,
-        description="sm90 family, wgmma + TMA, warp-specialised",
-        header="fmha/kernel/flash_sm90.h",
-        namespace="flash_sm90",
+        description="ws family, wgmma + TMA, warp-specialised",
+        header="fmha/kernel/ws.h",
+        namespace="ws",
         warp_specialized=True,
         uses_tma=True,
         template="kernel.cu.j2",

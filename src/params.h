@@ -76,7 +76,7 @@ struct Params {
     const int* kv_lens = nullptr;
 
     // Rows each storage holds, padding included: Q/O and K/V (packed QKV: both are the one
-    // buffer's rows). What a TMA tensor map spans (flash_sm90 refuses a launch where either
+    // buffer's rows). What a TMA tensor map spans (the ws family refuses a launch where either
     // is 0; reads past it come back as zeros); the SM80 family does not read them. Every
     // (offset + length) of a sequence is <= its storage's count.
     int64_t q_tokens = 0, kv_tokens = 0;
@@ -152,7 +152,7 @@ struct Params {
 
     int num_sms = 0;   // filled by the driver from the device
 
-    // Persistent scheduling (SM90 family built with SCHEDULING_MODE=1): one device int the
+    // Persistent scheduling (ws family built with SCHEDULING_MODE=1): one device int the
     // CTAs draw tile indices from. Zero it once before the first launch; every launch leaves
     // it zero again. Launches that share one counter must not overlap in time (one stream).
     // A persistent kernel refuses a launch without it (cudaErrorInvalidValue).

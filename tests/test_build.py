@@ -21,7 +21,7 @@ FLAGS = ("TORCH_CUDA_ARCH_LIST", "ENABLE_HMMA_FP32", "ENABLE_SM89_QMMA", "ENABLE
 FAMILY_HEADER = "src/fmha/kernel/flash_sm80.h"
 DRIVER = "src/fused_multihead_attention.cpp"
 SMALL_FILTER = "*_fp16_d64_*"     # one kernel: d=64 compiles fastest of the 2-mask TUs
-WS_HEADER = "src/fmha/kernel/flash_sm90.h"
+WS_HEADER = "src/fmha/kernel/ws.h"
 WS_KERNEL = "fmha_v2_ws_bf16_d64_192x128_w12x1_sm90"   # bf16: no ENABLE_HMMA_FP32 needed
 DECODE_KERNEL = "fmha_v2_decode_bf16_d64_1x8_w4x1_sm80"
 SM90A = "-gencode arch=compute_90a,code=sm_90a"
@@ -294,7 +294,7 @@ def test_ws_kernel_does_not_spill(built_ws):
                   SM90A.split()[1], "-Xptxas", "-v", "-c", f"generated/kernels/{WS_KERNEL}.cu",
                   "-o", "ptxas_check.o"], tree)
     assert result.returncode == 0, result.stderr
-    entries = re.findall(r"Compiling entry function '(\S*flash_sm90\S*)' for '(sm_\w+)'", result.stderr)
+    entries = re.findall(r"Compiling entry function '(_ZN4fmha2ws\S*)' for '(sm_\w+)'", result.stderr)
     assert len(entries) == 20 and {arch for _, arch in entries} == {"sm_90a"}, result.stderr
     usage = re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", result.stderr)
     assert len(usage) == 20 and all(u == ("0", "0", "0") for u in usage), result.stderr

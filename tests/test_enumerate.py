@@ -296,7 +296,7 @@ def test_setup_prints_one_line_per_family(tmp_path, flags, flash):
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     assert lines[0].startswith("decode (decode family, s_q <= 16, split-KV, mma.sync or CUDA cores): 32 kernels -> ")
-    assert lines[1].startswith("ws (sm90 family, wgmma + TMA, warp-specialised): 24 kernels -> ")
+    assert lines[1].startswith("ws (ws family, wgmma + TMA, warp-specialised): 24 kernels -> ")
     assert lines[2].startswith(f"flash (sm80 family, mma.sync): {flash} kernels -> ")
     assert "rejected" not in run.stdout
 
@@ -321,7 +321,7 @@ def test_setup_verbose_prints_rejections_with_reasons(tmp_path):
 def test_setup_explains_no_ws_without_hopper(tmp_path):
     run = run_setup(tmp_path, "-v", TORCH_CUDA_ARCH_LIST="8.0;8.6", ENABLE_HMMA_FP32="1")
     assert run.returncode == 0, run.stderr
-    assert "ws (sm90 family, wgmma + TMA, warp-specialised): 0 kernels" in run.stdout
+    assert "ws (ws family, wgmma + TMA, warp-specialised): 0 kernels" in run.stdout
     assert "  compiled for: nothing (no arch of this family in TORCH_CUDA_ARCH_LIST)" in run.stdout
     ws = [line for line in rejected_lines(run.stdout) if "_ws_" in line]
     assert len(ws) == 24 and all(line.endswith(f": {WS_ARCH_REASON}") for line in ws)

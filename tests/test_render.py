@@ -38,8 +38,8 @@ def test_kernel_golden(spec):
 
 def test_ws_kernel_uses_the_sm90_header_and_refuses_other_targets():
     text = render_kernel(environment(), WS)
-    assert '#include "fmha/kernel/flash_sm90.h"' in text
-    assert "flash_sm90::Traits<__nv_bfloat16, /*kHeadDim=*/128" in text
+    assert '#include "fmha/kernel/ws.h"' in text
+    assert "ws::Traits<__nv_bfloat16, /*kHeadDim=*/128" in text
     assert "#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)\n#error" in text
     assert "#error" not in render_kernel(environment(), SPEC)       # portable: any arch
 

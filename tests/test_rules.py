@@ -18,7 +18,7 @@ DECODE_TRAITS = ("family decode (decode::Traits) needs d = dv in {32, 64, 128, 2
                  "and either the warp path's tile (block_m rows per warp in {1, 4, 8}, block_n a multiple of "
                  "256/d (1-8 passes), warps 1-8 x 1) or the mma path's 16 rows x 8192/d keys (64 at d = 256), "
                  "warps 1x4")
-WS_TRAITS = ("family ws (flash_sm90::Traits) needs fp32 accumulation, "
+WS_TRAITS = ("family ws (ws::Traits) needs fp32 accumulation, "
              "block_m 128 or 192 over warps (block_m/16)x1 and block_n 64 or 128")
 
 # rule name -> (spec changes, config, the reason -v prints). Each breaks exactly that rule.

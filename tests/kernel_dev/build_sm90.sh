@@ -1,7 +1,7 @@
 #!/bin/bash
-# Builds the SM90 kernel-level test: tests/kernel_dev/build_sm90.sh [OUT_DIR] (default .devbuild/sm90, git-ignored)
-# for sm_90a (wgmma, setmaxnreg); extra nvcc flags via NVCC_FLAGS. The ptxas report (registers,
-# spills, setmaxnreg warnings C7508) lands in OUT_DIR/ptxas.log.
+# Builds the ws family's kernel-level test: tests/kernel_dev/build_sm90.sh [OUT_DIR] (default
+# .devbuild/sm90, git-ignored) for sm_90a (wgmma, setmaxnreg); extra nvcc flags via NVCC_FLAGS. The
+# ptxas report (registers, spills, setmaxnreg warnings C7508) lands in OUT_DIR/ptxas.log.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=${1:-$root/.devbuild/sm90}

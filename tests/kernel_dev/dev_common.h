@@ -56,7 +56,7 @@ struct Config {
     int d, dv, block_m, block_n, warps_m, stages, smem;
     cudaError_t (*launch)(const Params&, cudaStream_t);
     // Launch with explicit storage extents (q_tokens, kv_tokens); the benchmark uses it where
-    // set (SM90 family), `launch` otherwise.
+    // set (ws family), `launch` otherwise.
     cudaError_t (*launch_ext)(const Params&, int64_t, int64_t, cudaStream_t);
     const void* (*entry)(MaskType);
 };
@@ -261,7 +261,7 @@ Params setup(const Problem& prob, int d, int dv, bool causal, uint64_t seed, Ref
         const int64_t qk_cols = int64_t(prob.h) * d + int64_t(prob.h_kv) * d;
         fill<E>(base, tokens, qk_cols, row, seed, 0.f, range_qk);
         fill<E>(base + qk_cols, tokens, int64_t(prob.h_kv) * dv, row, seed + 1, center_v, range_v);
-        p.q_tokens = p.kv_tokens = tokens;  // storage extents: read by the SM90 family only
+        p.q_tokens = p.kv_tokens = tokens;  // storage extents: read by the ws family only
         p.q = base;
         p.k = base + int64_t(prob.h) * d;
         p.v = base + int64_t(prob.h) * d + int64_t(prob.h_kv) * d;
@@ -278,7 +278,7 @@ Params setup(const Problem& prob, int d, int dv, bool causal, uint64_t seed, Ref
         fill<E>(buf.qkv, q_tokens, q_row, q_row, seed, 0.f, range_qk);
         fill<E>(buf.k, kv_tokens, k_row, k_row, seed + 1, 0.f, range_qk);
         fill<E>(buf.v, kv_tokens, v_row, v_row, seed + 2, center_v, range_v);
-        p.q_tokens = q_tokens;  // storage extents: read by the SM90 family only
+        p.q_tokens = q_tokens;  // storage extents: read by the ws family only
         p.kv_tokens = kv_tokens;
         p.q = buf.qkv;
         p.k = buf.k;

@@ -1,4 +1,4 @@
-// Kernel-level test and benchmark of the SM90 family (src/fmha/kernel/flash_sm90.h), built
+// Kernel-level test and benchmark of the ws family (src/fmha/kernel/ws.h), built
 // for sm_90a by tests/kernel_dev/build_sm90.sh. Same structure as kernel_dev.cu (the SM80
 // harness): instantiates Traits, checks them over odd lengths, var-len packed and padded
 // batches, GQA/MQA, s_q != s_kv and poisoned O rows/columns, and times the FA3 grid. The
@@ -10,7 +10,7 @@
 //   sm90_dev [--test] [--bench] [--filter SUBSTR]     (default: --test --bench)
 // Exit code: 0 all checks passed, 1 a check failed, 3 CUDA error.
 #include "dev_common.h"
-#include "fmha/kernel/flash_sm90.h"
+#include "fmha/kernel/ws.h"
 #include "reference/reference.h"
 
 namespace {
@@ -26,14 +26,14 @@ using fmha::Params;
 
 template <typename E, int D, int BM, int BN, bool PERSIST, int ST = 0, bool PP = true>
 Config make_config() {
-    using T = fmha::flash_sm90::Traits<E, D, D, BM, BN, BM / 16, 1, false, PERSIST, ST, PP>;
+    using T = fmha::ws::Traits<E, D, D, BM, BN, BM / 16, 1, false, PERSIST, ST, PP>;
     const bool bf16 = fmha::ElementTraits<E>::kIsBf16;
     char name[128];
     std::snprintf(name, sizeof(name), "sm90_%s_d%d_%dx%d_st%d%s%s", bf16 ? "bf16" : "fp16_fp32", D, BM, BN,
                   T::kStages, PERSIST ? "_pers" : "", T::kPingPong ? "" : "_nopp");
     return Config{name, bf16, false, D, D, BM, BN, BM / 16, T::kStages, T::kSmemBytes,
-                  &fmha::flash_sm90::launch<T>, &fmha::flash_sm90::launch_with_extents<T>,
-                  &fmha::flash_sm90::entry<T>};
+                  &fmha::ws::launch<T>, &fmha::ws::launch_with_extents<T>,
+                  &fmha::ws::entry<T>};
 }
 
 std::vector<Config> all_configs() {

@@ -287,9 +287,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
 // The __global__ for a mask, as the registry's EntryFn returns it.
 template <class Tr>
 const void* entry(MaskType m) {
-    return kernel::with_mask(
-        m, [](auto kind) { return reinterpret_cast<const void*>(&fwd_kernel<Tr, decltype(kind)::value>); },
-        static_cast<const void*>(nullptr));
+    return kernel::entry_for(m, [](auto kind) { return &fwd_kernel<Tr, decltype(kind)::value>; });
 }
 
 // Returns cudaErrorInvalidValue without launching when the problem does not fit this

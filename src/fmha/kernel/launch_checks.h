@@ -102,6 +102,15 @@ R with_mask(MaskType m, F&& f, R otherwise) {
     return otherwise;
 }
 
+// A family's entry() (the registry's EntryFn): the __global__ serving mask m, where
+// kernel_of(kind) is the address of the kernel for a compile-time mask kind; nullptr for a
+// mask no family implements.
+template <class F>
+const void* entry_for(MaskType m, F&& kernel_of) {
+    const auto address = [&](auto kind) { return reinterpret_cast<const void*>(kernel_of(kind)); };
+    return with_mask(m, address, static_cast<const void*>(nullptr));
+}
+
 // The score modifier a problem asks for (softmax/score_mod.h), as the kernels' compile-time
 // kMod: returns f(std::integral_constant<softmax::ScoreMod, mod>). Softcapping and ALiBi are
 // run-time parameters (Params::softcap, Params::alibi_slopes) for which the kernels are

@@ -5,7 +5,7 @@
 // V in L2. Causal: m-blocks are handed out in reverse, so each head's heaviest blocks (the
 // most keys under the diagonal) start first and the light ones fill the tail of the wave.
 //
-// tile_at (the SM90 family, 1-D static grid or persistent CTAs pulling linear tile indices
+// tile_at (the ws family, 1-D static grid or persistent CTAs pulling linear tile indices
 // from a counter): tile t of m_blocks * heads * batch. Ascending: the m-block varies
 // fastest (L2 sharing, as above). Heaviest first (causal): the (head, batch) pairs are cut
 // into sections of `section` pairs whose K and V fit in L2 together (l2_section); within a

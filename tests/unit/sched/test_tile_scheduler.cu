@@ -113,7 +113,7 @@ TEST_P(TileScheduler, CausalHeaviestFirstCoversEveryTileOnce) {
     }
 }
 
-// tile_at (host and device): the linear tile order of the SM90 family's 1-D and persistent
+// tile_at (host and device): the linear tile order of the ws family's 1-D and persistent
 // grids. Checked on the host over the same shapes.
 class TileAt : public ::testing::TestWithParam<Shape> {};
 
