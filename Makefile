@@ -16,7 +16,7 @@ NVCC_FLAGS ?= -O3
 PYTHON ?= python3
 
 # LINEINFO=1: source lines in the device code, for ncu and compute-sanitizer reports. Off by
-# default: the line tables are most of a cubin (bench/NOTES.md §37).
+# default: the line tables are most of a cubin (bench/NOTES.md §38).
 lineinfo_flag := $(shell echo '$(LINEINFO)' | tr A-Z a-z)
 ifneq ($(filter-out 0 1 true false on off,$(lineinfo_flag)),)
   $(error LINEINFO=$(LINEINFO): expected one of 0/1/true/false/on/off)

@@ -59,7 +59,7 @@ FAMILIES = {
         template="kernel.cu.j2",
         workspace=True,
         max_s_q=16,
-        variants=("softcap", "alibi", "bias", "sinks", "softmax_stats", "paged_kv"),
+        variants=("softcap", "alibi", "bias", "sinks", "softmax_stats", "paged_kv", "wide_logits"),
     ),
     "ws": Family(
         name="ws",
@@ -83,7 +83,7 @@ FAMILIES = {
         warp_specialized=False,
         uses_tma=False,
         template="kernel.cu.j2",
-        variants=("softcap", "alibi", "bias", "sinks", "softmax_stats", "paged_kv"),
+        variants=("softcap", "alibi", "bias", "sinks", "softmax_stats", "paged_kv", "wide_logits"),
     ),
 }
 
@@ -109,6 +109,10 @@ VARIANTS = {
     "sinks": "kVariantSinks",       # -use-attention-sinks (Params::sinks)
     "softmax_stats": "kVariantSoftmaxStats",  # -save-softmax (Params::softmax_lse)
     "paged_kv": "kVariantPagedKv",  # -paged-kv (Params::kv_block_table)
+    # Logits that may reach 2^24 in log2 units (Params::wide_logits): a huge -scale-bmm1 or
+    # input range. Families whose softmax takes the rounded-product path there
+    # (softmax/exp2_row.h) offer it; ws keeps one FFMA a score and leaves such problems to flash.
+    "wide_logits": "kVariantWideLogits",
 }
 
 # Mask token -> fmha::MaskType enumerator (src/params.h), in the order of that enum. The token

@@ -263,6 +263,22 @@ float parse_float(const std::string& flag, const std::string& text, bool positiv
 }
 
 // Cross-flag rules and defaults that depend on other flags.
+// The largest |logit| the run's inputs can give, in log2 units: |S| <= d * max|q| * max|k|,
+// each max from its fill (uniform: range * scale; normal: 5.8 std, the most Box-Muller makes
+// of 24-bit uniforms; 1 % for rounding to 16 bits); softcapping bounds it by the cap, ALiBi
+// adds at most a slope (< 1) times s, the bias its largest entry (2, or 5.8 std of 2).
+double logit_bound_log2(const Problem& p) {
+    constexpr double kLog2e = 1.4426950408889634, kNormalMax = 5.8, kRounding = 1.01;
+    auto most = [&](float range, float scale) {
+        return (p.ones ? 1.0 : (p.randn ? kNormalMax : 1.0) * range) * std::fabs(double(scale)) * kRounding;
+    };
+    double logit = double(p.scale_bmm1) * p.d * most(p.range_q, p.scale_q) * most(p.range_k, p.scale_k);
+    if (p.softcapping_scale_bmm1 > 0.f) logit = p.softcapping_scale_bmm1;
+    if (p.alibi) logit += p.s;
+    if (p.attention_bias) logit += 2.0 * (p.randn ? kNormalMax : 1.0);
+    return logit * kLog2e;
+}
+
 void resolve_and_validate(Problem& p, const std::set<std::string>& seen) {
     auto given = [&](const char* f) { return seen.count(f) != 0; };
 
@@ -349,6 +365,8 @@ void resolve_and_validate(Problem& p, const std::set<std::string>& seen) {
     // The kernels scale logits by scale_bmm1 * log2(e) in fp32 (softmax/exp2_row.h).
     if (!std::isfinite(p.scale_bmm1 * 1.4426950408889634f))
         fail_args("-scale-bmm1 is too large: times log2(e) it overflows fp32");
+    // Half of 2^24: a row max rounded up stays below it (softmax/exp2_row.h).
+    p.wide_logits = logit_bound_log2(p) >= 0x1p23;
     if (!given("-epsilon"))
         p.epsilon = p.dtype == DataType::kBf16 ? kDefaultEpsilonBf16 : kDefaultEpsilonFp16;
 }

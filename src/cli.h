@@ -48,6 +48,7 @@ struct Problem {
     float scale_softmax = 1.f;
     float scale_bmm2 = 1.f;
     float softcapping_scale_bmm1 = 0.f;  // -softcapping-scale-bmm1 c > 0; 0: no softcapping
+    bool wide_logits = false;            // resolved: logits may reach 2^24 in log2 units (logit_bound)
     bool attention_sinks = false;        // -use-attention-sinks: a random logit per query head
     bool alibi = false;                  // -alibi: ALiBi slopes per query head (the paper's)
     bool save_softmax = false;           // -save-softmax: the kernel writes each row's LSE (checked)

@@ -45,6 +45,8 @@ std::string static_mismatch(const KernelMeta& k, const Problem& p) {
     if (p.attention_sinks && !(k.variants & kVariantSinks)) why.push_back("no attention sinks (-use-attention-sinks)");
     if (p.save_softmax && !(k.variants & kVariantSoftmaxStats)) why.push_back("no softmax statistics (-save-softmax)");
     if (p.layout == Layout::kPagedKv && !(k.variants & kVariantPagedKv)) why.push_back("no paged KV cache (-paged-kv)");
+    if (p.wide_logits && !(k.variants & kVariantWideLogits))
+        why.push_back("logits may reach 2^24 in log2 units (-scale-bmm1, input ranges): one FFMA a score cannot hold them");
     // Decode: at most max_s_q query rows per sequence, and max_rows rows per KV head.
     const int s_q = std::min(p.s_q, p.s);
     if (k.max_s_q > 0 && s_q > k.max_s_q) need("s_q", std::to_string(s_q), "<= " + std::to_string(k.max_s_q));

@@ -52,6 +52,7 @@ enum VariantBit : uint32_t {
     kVariantAlibi = 1u << 3,         // Params::alibi_slopes != nullptr
     kVariantBias = 1u << 4,          // Params::attention_bias != nullptr
     kVariantPagedKv = 1u << 5,       // Params::kv_block_table != nullptr
+    kVariantWideLogits = 1u << 6,    // Params::wide_logits
 };
 
 struct Params {
@@ -102,6 +103,11 @@ struct Params {
     // Logit softcapping (Gemma-2): S = softcap * tanh(scale_bmm1 * Q K^T / softcap) when
     // > 0 (0: off). A kernel without kVariantSoftcap refuses a launch with it.
     float softcap = 0.f;
+    // Whether a logit, in log2 units (scale_bmm1 * log2(e) * S), may reach 2^24, where an
+    // integer row max no longer sits within a unit of every exact product: the caller's
+    // bound (the driver's from its input ranges). A kernel without kVariantWideLogits (ws,
+    // whose softmax keeps one FFMA a score) refuses a launch with it.
+    bool wide_logits = false;
     // Attention sinks (gpt-oss): h floats, a logit per query head added to every row's softmax
     // denominator (fmha/softmax/sinks.h); nullptr: off. A kernel without kVariantSinks
     // refuses a launch with it.

@@ -47,6 +47,7 @@ Params tensor_params(const Problem& p, const SeqLens& lens, const DeviceTensors&
     prm.scale_softmax = p.scale_softmax;
     prm.scale_bmm2 = p.scale_bmm2;
     prm.softcap = p.softcapping_scale_bmm1;
+    prm.wide_logits = p.wide_logits;
     if (t.lse.size() > 0) prm.softmax_lse = t.lse.get();
     return prm;
 }

@@ -26,26 +26,41 @@ def test_scales_without_a_softmax_are_refused(scale, why, fmha):
     assert why in r.stderr and len(r.stderr.splitlines()) == 1
 
 
-# One problem per family on a Hopper build (decode: s_q = 1; ws: the default on sm_90;
-# flash: -force-non-warp-specialization). The row's logits reach 2^24 (1e6 x inputs of 1)
-# and far beyond (1e20, the issue's 99999999999999999999).
-FAMILIES = {
-    "flash": ["-force-non-warp-specialization"],
-    "ws": ["-use-tma"],
-    "decode": ["-s-q", "1", "-separate-q-k-v"],
+# One problem per path on a Hopper build: flash (-force-non-warp-specialization), decode's
+# mma path (s_q = 1, 257 keys) and warp path (33 keys), and what dispatch picks by itself (ws
+# leaves such problems to flash: its softmax keeps one FFMA a score). The row's logits reach
+# 2^24 (1e6 x inputs of 1) and far beyond (1e20, the issue's 99999999999999999999).
+PATHS = {
+    "flash": (["-force-non-warp-specialization"], "flash"),
+    "decode-mma": (["-s-q", "1", "-separate-q-k-v"], "decode"),
+    "decode-warp": (["-s-q", "1", "-separate-q-k-v", "-s", "33", "-min-s", "1"], "decode"),
+    "dispatch": ([], "flash"),
 }
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("scale", ["1e6", "99999999999999999999"])
 @pytest.mark.parametrize("mask", [[], ["-causal-mask"]], ids=["padding", "causal"])
-def test_huge_scale_gives_a_finite_correct_output(family, scale, mask, fmha):
+def test_huge_scale_gives_a_finite_correct_output(path, scale, mask, fmha):
+    flags, family = PATHS[path]
     args = ["-d", "64", "-b", "2", "-h", "4", "-s", "257", "-min-s", "7", "-bf16", "-scale-bmm1", scale, *mask,
-            "-v", "1", *FAMILIES[family]]
+            "-v", "1", *flags]
     r = fmha(*args)
     if r.returncode == 2 and "no kernel fits" in r.stderr:
         pytest.skip(f"no {family} kernel for this problem in this build: {r.stderr.splitlines()[0]}")
     assert r.returncode == 0, (r.returncode, r.stdout[-2000:], r.stderr[-2000:])
     assert "Checks........: SUCCESS" in r.stdout
     assert f"fmha_v2_{family}_" in r.stdout
+
+
+def test_ws_refuses_wide_logits(fmha):
+    """-use-tma keeps the ws rows only; a problem whose logits may reach 2^24 is not theirs."""
+    rows = fmha("-list-kernels").stdout
+    if "fmha_v2_ws_bf16_d64_" not in rows:
+        pytest.skip("no ws bf16 d=64 kernel in this build (TORCH_CUDA_ARCH_LIST without 9.0)")
+    r = fmha("-d", "64", "-bf16", "-use-tma", "-scale-bmm1", "1e6")
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert "logits may reach 2^24 in log2 units" in r.stderr
+    # The default scale with inputs of 1 stays far below: the ws row passes dispatch (no GPU: exit 3).
+    assert "logits may reach" not in fmha("-d", "64", "-bf16", "-use-tma").stderr

@@ -59,7 +59,8 @@ def test_registry_row_fields():
     text = render_registry(environment(), [KernelSpec.parse("fmha_v2_flash_bf16_d64_128x64_w4x1_sm80",
                                                             masks=("causal",))])
     assert "DataType::kBf16, DataType::kFp32" in text
-    assert "mask_bit(MaskType::kCausal), /*variants=*/kVariantSoftcap | kVariantAlibi | kVariantBias | kVariantSinks | kVariantSoftmaxStats | kVariantPagedKv, /*warp_specialized=*/false" in text
+    assert ("mask_bit(MaskType::kCausal), /*variants=*/kVariantSoftcap | kVariantAlibi | kVariantBias | kVariantSinks | "
+            "kVariantSoftmaxStats | kVariantPagedKv | kVariantWideLogits, /*warp_specialized=*/false") in text
     assert "const int kNumKernels = 1;" in text
 
 
@@ -175,8 +176,9 @@ def test_manifest(tmp_path):
             "dtype": dtype, "acc": "fp16" if entry["name"].startswith("fmha_v2_flash_fp16_") else "fp32",
             "d": 64, "dv": 64, "block_m": block_m, "block_n": block_n, "warps_m": warps_m, "warps_n": warps_n,
             "masks": EVERY_MASK, "max_rows": max_rows, "min_s_kv": min_s_kv,
-            # ws: no softcapping in its 192-row tile (generator/rules.py VARIANT_EXCLUSIONS)
-            "variants": EVERY_VARIANT[1:] if family == "ws" else EVERY_VARIANT,
+            # ws: no softcapping in its 192-row tile (generator/rules.py VARIANT_EXCLUSIONS), and
+            # no wide logits (one FFMA a score, spec.VARIANTS)
+            "variants": EVERY_VARIANT[1:] if family == "ws" else EVERY_VARIANT + ["wide_logits"],
             # What tests/gpu/manifest.py's require_arch reads: sm_90a code runs on sm_90 alone;
             # decode and flash are portable.
             "archs": ["9.0a"] if family == "ws" else ["8.0", "9.0"],

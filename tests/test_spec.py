@@ -107,7 +107,7 @@ USAGE_VARIANT_FLAGS = {
     "softcap": "-softcapping-scale-bmm1", "alibi": "-alibi", "bias": "-attention-bias",
     "sinks": "-use-attention-sinks", "softmax_stats": "-save-softmax", "paged_kv": "-paged-kv",
     "sliding_window": "-sliding-window-size", "bidirectional_sliding_window": "-bidirectional-sliding-window-mask",
-    "chunked": "-chunked-attention-size", "custom": "-custom-mask",
+    "chunked": "-chunked-attention-size", "custom": "-custom-mask", "wide_logits": "-scale-bmm1",
 }
 
 

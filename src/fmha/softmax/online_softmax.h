@@ -63,8 +63,9 @@ struct OnlineSoftmax {
     template <bool kCheckInf, bool kSkipRescale, int kNTilesS, int kNTilesO>
     FMHA_DEVICE void update(float (&s)[kMmaM][kNTilesS][4], float (&o)[kMmaM][kNTilesO][4],
                             float scale_log2) {
-        float alpha[kMmaM][2];  // per row: exp2(scale * (m_old - m_new)), 1 when the max held
-        bool grew = false;
+        float alpha[kMmaM][2];       // per row: exp2(scale * (m_old - m_new)), 1 when the max held
+        float max_scaled[kMmaM][2];  // per row: the M its P subtracts (0 for a row without keys)
+        bool grew = false, huge = false;
 #pragma unroll
         for (int mi = 0; mi < kMmaM; ++mi) {
 #pragma unroll
@@ -76,14 +77,31 @@ struct OnlineSoftmax {
                 }
                 // scale_log2 > 0, so ceil(scale_log2 * max) == max of the ceilings.
                 mx = fmaxf(row_max[mi][h], ceilf(quad_max(mx) * scale_log2));
-                const float max_scaled = (kCheckInf && mx == -CUDART_INF_F) ? 0.f : mx;
+                max_scaled[mi][h] = (kCheckInf && mx == -CUDART_INF_F) ? 0.f : mx;
                 // exp2(-inf) == 0: the first block (row_max == -inf) rescales nothing.
                 const bool row_grew = mx != row_max[mi][h];
-                alpha[mi][h] = row_grew ? fast_exp2(row_max[mi][h] - max_scaled) : 1.f;
+                alpha[mi][h] = row_grew ? fast_exp2(row_max[mi][h] - max_scaled[mi][h]) : 1.f;
                 grew |= row_grew;
+                huge |= is_huge(max_scaled[mi][h]);
                 row_max[mi][h] = mx;
-                const float sum = exp2_row<2 * kNTilesS>(
-                    [&](int i) -> float& { return s[mi][i / 2][2 * h + i % 2]; }, scale_log2, max_scaled);
+            }
+        }
+        const float scale = exact_scale<kMmaM * kNTilesS * 4>(
+            [&](int i) -> float& { return s[i / (kNTilesS * 4)][i / 4 % kNTilesS][i % 4]; }, scale_log2, huge);
+#pragma unroll
+        for (int mi = 0; mi < kMmaM; ++mi) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float sum = 0.f;
+#pragma unroll
+                for (int ni = 0; ni < kNTilesS; ++ni) {
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const float pv = fast_exp2(fmaf(s[mi][ni][2 * h + e], scale, -max_scaled[mi][h]));
+                        s[mi][ni][2 * h + e] = pv;
+                        sum += pv;
+                    }
+                }
                 row_sum[mi][h] = row_sum[mi][h] * alpha[mi][h] + sum;
             }
         }

@@ -50,8 +50,16 @@ struct OnlineSoftmaxSm90 {
             const float max_scaled = (kCheckInf && mx == -CUDART_INF_F) ? 0.f : mx;
             alpha[h] = mx != row_max[h] ? fast_exp2(row_max[h] - max_scaled) : 1.f;
             row_max[h] = mx;
-            const float sum = exp2_row<2 * kNTiles>(
-                [&](int i) -> float& { return s[0][i / 2][2 * h + i % 2]; }, scale_log2, max_scaled);
+            float sum = 0.f;
+#pragma unroll
+            for (int ni = 0; ni < kNTiles; ++ni) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const float pv = fast_exp2(fmaf(s[0][ni][2 * h + e], scale_log2, -max_scaled));
+                    s[0][ni][2 * h + e] = pv;
+                    sum += pv;
+                }
+            }
             row_sum[h] = row_sum[h] * alpha[h] + sum;
         }
     }

@@ -113,7 +113,7 @@ cudaError_t launch_kernel(const Params& p, const TmaMaps& maps, int grid, cudaSt
 }
 
 // Returns cudaErrorInvalidValue without launching when the problem does not fit this
-// instantiation (kernel::params_fit; persistent: a tile counter), or when an extent is not in
+// instantiation (kernel::params_fit; wide logits; persistent: a tile counter), or when an extent is not in
 // [1, INT32_MAX] (TMA coordinates are 32-bit), and cudaErrorNotSupported when the driver
 // offers no tensor-map encoder.
 template <class Tr>
@@ -121,6 +121,7 @@ cudaError_t launch_with_extents(const Params& p, int64_t q_tokens, int64_t kv_to
     if (q_tokens < 1 || kv_tokens < 1 || q_tokens > INT32_MAX || kv_tokens > INT32_MAX) return cudaErrorInvalidValue;
     if (!kernel::params_fit(p, Tr::kHeadDim, Tr::kHeadDimV)) return cudaErrorInvalidValue;
     if (entry<Tr>(p.mask) == nullptr) return cudaErrorInvalidValue;  // a mask the family does not implement
+    if (p.wide_logits) return cudaErrorInvalidValue;  // one FFMA a score: no kVariantWideLogits
     if (Tr::kPersistent && p.tile_counter == nullptr) return cudaErrorInvalidValue;
     int num_sms = 0;
     if (Tr::kPersistent) {
