@@ -45,7 +45,7 @@ def _hmma_fp32_enabled(spec: KernelSpec, config: Config) -> bool:
     return not fp16_fp32 or config.enable_hmma_fp32
 
 
-# What fmha::ws::Traits static_asserts (src/fmha/kernel/ws/traits.h), so that a spec
+# What fmha::ws::Traits static_asserts (src/fmha/kernel/ws.h), so that a spec
 # outside it gets a reason here instead of a static_assert from nvcc. Its head sizes are those
 # of the head_size rule (multiples of 8 up to 256: shared memory pads them to 64-column panels).
 WS_BLOCK_M = (128, 192)               # two or three consumer warpgroups of 64 rows
