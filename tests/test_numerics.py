@@ -26,14 +26,14 @@ def test_scales_without_a_softmax_are_refused(scale, why, fmha):
     assert why in r.stderr and len(r.stderr.splitlines()) == 1
 
 
-# One problem per path on a Hopper build: flash (-force-non-warp-specialization), decode's
-# mma path (s_q = 1, 257 keys) and warp path (33 keys), and what dispatch picks by itself (ws
-# leaves such problems to flash: its softmax keeps one FFMA a score). The row's logits reach
+# One problem per path on a Hopper build: flash (-force-non-warp-specialization), decode at
+# 257 and 33 keys (both on its warp path: the mma path keeps one FFMA a score and leaves such
+# problems to it), and what dispatch picks by itself (ws leaves them to flash likewise). The row's logits reach
 # 2^24 (1e6 x inputs of 1) and far beyond (1e20, the issue's 99999999999999999999).
 PATHS = {
     "flash": (["-force-non-warp-specialization"], "flash"),
-    "decode-mma": (["-s-q", "1", "-separate-q-k-v"], "decode"),
-    "decode-warp": (["-s-q", "1", "-separate-q-k-v", "-s", "33", "-min-s", "1"], "decode"),
+    "decode-long": (["-s-q", "1", "-separate-q-k-v"], "decode"),
+    "decode-short": (["-s-q", "1", "-separate-q-k-v", "-s", "33", "-min-s", "1"], "decode"),
     "dispatch": ([], "flash"),
 }
 
@@ -54,6 +54,9 @@ def test_huge_scale_gives_a_finite_correct_output(path, scale, mask, fmha):
     assert f"fmha_v2_{family}_" in r.stdout
 
 
+WIDE = "logits may reach 2^24 in log2 units"
+
+
 def test_ws_refuses_wide_logits(fmha):
     """-use-tma keeps the ws rows only; a problem whose logits may reach 2^24 is not theirs."""
     rows = fmha("-list-kernels").stdout
@@ -61,6 +64,22 @@ def test_ws_refuses_wide_logits(fmha):
         pytest.skip("no ws bf16 d=64 kernel in this build (TORCH_CUDA_ARCH_LIST without 9.0)")
     r = fmha("-d", "64", "-bf16", "-use-tma", "-scale-bmm1", "1e6")
     assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    assert "logits may reach 2^24 in log2 units" in r.stderr
+    assert WIDE in r.stderr
     # The default scale with inputs of 1 stays far below: the ws row passes dispatch (no GPU: exit 3).
-    assert "logits may reach" not in fmha("-d", "64", "-bf16", "-use-tma").stderr
+    assert WIDE not in fmha("-d", "64", "-bf16", "-use-tma").stderr
+
+
+@pytest.mark.parametrize("args, wide", [
+    (["-scale-bmm1", "1e6"], True),
+    (["-range-q", "1000", "-range-k", "1000"], True),    # 64 / 8 * 1000 * 1000 * log2(e) > 2^23
+    (["-range-q", "1000", "-range-k", "1000", "-softcapping-scale-bmm1", "30"], False),  # the cap bounds it
+    (["-range-q", "30", "-range-k", "30"], False),
+])
+def test_decode_mma_row_refuses_wide_logits(args, wide, fmha):
+    name = next((line.split()[0] for line in fmha("-list-kernels").stdout.splitlines()
+                 if line.startswith("fmha_v2_decode_bf16_d64_") and "_w1x4_" in line), None)
+    if name is None:
+        pytest.skip("no decode bf16 d=64 mma kernel in this build")
+    r = fmha("-kernel", name, "-d", "64", "-bf16", "-s-q", "1", "-separate-q-k-v", *args)
+    assert (WIDE in r.stderr) == wide, (r.returncode, r.stderr)
+    assert r.returncode == (2 if wide else 3) or (not wide and r.returncode == 0), (r.returncode, r.stderr)

@@ -176,9 +176,10 @@ def test_manifest(tmp_path):
             "dtype": dtype, "acc": "fp16" if entry["name"].startswith("fmha_v2_flash_fp16_") else "fp32",
             "d": 64, "dv": 64, "block_m": block_m, "block_n": block_n, "warps_m": warps_m, "warps_n": warps_n,
             "masks": EVERY_MASK, "max_rows": max_rows, "min_s_kv": min_s_kv,
-            # ws: no softcapping in its 192-row tile (generator/rules.py VARIANT_EXCLUSIONS), and
-            # no wide logits (one FFMA a score, spec.VARIANTS)
-            "variants": EVERY_VARIANT[1:] if family == "ws" else EVERY_VARIANT + ["wide_logits"],
+            # ws: no softcapping in its 192-row tile (generator/rules.py VARIANT_EXCLUSIONS); ws
+            # and decode's mma path (min_s_kv 64): no wide logits (one FFMA a score)
+            "variants": EVERY_VARIANT[1:] if family == "ws" else
+                        EVERY_VARIANT if min_s_kv else EVERY_VARIANT + ["wide_logits"],
             # What tests/gpu/manifest.py's require_arch reads: sm_90a code runs on sm_90 alone;
             # decode and flash are portable.
             "archs": ["9.0a"] if family == "ws" else ["8.0", "9.0"],

@@ -229,7 +229,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
         };
         // O = O * rescale + softmax(S) V for the V tile at v_off bytes past stage 0.
         const auto accumulate = [&](float (&acc_s)[Tr::kMmaM][Tr::kNTilesS][4], uint32_t v_off, auto masked) {
-            softmax.template update<decltype(masked)::value || kHidesKeys, Tr::kSkipRescale>(acc_s, acc_o, scale_log2);
+            softmax.template update<decltype(masked)::value || kHidesKeys, Tr::kSkipRescale, Tr::kNTilesS, Tr::kNTilesO,
+                                    /*kWideLogits=*/true>(acc_s, acc_o, scale_log2);
             uint32_t p_frag[Tr::kMmaM][Tr::kNTilesS / 2][4];  // P as A operand, [warp rows, kBlockN]
             mma::s_to_p<Element>(p_frag, acc_s);
             memory::LdsmAddr<typename Tr::LayoutV> va = v_addr;

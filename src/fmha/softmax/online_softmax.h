@@ -60,7 +60,10 @@ struct OnlineSoftmax {
     // kSkipRescale: once the running max settles (long rows) most blocks change no row's
     // max; a warp vote then skips the O rescale, one multiply per accumulator register.
     // Worth it for large accumulators only (the vote and branch cost ~10 instructions).
-    template <bool kCheckInf, bool kSkipRescale, int kNTilesS, int kNTilesO>
+    // kWideLogits: logits may reach 2^24 in log2 units (softmax/exp2_row.h): every row's max
+    // first, then the exp2s, with a rarely taken pre-pass between (0.6 % on the H200's flash
+    // kernels, NOTES §38). Without it, each row's exp2s follow its max (the rows interleave).
+    template <bool kCheckInf, bool kSkipRescale, int kNTilesS, int kNTilesO, bool kWideLogits = false>
     FMHA_DEVICE void update(float (&s)[kMmaM][kNTilesS][4], float (&o)[kMmaM][kNTilesO][4],
                             float scale_log2) {
         float alpha[kMmaM][2];       // per row: exp2(scale * (m_old - m_new)), 1 when the max held
@@ -84,25 +87,40 @@ struct OnlineSoftmax {
                 grew |= row_grew;
                 huge |= is_huge(max_scaled[mi][h]);
                 row_max[mi][h] = mx;
+                if constexpr (!kWideLogits) {
+                    float sum = 0.f;
+#pragma unroll
+                    for (int ni = 0; ni < kNTilesS; ++ni) {
+#pragma unroll
+                        for (int e = 0; e < 2; ++e) {
+                            const float pv = fast_exp2(fmaf(s[mi][ni][2 * h + e], scale_log2, -max_scaled[mi][h]));
+                            s[mi][ni][2 * h + e] = pv;
+                            sum += pv;
+                        }
+                    }
+                    row_sum[mi][h] = row_sum[mi][h] * alpha[mi][h] + sum;
+                }
             }
         }
-        const float scale = exact_scale<kMmaM * kNTilesS * 4>(
-            [&](int i) -> float& { return s[i / (kNTilesS * 4)][i / 4 % kNTilesS][i % 4]; }, scale_log2, huge);
+        if constexpr (kWideLogits) {
+            const float scale = exact_scale<kMmaM * kNTilesS * 4>(
+                [&](int i) -> float& { return s[i / (kNTilesS * 4)][i / 4 % kNTilesS][i % 4]; }, scale_log2, huge);
 #pragma unroll
-        for (int mi = 0; mi < kMmaM; ++mi) {
+            for (int mi = 0; mi < kMmaM; ++mi) {
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                float sum = 0.f;
+                for (int h = 0; h < 2; ++h) {
+                    float sum = 0.f;
 #pragma unroll
-                for (int ni = 0; ni < kNTilesS; ++ni) {
+                    for (int ni = 0; ni < kNTilesS; ++ni) {
 #pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        const float pv = fast_exp2(fmaf(s[mi][ni][2 * h + e], scale, -max_scaled[mi][h]));
-                        s[mi][ni][2 * h + e] = pv;
-                        sum += pv;
+                        for (int e = 0; e < 2; ++e) {
+                            const float pv = fast_exp2(fmaf(s[mi][ni][2 * h + e], scale, -max_scaled[mi][h]));
+                            s[mi][ni][2 * h + e] = pv;
+                            sum += pv;
+                        }
                     }
+                    row_sum[mi][h] = row_sum[mi][h] * alpha[mi][h] + sum;
                 }
-                row_sum[mi][h] = row_sum[mi][h] * alpha[mi][h] + sum;
             }
         }
         if (!kSkipRescale || __any_sync(0xffffffffu, grew)) {

@@ -253,6 +253,8 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
     if (!kernel::params_fit(p, Tr::kHeadDim, Tr::kHeadDimV)) return cudaErrorInvalidValue;
     if (p.s_q_max > kMaxSq) return cudaErrorInvalidValue;
     if (!Tr::kMma && (p.h / p.h_kv) * p.s_q_max > Tr::kRows && Tr::kRows != 8) return cudaErrorInvalidValue;
+    // The mma path keeps one FFMA a score (no kVariantWideLogits); the warp path scales Q first.
+    if (Tr::kMma && p.wide_logits) return cudaErrorInvalidValue;
     if (entry<Tr>(p.mask) == nullptr) return cudaErrorInvalidValue;  // a mask the family does not implement
     return with_sibling<Tr>(p, [&](auto tile) { return launch_tile<typename decltype(tile)::type>(p, stream); });
 }
