@@ -57,6 +57,8 @@ VARIANT_NUMERICS = {
     "sinks": ("sinks", ["-randn", "-seed", "13", "-use-attention-sinks"]),
     # The driver checks the kernel's LSE against the reference's and fails the run on a mismatch.
     "softmax_stats": ("lse", ["-randn", "-seed", "17", "-save-softmax"]),
+    # Logits far beyond 2^24 in log2 units (softmax/exp2_row.h): finite and right, not NaN.
+    "wide_logits": ("wide", ["-seed", "29", "-scale-bmm1", "1e20"]),
 }
 
 
