@@ -5,7 +5,8 @@
 // warpgroups: warpgroup 0 produces (TMA loads of Q and a K/V ring), the others consume (64
 // query rows each: S, P and O in registers, wgmma), taking turns at the tensor cores
 // (ping-pong). The kernel composes, as FA3's does:
-//   ws/traits.h     Traits: tile constants, what an instantiation supports, shared memory
+//   ws/traits.h     Config (the generator's facts) and Traits: tile constants, what an
+//                   instantiation supports, shared memory
 //   ws/smem.h       the shared-memory layout and its mbarriers
 //   ws/warpgroup.h  named barriers, ping-pong turns, setmaxnreg
 //   ws/tile_work.h  tile order and the persistent scheduler's tile slots
@@ -25,7 +26,8 @@
 //                extra columns are never stored; so d = 72 costs about what d = 80 does in
 //                Q K^T and d = 128 in P V.
 //   kBlockM      128 or 192 (two or three consumer warpgroups), kWarpsM = kBlockM / 16, kWarpsN 1
-//   kBlockN      64 or 128 (a wgmma N), shared memory <= 227 KB
+//   kBlockN      64 or 128 (a wgmma N), shared memory <= Config::kSmemLimit (227 KB)
+//   Config       what generator/families/ws.py decided: the limit, panels, softcapping
 //   run time     every MaskType (padding, causal, sliding/bidirectional window, chunked;
 //                bottom-right aligned), var-len packed or padded
 //                storage via offsets/lens, GQA/MQA, s_q != s_kv, any row/head strides
