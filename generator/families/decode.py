@@ -6,6 +6,8 @@ of the row's, and the constants its translation units hand to decode::Traits (co
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 # Query rows per sequence the family serves (KernelMeta::max_s_q; the launch refuses more).
 MAX_S_Q = 16
 # fp32 accumulation only; d = dv, the head sizes whose 16-byte chunks split a warp evenly
@@ -38,6 +40,7 @@ MMA_MIN_S_KV = 64
 # registers for them (rows 8 at 4 passes needs over 255 registers).
 ROWS = (1, 4, 8)
 WARPS = 4
+PASS_ELEMS = 256   # a warp's 32 lanes x 8 elements (one 16-byte chunk each): 256 / d keys a pass
 UNROLL = {1: 2, 4: 2, 8: 1}
 MAX_UNROLL = 8
 MAX_WARPS = 8
@@ -53,7 +56,7 @@ def warp_tile(d: int, rows: int) -> tuple:
     """(block_m, block_n, warps_m, warps_n) of a warp-path kernel: block_m is the query rows a
     warp carries, block_n the keys per warp step (d / 8 lanes per key, so 256 / d keys per
     pass, UNROLL[rows] passes)."""
-    return (rows, UNROLL[rows] * 256 // d, WARPS, 1)
+    return (rows, UNROLL[rows] * PASS_ELEMS // d, WARPS, 1)
 
 
 def tiles(d: int) -> tuple:
@@ -80,7 +83,7 @@ def traits_ok(spec) -> bool:
         return False
     if is_mma(spec):
         return (spec.block_m, spec.block_n, spec.warps_m, spec.warps_n) == mma_tile(spec.d)
-    keys_per_pass = 256 // spec.d
+    keys_per_pass = PASS_ELEMS // spec.d
     return (spec.block_m in ROWS and spec.block_n % keys_per_pass == 0
             and 1 <= spec.block_n // keys_per_pass <= MAX_UNROLL and 1 <= spec.warps_m <= MAX_WARPS
             and spec.warps_n == 1)
@@ -99,7 +102,6 @@ def siblings(spec) -> dict:
 
 def sibling_names(spec) -> tuple:
     """The kernel names of siblings(spec): the row's tile swapped for each."""
-    from dataclasses import replace
     return tuple(replace(spec, block_m=bm, block_n=bn, warps_m=wm, warps_n=wn).name
                  for bm, bn, wm, wn in siblings(spec).values())
 
