@@ -14,6 +14,7 @@ from pathlib import Path
 import jinja2
 
 from .env import Config
+from .families import constants, cpp_value, sibling_names
 from .enumerate import decode_max_rows, decode_min_s_kv
 from .rules import family_archs, kernel_variants
 from .spec import ACCS, DTYPES, FAMILIES, MASKS, VARIANTS, KernelSpec
@@ -53,6 +54,8 @@ def _kernel_vars(spec: KernelSpec, config: Config) -> dict:
     return {
         "spec": spec,
         "name": spec.name,
+        # The family's Config template arguments (generator/families/), in order.
+        "config": [(key, cpp_value(value)) for key, value in constants(spec).items()],
         "family": family,
         "element": element,
         "dtype_enum": dtype_enum,
@@ -67,6 +70,8 @@ def _kernel_vars(spec: KernelSpec, config: Config) -> dict:
         "max_rows": decode_max_rows(spec),
         "min_s_kv": decode_min_s_kv(spec),
         "archs": ",".join(f"sm_{a.number}{a.suffix}" for a in family_archs(spec.family, config)),
+        # Tiles its launch may run instead of its own (decode's OneHead, Quad), by kernel name.
+        "siblings": sibling_names(spec),
     }
 
 
@@ -107,6 +112,7 @@ def render_manifest(specs: list[KernelSpec], config: Config) -> str:
         row = _kernel_vars(spec, config)  # KernelMeta fields the tests select by
         entry["max_rows"], entry["min_s_kv"] = row["max_rows"], row["min_s_kv"]
         entry["variants"] = list(row["variants"])
+        entry["siblings"] = list(row["siblings"])
         kernels.append(entry)
     # Sorted keys and a fixed indent: the same config always gives the same bytes.
     return json.dumps({"config": config.to_dict(), "kernels": kernels}, indent=2, sort_keys=True) + "\n"

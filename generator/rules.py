@@ -11,6 +11,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .env import Arch, Config
+from .families import MODULES
+from .families import decode as _decode
+from .families import ws as _ws
 from .spec import FAMILIES, KernelSpec
 
 MAX_HEAD_SIZE = 256
@@ -45,47 +48,21 @@ def _hmma_fp32_enabled(spec: KernelSpec, config: Config) -> bool:
     return not fp16_fp32 or config.enable_hmma_fp32
 
 
-# What fmha::ws::Traits static_asserts (src/fmha/kernel/ws.h), so that a spec
-# outside it gets a reason here instead of a static_assert from nvcc. Its head sizes are those
-# of the head_size rule (multiples of 8 up to 256: shared memory pads them to 64-column panels).
-WS_BLOCK_M = (128, 192)               # two or three consumer warpgroups of 64 rows
-WS_BLOCK_N = (64, 128)
-
-
-# What fmha::decode::Traits static_asserts (src/fmha/kernel/decode.h).
-DECODE_HEAD_SIZES = (32, 64, 128, 256)   # d / 8 lanes per key divide a warp
-DECODE_ROWS = (1, 4, 8)                  # query rows per warp (warp path)
-# The mma path's CTA reads 64 keys a stage of DECODE_MMA_HEADS[d] KV heads, each head with
-# its own 16-row tile of packed query rows: 256 bytes of a token from d = 32 to 128, a 32 KB
-# block of K and V (d = 256: one head, 64 KB).
-DECODE_MMA_KEYS = 64
-DECODE_MMA_HEADS = {32: 4, 64: 2, 128: 1, 256: 1}
+# The families' limits live in generator/families/; these names stay for their importers.
+WS_BLOCK_M = _ws.BLOCK_M
+WS_BLOCK_N = _ws.BLOCK_N
+DECODE_HEAD_SIZES = _decode.HEAD_SIZES
+DECODE_ROWS = _decode.ROWS
+DECODE_MMA_KEYS = _decode.MMA_KEYS
+DECODE_MMA_HEADS = _decode.MMA_HEADS
+decode_mma_tile = _decode.mma_tile
+decode_is_mma = _decode.is_mma
 _DECODE_HEADS = "{{" + ", ".join(map(str, DECODE_HEAD_SIZES)) + "}}"
 _DECODE_ROWS = "{{" + ", ".join(map(str, DECODE_ROWS)) + "}}"
 
 
-def decode_mma_tile(d: int) -> tuple:
-    """(block_m, block_n, warps_m, warps_n) of the mma path at head size d: 16 packed rows for
-    each of its DECODE_MMA_HEADS[d] KV heads, DECODE_MMA_KEYS keys per stage, 4 warps over
-    the keys."""
-    return (16 * DECODE_MMA_HEADS[d], DECODE_MMA_KEYS, 1, 4)
-
-
-def decode_is_mma(spec: KernelSpec) -> bool:
-    """A decode kernel on the tensor-core path (decode::MmaTraits): its tile says so."""
-    return spec.family == "decode" and spec.warps_n > 1
-
-
 def _decode_traits_ok(spec: KernelSpec) -> bool:
-    if spec.family != "decode":
-        return True
-    if not (spec.d in DECODE_HEAD_SIZES and spec.dv == spec.d and spec.acc == "fp32"):
-        return False
-    if decode_is_mma(spec):
-        return (spec.block_m, spec.block_n, spec.warps_m, spec.warps_n) == decode_mma_tile(spec.d)
-    keys_per_pass = 256 // spec.d
-    return (spec.block_m in DECODE_ROWS and spec.block_n % keys_per_pass == 0
-            and 1 <= spec.block_n // keys_per_pass <= 8 and 1 <= spec.warps_m <= 8 and spec.warps_n == 1)
+    return spec.family != "decode" or _decode.traits_ok(spec)
 
 
 def _mma_family(spec: KernelSpec) -> bool:
@@ -93,11 +70,7 @@ def _mma_family(spec: KernelSpec) -> bool:
 
 
 def _ws_traits_ok(spec: KernelSpec) -> bool:
-    if spec.family != "ws":
-        return True
-    return (spec.acc == "fp32"
-            and spec.block_m in WS_BLOCK_M and spec.warps_m == spec.block_m // 16 and spec.warps_n == 1
-            and spec.block_n in WS_BLOCK_N)
+    return spec.family != "ws" or _ws.traits_ok(spec)
 
 
 RULES = (
@@ -165,24 +138,13 @@ RULES = (
 )
 
 
-# Variants of a family that some of its kernels cannot carry, with the reason (measured with
-# ptxas -v): kernel_variants() drops them, the registry row then lacks the bit, dispatch takes
-# the next row for such a problem, and the kernel's launch refuses it.
-#   ws, 192-row tile (three consumer warpgroups at 160 registers, d=64): the tanh of
-#   softcapping on a 64 x 128 score block spilled 44 bytes; the 128-row tiles (240) do not.
-VARIANT_EXCLUSIONS = {
-    "softcap": lambda spec: spec.family == "ws" and spec.block_m == 192,
-    # decode's mma path keeps one FFMA a score (online_softmax.h without kWideLogits); such
-    # problems take its warp path, which scales Q before the dot products.
-    "wide_logits": lambda spec: spec.family == "decode" and decode_is_mma(spec),
-}
-
-
 def kernel_variants(spec: KernelSpec) -> tuple:
     """The run-time variants a kernel implements (KernelMeta::variants): its family's, less
-    those VARIANT_EXCLUSIONS takes from it."""
-    return tuple(v for v in FAMILIES[spec.family].variants
-                 if not VARIANT_EXCLUSIONS.get(v, lambda s: False)(spec))
+    those its family module's VARIANT_EXCLUSIONS takes from it (ws: no softcapping on the
+    192-row tile). The registry row then lacks the bit, dispatch takes the next row for such a
+    problem, and the kernel (its Config) refuses it."""
+    exclusions = getattr(MODULES[spec.family], "VARIANT_EXCLUSIONS", {})
+    return tuple(v for v in FAMILIES[spec.family].variants if not (v in exclusions and exclusions[v](spec)))
 
 
 def family_archs(family: str, config: Config) -> tuple:

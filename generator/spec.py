@@ -29,8 +29,6 @@ class Family:
     # True: the family's launch may use Params::workspace; its TU exports workspace_<name>
     # (KernelMeta::workspace: the bytes a problem needs), which the driver allocates.
     workspace: bool = False
-    # Query rows per sequence the family serves (KernelMeta::max_s_q; 0: any).
-    max_s_q: int = 0
     # Attention variants (keys of VARIANTS) every kernel of the family implements as run-time
     # parameters (KernelMeta::variants); dispatch skips the family for a problem that asks
     # for one it lacks, and its launch refuses it.
@@ -40,6 +38,13 @@ class Family:
     # Hopper), which runs on that one arch: built for sm_<sm>a alone, whenever the list names
     # the arch with or without the suffix (rules.family_archs).
     arch_specific: bool = False
+
+    @property
+    def max_s_q(self) -> int:
+        """Query rows per sequence the family serves (KernelMeta::max_s_q; 0: any): its
+        module's MAX_S_Q (generator/families/)."""
+        from .families import MODULES  # the family modules build on this one
+        return getattr(MODULES[self.name], "MAX_S_Q", 0)
 
 
 # The one place that maps a family to its header, namespace and C++ template. The order is
@@ -58,7 +63,6 @@ FAMILIES = {
         uses_tma=False,
         template="kernel.cu.j2",
         workspace=True,
-        max_s_q=16,
         variants=("softcap", "alibi", "bias", "sinks", "softmax_stats", "paged_kv", "wide_logits"),
     ),
     "ws": Family(

@@ -118,29 +118,46 @@ std::string problem_text(const Problem& p) {
 }  // namespace
 
 void print_kernel_table(std::FILE* out) {
-    int name_w = 4, masks_w = 5;
+    int name_w = 4, masks_w = 5, archs_w = 5;
     for (int i = 0; i < kNumKernels; ++i) {
         name_w = std::max(name_w, static_cast<int>(std::strlen(kKernels[i].name)));
         masks_w = std::max(masks_w, static_cast<int>(masks_text(kKernels[i].masks).size()));
+        archs_w = std::max(archs_w, static_cast<int>(std::strlen(kKernels[i].archs)));
     }
     std::fprintf(out,
-                 "%-*s  %-6s  %-4s  %-5s  %-4s  %4s  %4s  %-9s  %-5s  %-*s  %-9s  %-5s  %-10s  %-7s  %-8s  %s\n",
+                 "%-*s  %-6s  %-4s  %-5s  %-4s  %4s  %4s  %-9s  %-5s  %-*s  %-9s  %-5s  %-10s  %-7s  %-8s  "
+                 "%-*s  %s\n",
                  name_w, "name", "family", "sm", "dtype", "acc", "d", "dv", "tile", "warps", masks_w, "masks",
-                 "warp_spec", "tma", "sched", "max_s_q", "min_s_kv", "archs");
+                 "warp_spec", "tma", "sched", "max_s_q", "min_s_kv", archs_w, "archs", "siblings");
     for (int i = 0; i < kNumKernels; ++i) {
         const KernelMeta& k = kKernels[i];
         const std::string tile = std::to_string(k.block_m) + "x" + std::to_string(k.block_n);
         const std::string warps = std::to_string(k.warps_m) + "x" + std::to_string(k.warps_n);
         const std::string max_s_q = k.max_s_q > 0 ? std::to_string(k.max_s_q) : "-";
         const std::string min_s_kv = k.min_s_kv > 0 ? std::to_string(k.min_s_kv) : "-";
+        const char* siblings = k.siblings[0] != '\0' ? k.siblings : "-";
         std::fprintf(out,
-                     "%-*s  %-6s  %-4d  %-5s  %-4s  %4d  %4d  %-9s  %-5s  %-*s  %-9s  %-5s  %-10s  %-7s  %-8s  %s\n",
+                     "%-*s  %-6s  %-4d  %-5s  %-4s  %4d  %4d  %-9s  %-5s  %-*s  %-9s  %-5s  %-10s  %-7s  %-8s  "
+                     "%-*s  %s\n",
                      name_w, k.name, k.family, k.sm, dtype_name(k.dtype), dtype_name(k.acc), k.d, k.dv,
                      tile.c_str(), warps.c_str(), masks_w, masks_text(k.masks).c_str(),
                      k.warp_specialized ? "true" : "false", k.uses_tma ? "true" : "false",
-                     k.persistent ? "persistent" : "grid", max_s_q.c_str(), min_s_kv.c_str(), k.archs);
+                     k.persistent ? "persistent" : "grid", max_s_q.c_str(), min_s_kv.c_str(), archs_w, k.archs,
+                     siblings);
     }
     std::fprintf(out, "%d kernels\n", kNumKernels);
+}
+
+std::string tile_that_runs(const KernelMeta& kernel, const Params& params) {
+    int index = kernel.tile != nullptr ? kernel.tile(params) : 0;  // 1-based among the siblings
+    const std::string siblings = kernel.siblings;
+    size_t begin = 0;
+    for (; index > 1 && begin != std::string::npos; --index) {
+        begin = siblings.find(',', begin);
+        if (begin != std::string::npos) ++begin;
+    }
+    if (index < 1 || begin == std::string::npos) return kernel.name;
+    return siblings.substr(begin, siblings.find(',', begin) - begin);
 }
 
 const KernelMeta* find_forced_kernel(const Problem& p) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdio>
+#include <string>
 
 #include "cli.h"
 #include "kernel_meta.h"
@@ -22,5 +23,9 @@ void require_static_fit(const Problem& p);
 // The first row that fits the problem and has an image for the current device (or the
 // forced row, which must have one). Exits 2 with the reason and the closest rows.
 const KernelMeta& select_kernel(const Problem& p, const KernelMeta* forced, int device_sm);
+
+// The kernel a launch of `kernel` runs for this problem: its own name, or the sibling its
+// TileFn picks (KernelMeta::siblings). Needs the device where the row has siblings.
+std::string tile_that_runs(const KernelMeta& kernel, const Params& params);
 
 }  // namespace fmha

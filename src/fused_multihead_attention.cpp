@@ -165,8 +165,9 @@ void print_details(const Problem& p, const Device& dev, const SeqLens& lens, con
 
 // Verbose details (-v 1), then the four summary lines of SPEC.md, then on failure the
 // first mismatches and the error statistics.
-void print_results(const Problem& p, const Device& dev, const KernelMeta& kernel, const SeqLens& lens,
-                   const CustomMask& custom, const CheckResult& check, const Timing& t) {
+// tile: the kernel that ran, kernel's own name or one of its siblings (tile_that_runs).
+void print_results(const Problem& p, const Device& dev, const KernelMeta& kernel, const std::string& tile,
+                   const SeqLens& lens, const CustomMask& custom, const CheckResult& check, const Timing& t) {
     const double flops = attention_flops(p, lens, custom);
     const double bytes = attention_bytes(p, lens);
     const std::string speedup =
@@ -175,6 +176,7 @@ void print_results(const Problem& p, const Device& dev, const KernelMeta& kernel
     if (p.verbose) print_details(p, dev, lens, check, t);
     std::printf("%s\n", header_line(p, kernel).c_str());
     print_field("Kernel", kernel.name);
+    if (p.verbose) print_field("Tile ran", tile);
     print_field("Checks", p.skip_checks      ? "DISABLED"
                           : check.passed() ? checks_word("SUCCESS", "\033[32m")
                                            : checks_word("FAILED", "\033[31m"));
@@ -282,7 +284,8 @@ int run(int argc, char** argv) {
     if (!p.skip_checks) check = check_output(p, lens, o_raw, o_ref_host, o_amb_host);
     if (!p.skip_checks && p.save_softmax) check_lse(p, lens, lse_host, lse_ref_host, check);
     const Timing timing{ref.ran, ref.ms, us, static_cast<int>(sets.size())};
-    print_results(p, dev, kernel, lens, t.variants.custom_mask_host, check, timing);
+    print_results(p, dev, kernel, tile_that_runs(kernel, t.params), lens, t.variants.custom_mask_host, check,
+                  timing);
 
     CUDA_CHECK(cudaStreamDestroy(stream));
     return p.skip_checks || check.passed() ? kExitOk : kExitCheckFailed;

@@ -18,6 +18,8 @@ using LaunchFn = cudaError_t (*)(const Params&, cudaStream_t);
 using EntryFn = const void* (*)(MaskType);
 // Bytes of Params::workspace a launch of this problem uses at most (0: none).
 using WorkspaceFn = size_t (*)(const Params&);
+// Which tile a launch of this problem runs: 0 the row's own, i the i-th of its siblings.
+using TileFn = int (*)(const Params&);
 
 struct KernelMeta {
     const char* name;     // KernelSpec.name: also the file name and the FMHA_FILTER key
@@ -45,9 +47,12 @@ struct KernelMeta {
                           // (max over the batch); 0 = any. A preference, not a limit:
                           // `-kernel NAME` runs it on any length
     const char* archs;    // the SASS targets it was compiled for, e.g. "sm_80,sm_90,sm_100"
+    const char* siblings; // kernels (tiles) its launch may run instead of its own, comma-separated,
+                          // e.g. decode's one-head tiles (generator/families/decode.py); "" = none
     LaunchFn launch;
     EntryFn entry;
     WorkspaceFn workspace;  // nullptr: the family needs no workspace
+    TileFn tile;            // nullptr: the row has no siblings, its own tile always runs
 };
 
 extern const KernelMeta kKernels[];

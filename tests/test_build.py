@@ -264,10 +264,10 @@ def test_ws_exe_lists_its_kernel(built_ws):
     result = run([str(tree / "bin" / "fmha.exe"), "-list-kernels"], tree)
     assert result.returncode == 0, result.stderr
     row = next(l for l in result.stdout.splitlines() if l.startswith(WS_KERNEL))
-    # family sm dtype acc d dv tile warps masks warp_spec tma sched max_s_q min_s_kv archs
+    # family sm dtype acc d dv tile warps masks warp_spec tma sched max_s_q min_s_kv archs siblings
     assert row.split()[1:] == ["ws", "90", "bf16", "fp32", "64", "64", "192x128", "12x1",
                                "padding,causal,sliding_window,bidirectional_sliding_window,chunked,custom", "true",
-                               "true", "persistent", "-", "-", "sm_90a"]
+                               "true", "persistent", "-", "-", "sm_90a", "-"]
 
 
 @pytest.mark.build
@@ -286,7 +286,7 @@ def test_ws_force_non_warp_specialization_needs_no_gpu(built_ws):
 @pytest.mark.build
 def test_ws_kernel_does_not_spill(built_ws):
     """ptxas -v on the generated TU: the three mask kinds (padding, causal, local) x the score modifiers
-    the kernel has (none, ALiBi, bias; this 192-row tile has no softcapping: rules.VARIANT_EXCLUSIONS),
+    the kernel has (none, ALiBi, bias; this 192-row tile has no softcapping: families/ws.py),
     and the custom mask (padding kind only), each twice on this tile (token storage, and a paged KV
     cache's producer: Traits::kSeparatePaged), sm_90a, no stack and no spills."""
     tree, _ = built_ws

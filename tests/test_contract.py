@@ -80,12 +80,14 @@ def test_a_missing_line_names_its_regex():
 
 def test_kernel_table():
     text = ("name                                     family  sm    dtype  acc      d    dv  tile       warps  "
-            "masks           warp_spec  tma    sched       max_s_q  min_s_kv\n"
+            "masks           warp_spec  tma    sched       max_s_q  min_s_kv  archs        siblings\n"
             "fmha_v2_decode_bf16_d64_32x64_w1x4_sm80  decode  80    bf16   fp32    64    64  32x64      1x4    "
-            "padding,causal  false      false  grid        16       64\n"
+            "padding,causal  false      false  grid        16       64        sm_80,sm_90  "
+            "fmha_v2_decode_bf16_d64_16x128_w1x4_sm80,fmha_v2_decode_bf16_d64_16x64_w1x4_sm80\n"
             "1 kernels\n")
     assert parse_kernel_table(text) == [dict(zip(LIST_COLUMNS, (
         "fmha_v2_decode_bf16_d64_32x64_w1x4_sm80", "decode", "80", "bf16", "fp32", "64", "64", "32x64", "1x4",
-        "padding,causal", "false", "false", "grid", "16", "64")))]
+        "padding,causal", "false", "false", "grid", "16", "64", "sm_80,sm_90",
+        "fmha_v2_decode_bf16_d64_16x128_w1x4_sm80,fmha_v2_decode_bf16_d64_16x64_w1x4_sm80")))]
     with pytest.raises(AssertionError, match="header"):
         parse_kernel_table(text.replace("min_s_kv", "min_s"))

@@ -39,7 +39,7 @@ def test_kernel_golden(spec):
 def test_ws_kernel_uses_the_sm90_header_and_refuses_other_targets():
     text = render_kernel(environment(), WS)
     assert '#include "fmha/kernel/ws.h"' in text
-    assert "ws::Traits<__nv_bfloat16, /*kHeadDim=*/128" in text
+    assert "ws::Traits<Config, __nv_bfloat16, /*kHeadDim=*/128" in text
     assert "#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)\n#error" in text
     assert "#error" not in render_kernel(environment(), SPEC)       # portable: any arch
 
@@ -96,7 +96,20 @@ def test_decode_rows_carry_their_limits_and_workspace():
     assert "/*max_s_q=*/16, /*max_rows=*/0, /*min_s_kv=*/64," in text   # the mma path: long caches, any rows
     assert "/*max_s_q=*/16, /*max_rows=*/4, /*min_s_kv=*/0," in text     # rows per warp 4 holds 4 rows
     assert "/*max_s_q=*/16, /*max_rows=*/0, /*min_s_kv=*/0," in text     # the largest warp row tiles any count
-    assert "entry_fmha_v2_decode_bf16_d128_8x2_w4x1_sm80, workspace_fmha_v2_decode_bf16_d128_8x2_w4x1_sm80}" in text
+    assert ("entry_fmha_v2_decode_bf16_d128_8x2_w4x1_sm80, workspace_fmha_v2_decode_bf16_d128_8x2_w4x1_sm80,\n"
+            "     /*tile=*/nullptr}") in text
+
+
+def test_decode_row_names_its_siblings():
+    """Two KV heads a CTA at d = 64: the row names the one-head tiles its launch may run, and
+    the TU's tile_ function says which one did."""
+    name = "fmha_v2_decode_bf16_d64_32x64_w1x4_sm80"
+    text = render_registry(environment(), [KernelSpec.parse(name)])
+    assert ('/*siblings=*/"fmha_v2_decode_bf16_d64_16x128_w1x4_sm80,fmha_v2_decode_bf16_d64_16x64_w1x4_sm80",'
+            in text)
+    assert f"int tile_{name}(const Params&);" in text and f"/*tile=*/tile_{name}}}" in text
+    kernel = render_kernel(environment(), KernelSpec.parse(name))
+    assert f"int tile_{name}(const Params& params) {{ return decode::sibling_index<Traits>(params); }}" in kernel
     tu = render_kernel(environment(), KernelSpec.parse("fmha_v2_decode_bf16_d128_4x4_w4x1_sm80"))
     assert "decode::workspace_bytes<Traits>(params)" in tu and "kPersistent" not in tu
 
@@ -156,6 +169,14 @@ D64_MANIFEST = {
     "fmha_v2_flash_fp16_d64_128x64_w4x1_sm80": (128, 64, 4, 1, 0, 0),
     "fmha_v2_flash_bf16_d64_128x64_w4x1_sm80": (128, 64, 4, 1, 0, 0),
 }
+# The decode mma tiles of two KV heads name their one-head siblings: OneHead (the same 8192
+# elements a stage in one head, 128 keys) and, at d = 64, Quad (16 KB stages, 64 keys).
+D64_SIBLINGS = {
+    "fmha_v2_decode_fp16_fp32_d64_32x64_w1x4_sm80": ["fmha_v2_decode_fp16_fp32_d64_16x128_w1x4_sm80",
+                                                     "fmha_v2_decode_fp16_fp32_d64_16x64_w1x4_sm80"],
+    "fmha_v2_decode_bf16_d64_32x64_w1x4_sm80": ["fmha_v2_decode_bf16_d64_16x128_w1x4_sm80",
+                                                "fmha_v2_decode_bf16_d64_16x64_w1x4_sm80"],
+}
 EVERY_MASK = ["padding", "causal", "sliding_window", "bidirectional_sliding_window", "chunked", "custom"]
 EVERY_VARIANT = ["softcap", "alibi", "bias", "sinks", "softmax_stats", "paged_kv"]
 
@@ -176,13 +197,14 @@ def test_manifest(tmp_path):
             "dtype": dtype, "acc": "fp16" if entry["name"].startswith("fmha_v2_flash_fp16_") else "fp32",
             "d": 64, "dv": 64, "block_m": block_m, "block_n": block_n, "warps_m": warps_m, "warps_n": warps_n,
             "masks": EVERY_MASK, "max_rows": max_rows, "min_s_kv": min_s_kv,
-            # ws: no softcapping in its 192-row tile (generator/rules.py VARIANT_EXCLUSIONS); ws
+            # ws: no softcapping in its 192-row tile (generator/families/ws.py); ws
             # and decode's mma path (min_s_kv 64): no wide logits (one FFMA a score)
             "variants": EVERY_VARIANT[1:] if family == "ws" else
                         EVERY_VARIANT if min_s_kv else EVERY_VARIANT + ["wide_logits"],
             # What tests/gpu/manifest.py's require_arch reads: sm_90a code runs on sm_90 alone;
             # decode and flash are portable.
             "archs": ["9.0a"] if family == "ws" else ["8.0", "9.0"],
+            "siblings": D64_SIBLINGS.get(entry["name"], []),
         }, entry["name"]
 
 

@@ -9,7 +9,9 @@
 
 namespace fmha {
 namespace {
-using Traits = ws::Traits<__nv_bfloat16, /*kHeadDim=*/128, /*kHeadDimV=*/128,
+// What the generator decided for this kernel (generator/families/ws.py); Traits static_assert it.
+using Config = ws::Config</*kSmemLimit=*/232448, /*kSmemReserve=*/7168, /*kPanelCols=*/64, /*kDimQK=*/128, /*kDimV=*/128, /*kSoftcap=*/true>;
+using Traits = ws::Traits<Config, __nv_bfloat16, /*kHeadDim=*/128, /*kHeadDimV=*/128,
     /*kBlockM=*/128, /*kBlockN=*/128, /*kWarpsM=*/8, /*kWarpsN=*/1, /*kAccFp16=*/false,
     /*kPersistent=*/true>;
 }  // namespace

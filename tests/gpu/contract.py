@@ -33,6 +33,9 @@ ELAPSED_RE = line_re(
 )
 # -v 0 prints exactly these, in this order.
 COMPACT_LINES = (FIRST_LINE_RE, KERNEL_RE, CHECKS_RE, ELAPSED_RE)
+# -v 1 adds, after the Kernel line, the kernel that ran: the row's own or one of its siblings
+# (KernelMeta::siblings, the manifest's `siblings`).
+TILE_RAN_RE = line_re(r"Tile ran\.{6}: (?P<tile>\S+)")
 
 
 def parse_output(stdout: str) -> dict:
@@ -51,7 +54,7 @@ def parse_output(stdout: str) -> dict:
 # A row starts with the kernel's name; the header names the columns; the last line counts them.
 LIST_ROW_RE = re.compile(r"^(fmha_v2_\w+)\s", re.M)
 LIST_COLUMNS = ("name", "family", "sm", "dtype", "acc", "d", "dv", "tile", "warps", "masks",
-                "warp_spec", "tma", "sched", "max_s_q", "min_s_kv", "archs")
+                "warp_spec", "tma", "sched", "max_s_q", "min_s_kv", "archs", "siblings")
 
 
 def parse_kernel_table(stdout: str) -> list[dict]:

@@ -6,7 +6,7 @@ import pytest
 from generator.spec import FAMILIES
 
 from .cases import VARIANT_FLAGS
-from .contract import COMPACT_LINES
+from .contract import COMPACT_LINES, TILE_RAN_RE
 from .driver import describe, parse_output, registry_names, run_fmha
 from .manifest import dtype_flag, is_decode, kernel_or_skip, kernels_or_skip, pick_kernel, require_arch, runs_on, \
     warp_spec
@@ -172,3 +172,18 @@ def test_failed_check_exits_1(exe, gpu_sm):
                           "-kernel", kernel["name"], "-epsilon", "1e-9", "-v", "0"])
     assert proc.returncode == 1, describe(proc)
     assert parse_output(proc.stdout)["checks"] == "FAILED", describe(proc)
+
+
+@pytest.mark.gpu
+def test_verbose_names_the_tile_that_ran(exe, gpu_sm):
+    """A decode row of several KV heads a CTA names its one-head sibling first; -v 1 says it
+    ran where the problem's one-head units fit a wave (b = 1, 8 KV heads: 8 units)."""
+    rows = [k for k in KERNELS if k.get("siblings") and k["dtype"] == "bf16" and runs_on(k, gpu_sm)]
+    if not rows:
+        pytest.skip("no decode row with siblings in this build for this GPU")
+    kernel = min(rows, key=lambda k: k["d"])
+    proc = run_fmha(exe, ["-d", str(kernel["d"]), "-b", "1", "-h", "32", "-gqa", "8", "-s-q", "1", "-s", "4096",
+                          "-separate-q-k-v", "-bf16", "-kernel", kernel["name"], "-v", "1", *ONE_RUN[2:]])
+    assert proc.returncode == 0, describe(proc)
+    match = TILE_RAN_RE.search(proc.stdout)
+    assert match and match["tile"] == kernel["siblings"][0], describe(proc)

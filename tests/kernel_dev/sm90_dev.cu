@@ -24,9 +24,14 @@ using fmha::Params;
 // ---------------------------------------------------------------------------------------
 // Kernel configurations under test.
 
+// The ws::Config the generator renders for a d = dv kernel of BM rows (generator/families/
+// ws.py constants()): 227 KB, a 7 KB reserve, 64-column panels, softcapping at 128 rows.
+template <int D, int BM>
+using WsConfig = fmha::ws::Config<227 * 1024, 7 * 1024, 64, (D + 63) / 64 * 64, (D + 63) / 64 * 64, BM == 128>;
+
 template <typename E, int D, int BM, int BN, bool PERSIST, int ST = 0, bool PP = true>
 Config make_config() {
-    using T = fmha::ws::Traits<E, D, D, BM, BN, BM / 16, 1, false, PERSIST, ST, PP>;
+    using T = fmha::ws::Traits<WsConfig<D, BM>, E, D, D, BM, BN, BM / 16, 1, false, PERSIST, ST, PP>;
     const bool bf16 = fmha::ElementTraits<E>::kIsBf16;
     char name[128];
     std::snprintf(name, sizeof(name), "sm90_%s_d%d_%dx%d_st%d%s%s", bf16 ? "bf16" : "fp16_fp32", D, BM, BN,

@@ -1,4 +1,4 @@
-// The "decode" family: attention for a few query rows per sequence (s_q <= kMaxSq) against a
+// The "decode" family: attention for a few query rows per sequence (s_q <= Config::kMaxSq) against a
 // KV cache of any length, at the memory-bandwidth limit; SM80 and newer. The rows that read
 // one KV head (its G query heads times the sequence's positions) are packed into one unit, so
 // K and V are read once per KV head. The tile picks the path: WarpTraits (CUDA cores, caches

@@ -44,7 +44,8 @@
 //                extra columns are never stored; so d = 72 costs about what d = 80 does in
 //                Q K^T and d = 128 in P V.
 //   kBlockM      128 or 192 (two or three consumer warpgroups), kWarpsM = kBlockM / 16, kWarpsN 1
-//   kBlockN      64 or 128 (a wgmma N), shared memory <= 227 KB
+//   kBlockN      64 or 128 (a wgmma N), shared memory <= Config::kSmemLimit (227 KB)
+//   Config       what generator/families/ws.py decided: the limit, panels, softcapping
 //   run time     every MaskType (padding, causal, sliding/bidirectional window, chunked;
 //                bottom-right aligned), var-len packed or padded
 //                storage via offsets/lens, GQA/MQA, s_q != s_kv, any row/head strides
@@ -89,9 +90,22 @@ namespace ws {
 constexpr int kWarpgroupThreads = 128;
 constexpr int kWarpgroupRows = 64;  // wgmma M
 
-template <typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockM_, int kBlockN_, int kWarpsM_,
+// What generator/families/ws.py decides for a kernel (its constants()), rendered into the
+// translation unit. Traits read these and static_assert that what they compute agrees.
+template <int kSmemLimit_, int kSmemReserve_, int kPanelCols_, int kDimQK_, int kDimV_, bool kSoftcap_>
+struct Config {
+    static constexpr int kSmemLimit = kSmemLimit_;      // dynamic shared memory a CTA may take
+    static constexpr int kSmemReserve = kSmemReserve_;  // ... beside Q and the K/V stages
+    static constexpr int kPanelCols = kPanelCols_;      // columns of a TMA panel
+    static constexpr int kDimQK = kDimQK_;              // columns of d in shared memory: whole panels
+    static constexpr int kDimV = kDimV_;                // ... of dv
+    static constexpr bool kSoftcap = kSoftcap_;         // logit softcapping compiled (kVariantSoftcap)
+};
+
+template <class Config_, typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockM_, int kBlockN_, int kWarpsM_,
           int kWarpsN_, bool kAccFp16_, bool kPersistent_ = false, int kStages_ = 0, bool kPingPong_ = true>
 struct Traits {
+    using Config = Config_;
     using Element = Element_;
     static constexpr bool kBf16 = ElementTraits<Element>::kIsBf16;
     static constexpr int kHeadDim = kHeadDim_;
@@ -112,8 +126,8 @@ struct Traits {
     static constexpr bool kPingPong = kPingPong_ && kConsumerWarpgroups >= 2;
 
     // Columns in shared memory: whole 64-column panels (zero fill past d, dv).
-    static constexpr int kDimQK = memory::tma_panels(kHeadDim) * memory::kTmaPanelCols;
-    static constexpr int kDimV = memory::tma_panels(kHeadDimV) * memory::kTmaPanelCols;
+    static constexpr int kDimQK = Config::kDimQK;
+    static constexpr int kDimV = Config::kDimV;
     static constexpr int kNTilesS = kBlockN / 8;                   // n8 tiles of S per thread row pair
     static constexpr int kNTilesO = kDimV / 8;                     // n8 tiles of the P V accumulator
     static constexpr int kNTilesOut = kHeadDimV / 8;               // ... of them stored (dv columns)
@@ -132,7 +146,7 @@ struct Traits {
     static constexpr int kTileSlotBytes = 48;
     static constexpr int kTileSlotsOffset = (8 * kNumBarriers + 15) / 16 * 16;
     static constexpr int kSmemAlign = 1024;                    // SW128 tiles: one swizzle period
-    static constexpr int kMaxSmemBytes = 227 * 1024;
+    static constexpr int kMaxSmemBytes = Config::kSmemLimit;
     static constexpr int kSmemMain =
         kSmemAlign + kSmemQ + kStages * (kSmemK + kSmemV) + kTileSlotsOffset + 2 * kTileSlotBytes;
     // The two-consumer tiles' O leaves through shared memory and a TMA store: staging a
@@ -163,11 +177,11 @@ struct Traits {
     static constexpr int kLaunchRegs = (65536 / kThreads) / 8 * 8 > 255 ? 255 : (65536 / kThreads) / 8 * 8;
     static constexpr int kProducerRegs = kConsumerWarpgroups == 2 ? 40 : 32;
     static constexpr int kConsumerRegs = kConsumerWarpgroups == 2 ? 232 : 160;
-    // The score modifiers this tile compiles: logit softcapping only at 232 consumer registers,
-    // at 160 its tanh spilled (generator rules.VARIANT_EXCLUSIONS keeps kVariantSoftcap off
-    // these rows; the launch refuses it).
+    // The score modifiers this tile compiles: logit softcapping where Config says so (the
+    // generator leaves it out at 160 consumer registers, where its tanh spilled: bench/NOTES.md
+    // §12; the row then lacks kVariantSoftcap and the launch refuses it).
     template <softmax::ScoreMod M>
-    static constexpr bool kHasMod = M != softmax::ScoreMod::kSoftcap || kConsumerWarpgroups == 2;
+    static constexpr bool kHasMod = M != softmax::ScoreMod::kSoftcap || Config::kSoftcap;
     // A paged KV cache's producer loop in a kernel of its own (fwd_kernel's kPagedOnly): the
     // three-consumer tile's producer has no register headroom (128 -> 32), and a second loop
     // beside the token-storage one cost its dense path 2-5 % (bench/NOTES.md §16). The
@@ -187,6 +201,14 @@ struct Traits {
     static_assert(kBlockN == 64 || kBlockN == 128, "ws: kBlockN in {64, 128}");
     static_assert(kStages >= 2 && kStages <= 4, "kStages: 0 (auto = 2) .. 4");
     static_assert(kSmemBytes <= kMaxSmemBytes, "tiles exceed shared memory");
+    static_assert(Config::kPanelCols == memory::kTmaPanelCols, "ws: Config's panels are the TMA panels");
+    static_assert(kDimQK == memory::tma_panels(kHeadDim) * memory::kTmaPanelCols &&
+                      kDimV == memory::tma_panels(kHeadDimV) * memory::kTmaPanelCols,
+                  "ws: Config's kDimQK, kDimV are d, dv in whole panels");
+    static_assert(kSmemMain - kSmemQ - kStages * (kSmemK + kSmemV) <= Config::kSmemReserve,
+                  "ws: alignment, barriers and tile slots exceed the generator's reserve");
+    static_assert(!Config::kSoftcap || kConsumerWarpgroups == 2,
+                  "ws: softcapping only at two consumer warpgroups (its tanh spills at 160 registers)");
     static_assert((kLaunchRegs - kProducerRegs) * kWarpgroupThreads >=
                       (kConsumerRegs - kLaunchRegs) * kConsumerWarpgroups * kWarpgroupThreads,
                   "the consumers take more registers than the producer gives up");

@@ -9,10 +9,16 @@
 
 namespace {
 
-using Mma = fmha::decode::MmaTraits<__nv_bfloat16, 128, 128, 16, 64, 1, 4, false>;
-using Warp = fmha::decode::WarpTraits<__nv_bfloat16, 128, 128, 4, 4, 4, 1, false>;
-using Mma64 = fmha::decode::MmaTraits<__nv_bfloat16, 64, 64, 32, 64, 1, 4, false>;  // two KV heads a CTA
-using Mma32 = fmha::decode::MmaTraits<__nv_bfloat16, 32, 32, 64, 64, 1, 4, false>;  // four
+// The Configs generator/families/decode.py renders for these tiles: s_q <= 16, the path, KV
+// heads a CTA, the OneHead and Quad siblings' keys a stage.
+using OneHeadConfig = fmha::decode::Config<16, true, 1, 0, 0>;
+using Mma = fmha::decode::MmaTraits<OneHeadConfig, __nv_bfloat16, 128, 128, 16, 64, 1, 4, false>;
+using Warp = fmha::decode::WarpTraits<fmha::decode::Config<16, false, 1, 0, 0>, __nv_bfloat16, 128, 128, 4, 4, 4, 1,
+                                      false>;
+using Mma64 = fmha::decode::MmaTraits<fmha::decode::Config<16, true, 2, 128, 64>, __nv_bfloat16, 64, 64, 32, 64, 1, 4,
+                                      false>;  // two KV heads a CTA
+using Mma32 = fmha::decode::MmaTraits<fmha::decode::Config<16, true, 4, 256, 0>, __nv_bfloat16, 32, 32, 64, 64, 1, 4,
+                                      false>;  // four
 
 // b sequences, h = 32 query heads over h_kv KV heads, s_q rows, s_kv keys.
 fmha::Params problem(int b, int h_kv, int s_q, int s_kv) {
@@ -147,8 +153,9 @@ TEST(DecodeHeads, UnitsCoverTheKvHeadsInGroups) {
     EXPECT_EQ(fmha::decode::choose_splits_mma<Mma64>(p, 132, 1, SIZE_MAX), 4);
     // ... so where the one-head units fit a wave (b = 8: 64 of 132) the launch runs OneHead,
     // the same 32 KB stages of one head
-    static_assert(std::is_same_v<Mma64::OneHead, fmha::decode::MmaTraits<__nv_bfloat16, 64, 64, 16, 128, 1, 4, false>>);
-    static_assert(std::is_same_v<Mma32::OneHead, fmha::decode::MmaTraits<__nv_bfloat16, 32, 32, 16, 256, 1, 4, false>>);
+    using OneHead64 = fmha::decode::MmaTraits<OneHeadConfig, __nv_bfloat16, 64, 64, 16, 128, 1, 4, false>;
+    using OneHead32 = fmha::decode::MmaTraits<OneHeadConfig, __nv_bfloat16, 32, 32, 16, 256, 1, 4, false>;
+    static_assert(std::is_same_v<Mma64::OneHead, OneHead64> && std::is_same_v<Mma32::OneHead, OneHead32>);
     EXPECT_TRUE(fmha::decode::one_head_fits<Mma64>(p, 132, 1));
     EXPECT_TRUE(fmha::decode::one_head_fits<Mma64>(problem(16, 8, 1, 4096), 132, 1));     // 128 units
     EXPECT_FALSE(fmha::decode::one_head_fits<Mma64>(problem(20, 8, 1, 4096), 132, 1));    // 160

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "fmha/kernel/cluster_launch.h"
 #include "fmha/kernel/decode/merge.h"
@@ -166,6 +167,18 @@ auto with_sibling(const Params& p, F&& f) {
     return f(TileTag<Tr>{});
 }
 
+// The registry's TileFn: which tile a launch of this problem runs (with_sibling's choice):
+// 0 its own, 1 OneHead, 2 Quad, the order of the row's siblings (generator/families/decode.py).
+template <class Tr>
+int sibling_index(const Params& p) {
+    return with_sibling<Tr>(p, [](auto tile) {
+        using T = typename decltype(tile)::type;
+        if constexpr (std::is_same_v<T, Tr>) return 0;
+        else if constexpr (std::is_same_v<T, typename Tr::OneHead>) return 1;
+        else return 2;
+    });
+}
+
 // workspace_bytes for the tile that runs (with_sibling chose it).
 template <class Tr>
 size_t tile_workspace_bytes(const Params& p) {
@@ -251,7 +264,7 @@ cudaError_t launch_tile(const Params& p, cudaStream_t stream) {
 template <class Tr>
 cudaError_t launch(const Params& p, cudaStream_t stream) {
     if (!kernel::params_fit(p, Tr::kHeadDim, Tr::kHeadDimV)) return cudaErrorInvalidValue;
-    if (p.s_q_max > kMaxSq) return cudaErrorInvalidValue;
+    if (p.s_q_max > Tr::kMaxSq) return cudaErrorInvalidValue;
     if (!Tr::kMma && (p.h / p.h_kv) * p.s_q_max > Tr::kRows && Tr::kRows != 8) return cudaErrorInvalidValue;
     // The mma path keeps one FFMA a score (no kVariantWideLogits); the warp path scales Q first.
     if (Tr::kMma && p.wide_logits) return cudaErrorInvalidValue;

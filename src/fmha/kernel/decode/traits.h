@@ -1,6 +1,7 @@
-// The decode family's tuning constants and its two tile traits: WarpTraits (CUDA cores, one
-// warp a unit) and MmaTraits (mma.sync, one CTA a unit). The generated kernels name Traits,
-// which picks one from the tile. Design: docs/ARCHITECTURE.md, "The decode family".
+// The decode family's tuning constants, Config (the facts the generator decides for one
+// kernel) and its two tile traits: WarpTraits (CUDA cores, one warp a unit) and MmaTraits
+// (mma.sync, one CTA a unit). The generated kernels name Traits, which picks one as Config
+// says. Design: docs/ARCHITECTURE.md, "The decode family".
 #pragma once
 
 #include <type_traits>
@@ -12,7 +13,6 @@
 namespace fmha {
 namespace decode {
 
-constexpr int kMaxSq = 16;            // query rows per sequence the family serves
 constexpr int kMaxSplits = 128;       // key splits per unit at most
 constexpr int kMinKeysPerSplit = 128; // fewer keys per warp do not pay for the partial write
 constexpr int kMmaMinKeysPerSplit = 256;  // a CTA's pipeline fill is worth it
@@ -37,9 +37,22 @@ constexpr int kMmaFallbackMaxKeys = 1024;
 constexpr int kMmaQuadMaxFillQuarters = 3;
 constexpr int kMmaQuadMaxKeys = 8192;
 
-template <typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockM_, int kBlockN_, int kWarpsM_,
-          int kWarpsN_, bool kAccFp16_>
+// What generator/families/decode.py decides for a kernel (its constants()), rendered into the
+// translation unit. The traits read these and static_assert that the tile agrees.
+template <int kMaxSq_, bool kMma_, int kHeads_, int kOneHeadBlockN_, int kQuadBlockN_>
+struct Config {
+    static constexpr int kMaxSq = kMaxSq_;                  // query rows per sequence served
+    static constexpr bool kMma = kMma_;                     // MmaTraits, else WarpTraits
+    static constexpr int kHeads = kHeads_;                  // KV heads per unit
+    static constexpr int kOneHeadBlockN = kOneHeadBlockN_;  // the OneHead sibling's keys a stage (0: none)
+    static constexpr int kQuadBlockN = kQuadBlockN_;        // the Quad sibling's (0: none)
+    using Sibling = Config<kMaxSq_, kMma_, 1, 0, 0>;        // a sibling's: one head, no siblings
+};
+
+template <class Config_, typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockM_, int kBlockN_,
+          int kWarpsM_, int kWarpsN_, bool kAccFp16_>
 struct WarpTraits {
+    using Config = Config_;
     using Element = Element_;
     static constexpr bool kMma = false;
     static constexpr bool kFusedMerge = false;  // splits merge in combine_kernel
@@ -47,7 +60,8 @@ struct WarpTraits {
     static constexpr int kHeadDim = kHeadDim_;
     static constexpr int kHeadDimV = kHeadDimV_;
     static constexpr int kRows = kBlockM_;
-    static constexpr int kHeads = 1;  // KV heads per unit
+    static constexpr int kMaxSq = Config::kMaxSq;
+    static constexpr int kHeads = Config::kHeads;  // KV heads per unit
     static constexpr bool kHasQuad = false;
     static constexpr int kBlockN = kBlockN_;
     static constexpr int kWarps = kWarpsM_;
@@ -67,11 +81,14 @@ struct WarpTraits {
     static_assert(kRows == 1 || kRows == 4 || kRows == 8, "decode: kBlockM (rows per warp) in {1, 4, 8}");
     static_assert(kBlockN % kKeysPerPass == 0 && kUnroll >= 1 && kUnroll <= 8, "decode: kBlockN = (256 / d) * 1..8");
     static_assert(kWarpsN_ == 1 && kWarps >= 1 && kWarps <= 8, "decode: 1..8 independent warps");
+    static_assert(!Config::kMma && kHeads == 1 && Config::kOneHeadBlockN == 0 && Config::kQuadBlockN == 0,
+                  "decode warp path: Config of one head a unit, no siblings");
 };
 
-template <typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockM_, int kBlockN_, int kWarpsM_,
-          int kWarpsN_, bool kAccFp16_>
+template <class Config_, typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockM_, int kBlockN_,
+          int kWarpsM_, int kWarpsN_, bool kAccFp16_>
 struct MmaTraits {
+    using Config = Config_;
     using Element = Element_;
     static constexpr bool kMma = true;
     // The tile's last CTA merges the splits (no combine launch). Not at d = 256, where the
@@ -79,19 +96,22 @@ struct MmaTraits {
     static constexpr bool kFusedMerge = kHeadDimV_ <= 128;
     static constexpr int kHeadDim = kHeadDim_;
     static constexpr int kHeadDimV = kHeadDimV_;
-    // KV heads per CTA, each with its own 16-row m-tile of packed query rows (kRows), so the
+    static constexpr int kMaxSq = Config::kMaxSq;
+    // KV heads per CTA (Config), each with its own 16-row m-tile of packed query rows (kRows), so the
     // CTA reads kHeads * d contiguous columns of a token where its heads are adjacent: 256
     // bytes from d = 32 to 128 (kBlockM = 16 * kHeads); one head's 64 or 128 bytes a token
     // cost bandwidth (bench/NOTES.md §30). Where the (sequence, KV head) tiles fit one wave,
     // fewer units would mean more splits, which cost more: there the launch runs OneHead, the
     // same 32 KB stages of one head (with_sibling).
-    static constexpr int kHeads = kBlockM_ / 16;
-    using OneHead = MmaTraits<Element_, kHeadDim_, kHeadDimV_, 16, kBlockN_ * kHeads, kWarpsM_, kWarpsN_, kAccFp16_>;
+    static constexpr int kHeads = Config::kHeads;
+    using OneHead = MmaTraits<typename Config::Sibling, Element_, kHeadDim_, kHeadDimV_, 16, Config::kOneHeadBlockN,
+                              kWarpsM_, kWarpsN_, kAccFp16_>;
     // d = 64: also one head in 16 KB stages (64 keys), four CTAs to an SM, as cuDNN runs d = 64
     // (§30, §34, §35), where the one-head units fill half to three quarters of a wave of those
     // (quad_fits, with_sibling).
-    static constexpr bool kHasQuad = kHeads > 1 && kHeadDim_ == 64;
-    using Quad = MmaTraits<Element_, kHeadDim_, kHeadDimV_, 16, 4096 / kHeadDim_, kWarpsM_, kWarpsN_, kAccFp16_>;
+    static constexpr bool kHasQuad = Config::kQuadBlockN != 0;
+    using Quad = MmaTraits<typename Config::Sibling, Element_, kHeadDim_, kHeadDimV_, 16, Config::kQuadBlockN, kWarpsM_,
+                           kWarpsN_, kAccFp16_>;
     static constexpr int kRows = 16;           // packed query rows per head: one m-tile
     static constexpr int kBlockN = kBlockN_;   // keys per pipeline stage
     static constexpr int kWarps = kWarpsN_;    // each takes kWarpKeys keys of every stage
@@ -145,16 +165,20 @@ struct MmaTraits {
     static_assert(kWarps == 4 && (kBlockN * kHeads == (kHeadDim == 256 ? 64 : 8192 / kHeadDim) ||
                                   (kHeads == 1 && kBlockN * kHeadDim == 4096)),
                   "decode mma: kWarpsN 4, kBlockN * heads = 8192 / d keys (64 at d = 256), or one head's 4096 / d");
+    static_assert(Config::kMma, "decode mma: Config of the mma path");
+    static_assert((Config::kOneHeadBlockN == 0 || Config::kOneHeadBlockN == kBlockN * kHeads) &&
+                      (kHeads > 1 || (Config::kOneHeadBlockN == 0 && Config::kQuadBlockN == 0)),
+                  "decode mma: OneHead takes a several-head tile's stage bytes in one head");
     static_assert(kSoloSmemBytes <= kMaxSmemBytes, "decode mma: ring exceeds shared memory");
     static_assert(kSmemMerge % 16 == 0, "decode mma: the partial's float4s are 16-byte aligned");
 };
 
-// The generated kernels name one Traits; the tile says which path it is.
-template <typename Element, int kHeadDim, int kHeadDimV, int kBlockM, int kBlockN, int kWarpsM, int kWarpsN,
-          bool kAccFp16>
+// The generated kernels name one Traits; Config says which path it is.
+template <class Config, typename Element, int kHeadDim, int kHeadDimV, int kBlockM, int kBlockN, int kWarpsM,
+          int kWarpsN, bool kAccFp16>
 using Traits = std::conditional_t<
-    (kWarpsN > 1), MmaTraits<Element, kHeadDim, kHeadDimV, kBlockM, kBlockN, kWarpsM, kWarpsN, kAccFp16>,
-    WarpTraits<Element, kHeadDim, kHeadDimV, kBlockM, kBlockN, kWarpsM, kWarpsN, kAccFp16>>;
+    Config::kMma, MmaTraits<Config, Element, kHeadDim, kHeadDimV, kBlockM, kBlockN, kWarpsM, kWarpsN, kAccFp16>,
+    WarpTraits<Config, Element, kHeadDim, kHeadDimV, kBlockM, kBlockN, kWarpsM, kWarpsN, kAccFp16>>;
 
 }  // namespace decode
 }  // namespace fmha

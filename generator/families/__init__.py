@@ -1,0 +1,29 @@
+"""One module per kernel family: each owns its head sizes, dtypes, tile choice, limits and
+validity, and `constants(spec)`, the facts its translation units render into a Config the
+family's Traits read and static_assert (templates/kernel.cu.j2). Facts flow one way: decided
+here, guarded in C++.
+"""
+
+from __future__ import annotations
+
+from . import decode, flash, ws
+
+MODULES = {"decode": decode, "ws": ws, "flash": flash}
+
+
+def constants(spec) -> dict:
+    """The Config values of `spec`'s translation unit, in template parameter order (empty: the
+    family takes no Config)."""
+    return MODULES[spec.family].constants(spec)
+
+
+def cpp_value(value) -> str:
+    """A constant as C++ spells it."""
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+def sibling_names(spec) -> tuple:
+    """Kernel names of the tiles a launch of `spec` may run instead of its own (KernelMeta::
+    siblings, -list-kernels, the manifest); empty for a family without siblings."""
+    names = getattr(MODULES[spec.family], "sibling_names", None)
+    return names(spec) if names else ()

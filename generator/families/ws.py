@@ -1,0 +1,106 @@
+"""The ws family (src/fmha/kernel/ws.h): FlashAttention-3's design over wgmma + TMA,
+warp-specialised, sm_90a. Its head sizes, dtypes, tiles, limits and the constants its
+translation units hand to ws::Traits (constants()).
+"""
+
+from __future__ import annotations
+
+# The head sizes fmha_v2 serves. Traits take any multiple of 8 (shared memory rounds d up to
+# whole 64-column TMA panels, zero-filled); the other multiples of 8 run on the flash family,
+# and a size joins this list when a model needs it (each costs two more translation units of
+# about 20 entry points). MLA's (192, 128) comes from enumerate.MLA_HEAD_SIZES.
+HEAD_SIZES = (32, 40, 64, 72, 80, 96, 104, 128, 160, 192, 256)
+# fp32 accumulation only (wgmma with an f16 accumulator is not instantiated, so the -fp16
+# problem stays on the flash family). fp16 with fp32 accumulation is the -fp16-fp32 problem:
+# rules.py keeps it behind ENABLE_HMMA_FP32=1, as for the flash family.
+DTYPES = (("fp16", "fp32"), ("bf16", "fp32"))
+
+# Tiles ws::Traits accepts (it static_asserts them): one 64-row slab (the wgmma M) per
+# consumer warpgroup, two or three of them; a key block is a wgmma N.
+BLOCK_M = (128, 192)
+BLOCK_N = (64, 128)
+WARPGROUP_ROWS = 64
+
+# Columns of a TMA panel: 128-byte rows of 16-bit elements, the SW128 swizzle's width.
+PANEL_COLS = 64
+# Dynamic shared memory a CTA may opt into on sm_90 (cudaDevAttrMaxSharedMemoryPerBlockOptin).
+SMEM_LIMIT = 227 * 1024
+# What the tile choice leaves beside Q and the K/V stages for the 1024-byte alignment, the
+# mbarriers and the persistent tile slots (Traits static_asserts that they fit).
+SMEM_RESERVE = 7 * 1024
+SMEM_BUDGET = SMEM_LIMIT - SMEM_RESERVE
+ELEMENT_BYTES = 2
+KV_STAGES = 2   # Traits' default kStages (3 measured no better)
+
+# Consumer warpgroups whose registers cannot carry logit softcapping: the 192-row tile's
+# three consumers at 160 registers spilled 44 bytes on the tanh of a 64 x 128 score block
+# (d = 64, ptxas -v); the 128-row tiles' two at 232 do not (bench/NOTES.md §12).
+SOFTCAP_BLOCK_M_EXCLUDED = (192,)
+
+
+def panels(d: int) -> int:
+    """Columns a d-wide head tile takes in shared memory: whole 64-column panels."""
+    return -(-d // PANEL_COLS) * PANEL_COLS
+
+
+def tile(d: int, dv: int | None = None) -> tuple:
+    """(block_m, block_n, warps_m, warps_n) for head sizes d and dv (default d), chosen by the
+    columns they take in shared memory and registers (panels: d = 32 and 40 as 64, 72..128 as
+    128, 160 as 192).
+
+    block_m is the query rows of a CTA: one 64-row slab per consumer warpgroup. warps_m x
+    warps_n counts the consumer warps (the producer warpgroup, 4 more warps that only issue
+    TMA, is not in the name). block_n is the key block, a wgmma N.
+      d=64:  192 x 128, three consumer warpgroups at 160 registers. The 128 x 128 tile does
+             too little wgmma work per softmax at d=64; 192 rows measured +15-20 % at s=2k
+             and 8k (tests/kernel_dev/NOTES_sm90.md, stage 3).
+      d=128: 128 x 128, two consumer warpgroups at 240 registers.
+      d=192, 256: 128 x 64: two 128-key K/V stages no longer fit shared memory next to Q
+             (d=256: 2 x 128 KB + 64 KB > 227 KB); 128x64 at d=128 (3 stages) measured
+             10-36 % slower than 128x128 there. In general 128 keys wherever Q and two
+             128-key K/V stages fit SMEM_BUDGET: d=192 with dv=128 (MLA) takes 128 x 128.
+    The Traits' scheduling parameter comes from SCHEDULING_MODE (render.py); kStages and
+    kPingPong keep their defaults: 2 K/V stages, ping-pong on.
+    """
+    d, dv = panels(d), panels(dv or d)
+    if d <= PANEL_COLS and dv <= PANEL_COLS:
+        return (192, 128, 12, 1)
+    return (128, 128 if tiles_fit(128, 128, d, dv) else 64, 8, 1)
+
+
+def tiles_fit(block_m: int, block_n: int, d: int, dv: int) -> bool:
+    """Whether Q and KV_STAGES K/V stages of head sizes d, dv fit SMEM_BUDGET."""
+    q = block_m * panels(d) * ELEMENT_BYTES
+    kv = KV_STAGES * block_n * (panels(d) + panels(dv)) * ELEMENT_BYTES
+    return q + kv <= SMEM_BUDGET
+
+
+def traits_ok(spec) -> bool:
+    """What ws::Traits static_asserts (src/fmha/kernel/ws.h), so that a spec outside
+    it gets a reason from rules.py instead of a static_assert from nvcc."""
+    return (spec.acc == "fp32"
+            and spec.block_m in BLOCK_M and spec.warps_m == spec.block_m // 16 and spec.warps_n == 1
+            and spec.block_n in BLOCK_N)
+
+
+def softcap(spec) -> bool:
+    """Whether the kernel compiles logit softcapping (KernelMeta's kVariantSoftcap)."""
+    return spec.block_m not in SOFTCAP_BLOCK_M_EXCLUDED
+
+
+# Variants some ws kernels cannot carry: rules.kernel_variants drops them from the row.
+VARIANT_EXCLUSIONS = {
+    "softcap": lambda spec: not softcap(spec),
+}
+
+
+def constants(spec) -> dict:
+    """The facts ws::Config hands to ws::Traits, in its template parameter order."""
+    return {
+        "kSmemLimit": SMEM_LIMIT,
+        "kSmemReserve": SMEM_RESERVE,
+        "kPanelCols": PANEL_COLS,
+        "kDimQK": panels(spec.d),
+        "kDimV": panels(spec.dv),
+        "kSoftcap": softcap(spec),
+    }

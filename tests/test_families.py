@@ -1,0 +1,174 @@
+"""generator/families/: each family's limits and the Config its translation units render,
+checked against numbers written out by hand, and (with nvcc) against the C++ guards."""
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from generator.env import parse
+from generator.families import constants, sibling_names
+from generator.families import ws as ws_family
+from generator.main import kernels
+from generator.render import environment, render_kernel
+from generator.rules import kernel_variants
+from generator.spec import FAMILIES, KernelSpec
+
+from tests.test_build import ROOT, SM90A
+
+SM90 = "-gencode arch=compute_90,code=sm_90"
+
+
+def spec(name: str) -> KernelSpec:
+    return KernelSpec.parse(name)
+
+
+# --- ws ------------------------------------------------------------------------------------
+
+# name -> (columns of d, of dv in shared memory, softcapping compiled). 227 KB is sm_90's
+# per-block opt-in limit (232448 bytes); 7 KB of it the tile choice leaves for alignment,
+# barriers and tile slots (220 KB for Q and two K/V stages).
+WS_CONFIGS = {
+    "fmha_v2_ws_bf16_d32_192x128_w12x1_sm90": (64, 64, False),
+    "fmha_v2_ws_bf16_d40_192x128_w12x1_sm90": (64, 64, False),
+    "fmha_v2_ws_bf16_d64_192x128_w12x1_sm90": (64, 64, False),
+    "fmha_v2_ws_bf16_d72_128x128_w8x1_sm90": (128, 128, True),
+    "fmha_v2_ws_bf16_d128_128x128_w8x1_sm90": (128, 128, True),
+    "fmha_v2_ws_bf16_d160_128x64_w8x1_sm90": (192, 192, True),
+    "fmha_v2_ws_bf16_d192_dv128_128x128_w8x1_sm90": (192, 128, True),
+    "fmha_v2_ws_bf16_d256_128x64_w8x1_sm90": (256, 256, True),
+}
+
+
+@pytest.mark.parametrize("name", WS_CONFIGS)
+def test_ws_constants(name):
+    dim_qk, dim_v, softcap = WS_CONFIGS[name]
+    assert constants(spec(name)) == {"kSmemLimit": 232448, "kSmemReserve": 7168, "kPanelCols": 64,
+                                     "kDimQK": dim_qk, "kDimV": dim_v, "kSoftcap": softcap}
+
+
+def test_ws_smem_budget_decides_the_key_block():
+    assert ws_family.SMEM_BUDGET == 220 * 1024
+    # Q [128, 192] + 2 x (K [128, 192] + V [128, 128]): 48 + 160 = 208 KB fits; d = dv = 192: 240 KB not.
+    assert ws_family.tiles_fit(128, 128, 192, 128) and not ws_family.tiles_fit(128, 128, 192, 192)
+
+
+def test_ws_softcap_follows_the_config():
+    """The row's variants and the TU's kSoftcap are one fact: no softcapping at 192 rows."""
+    for name, (_, _, softcap) in WS_CONFIGS.items():
+        assert ("softcap" in kernel_variants(spec(name))) == softcap, name
+
+
+# --- decode --------------------------------------------------------------------------------
+
+# name -> (KV heads a CTA, OneHead's keys a stage, Quad's; 0: no such sibling).
+DECODE_MMA = {
+    "fmha_v2_decode_bf16_d32_64x64_w1x4_sm80": (4, 256, 0),
+    "fmha_v2_decode_bf16_d64_32x64_w1x4_sm80": (2, 128, 64),
+    "fmha_v2_decode_bf16_d128_16x64_w1x4_sm80": (1, 0, 0),
+    "fmha_v2_decode_bf16_d256_16x64_w1x4_sm80": (1, 0, 0),
+}
+
+
+@pytest.mark.parametrize("name", DECODE_MMA)
+def test_decode_mma_constants(name):
+    heads, one_head, quad = DECODE_MMA[name]
+    assert constants(spec(name)) == {"kMaxSq": 16, "kMma": True, "kHeads": heads,
+                                     "kOneHeadBlockN": one_head, "kQuadBlockN": quad}
+
+
+@pytest.mark.parametrize("name", ["fmha_v2_decode_bf16_d128_4x4_w4x1_sm80",
+                                  "fmha_v2_decode_fp16_fp32_d64_8x4_w4x1_sm80"])
+def test_decode_warp_constants(name):
+    assert constants(spec(name)) == {"kMaxSq": 16, "kMma": False, "kHeads": 1, "kOneHeadBlockN": 0, "kQuadBlockN": 0}
+
+
+def test_decode_siblings_are_named():
+    assert sibling_names(spec("fmha_v2_decode_bf16_d64_32x64_w1x4_sm80")) == (
+        "fmha_v2_decode_bf16_d64_16x128_w1x4_sm80", "fmha_v2_decode_bf16_d64_16x64_w1x4_sm80")
+    assert sibling_names(spec("fmha_v2_decode_fp16_fp32_d32_64x64_w1x4_sm80")) == (
+        "fmha_v2_decode_fp16_fp32_d32_16x256_w1x4_sm80",)
+    assert sibling_names(spec("fmha_v2_decode_bf16_d128_16x64_w1x4_sm80")) == ()
+    assert sibling_names(spec("fmha_v2_ws_bf16_d64_192x128_w12x1_sm90")) == ()
+
+
+def test_max_s_q():
+    assert {name: family.max_s_q for name, family in FAMILIES.items()} == {"decode": 16, "ws": 0, "flash": 0}
+
+
+# --- rendering -----------------------------------------------------------------------------
+
+def test_flash_renders_no_config():
+    text = render_kernel(environment(), spec("fmha_v2_flash_fp16_d128_128x64_w4x1_sm80"))
+    assert "Config" not in text and "flash_sm80::Traits<__half, /*kHeadDim=*/128" in text
+
+
+def test_decode_renders_its_config():
+    text = render_kernel(environment(), spec("fmha_v2_decode_bf16_d64_32x64_w1x4_sm80"))
+    assert ("using Config = decode::Config</*kMaxSq=*/16, /*kMma=*/true, /*kHeads=*/2, /*kOneHeadBlockN=*/128, "
+            "/*kQuadBlockN=*/64>;\nusing Traits = decode::Traits<Config, __nv_bfloat16,") in text
+
+
+# --- the C++ guards accept what is rendered ----------------------------------------------
+
+def traits_probe(names) -> str:
+    """A TU that instantiates each kernel's Traits with its rendered Config (no kernels: the
+    static_asserts run, nothing is compiled for the device)."""
+    lines = []
+    for i, name in enumerate(names):
+        text = render_kernel(environment(), spec(name))
+        body = text[text.index("namespace {\n") + len("namespace {\n"):text.index("}  // namespace")]
+        lines += [f"namespace probe{i} {{", body, f"static_assert(sizeof(Traits) > 0, \"{name}\");", "}"]
+    return "\n".join(lines)
+
+
+def compile_probe(tmp_path, header: str, gencode: str, body: str) -> subprocess.CompletedProcess:
+    source = tmp_path / "probe.cu"
+    source.write_text(f'#include "{header}"\nnamespace fmha {{\n{body}\n}}  // namespace fmha\n')
+    return subprocess.run(["nvcc", "-std=c++17", f"-I{ROOT / 'src'}", "--expt-relaxed-constexpr", *gencode.split(),
+                           "-c", str(source), "-o", str(tmp_path / "probe.o")],
+                          capture_output=True, text=True, timeout=600)
+
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not found")
+
+
+@pytest.mark.build
+@needs_nvcc
+@pytest.mark.parametrize("family, header, gencode", [
+    ("ws", "fmha/kernel/ws.h", SM90A),
+    ("decode", "fmha/kernel/decode.h", SM90),
+    ("flash", "fmha/kernel/flash_sm80.h", SM90),
+])
+def test_cpp_guards_accept_every_rendered_config(tmp_path, family, header, gencode):
+    """Every kernel of the default build (ENABLE_HMMA_FP32=1): its Config passes the Traits'
+    static_asserts."""
+    names = [s.name for s in kernels(parse({"ENABLE_HMMA_FP32": "1"})) if s.family == family]
+    result = compile_probe(tmp_path, header, gencode, traits_probe(names))
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+@pytest.mark.build
+@needs_nvcc
+@pytest.mark.parametrize("header, gencode, body, message", [
+    # softcapping rendered for the 192-row tile
+    ("fmha/kernel/ws.h", SM90A,
+     "using T = ws::Traits<ws::Config<232448, 7168, 64, 64, 64, true>, __half, 64, 64, 192, 128, 12, 1, false>;",
+     "ws: softcapping only at two consumer warpgroups"),
+    # panels that are not d's
+    ("fmha/kernel/ws.h", SM90A,
+     "using T = ws::Traits<ws::Config<232448, 7168, 64, 64, 64, true>, __half, 128, 128, 128, 128, 8, 1, false>;",
+     "ws: Config's kDimQK, kDimV are d, dv in whole panels"),
+    # one KV head rendered for a two-head tile
+    ("fmha/kernel/decode.h", SM90,
+     "using T = decode::Traits<decode::Config<16, true, 1, 0, 0>, __half, 64, 64, 32, 64, 1, 4, false>;",
+     "decode mma: kBlockM 16 rows per KV head"),
+    # the mma path rendered for a warp tile
+    ("fmha/kernel/decode.h", SM90,
+     "using T = decode::Traits<decode::Config<16, true, 1, 0, 0>, __half, 128, 128, 4, 4, 4, 1, false>;",
+     "decode mma: kWarpsN 4"),
+])
+def test_cpp_guards_refuse_a_wrong_config(tmp_path, header, gencode, body, message):
+    result = compile_probe(tmp_path, header, gencode, body + "\nstatic_assert(sizeof(T) > 0);")
+    assert result.returncode != 0 and message in result.stderr, result.stderr[-3000:]
