@@ -65,7 +65,7 @@ kernel choice
   -force-non-warp-specialization   only consider kernels that are not warp-specialised
   -use-tma                         only consider kernels that load tiles with TMA (ws family)
 numerics
-  -scale-bmm1 X     S = X * Q K^T (default 1/sqrt(d))
+  -scale-bmm1 X     S = X * Q K^T, X > 0 (default 1/sqrt(d))
   -scale-softmax X  O = scale_softmax * scale_bmm2 * softmax(S) V (default 1)
   -scale-bmm2 X     (default 1)
   -softcapping-scale-bmm1 C   S = C * tanh(S / C) before the softmax (Gemma-2), C > 0
@@ -262,7 +262,6 @@ float parse_float(const std::string& flag, const std::string& text, bool positiv
     return static_cast<float>(v);
 }
 
-// Cross-flag rules and defaults that depend on other flags.
 // The largest |logit| the run's inputs can give, in log2 units: |S| <= d * max|q| * max|k|,
 // each max from its fill (uniform: range * scale; normal: 5.8 std, the most Box-Muller makes
 // of 24-bit uniforms; 1 % for rounding to 16 bits); softcapping bounds it by the cap, ALiBi
@@ -279,6 +278,7 @@ double logit_bound_log2(const Problem& p) {
     return logit * kLog2e;
 }
 
+// Cross-flag rules and defaults that depend on other flags.
 void resolve_and_validate(Problem& p, const std::set<std::string>& seen) {
     auto given = [&](const char* f) { return seen.count(f) != 0; };
 
