@@ -89,6 +89,21 @@ def test_make_dry_run_picks_up_sources_and_gencode(tmp_path):
 
 
 @needs_make
+def test_lineinfo_is_on_request(tmp_path):
+    copy_tree(tmp_path)
+    setup(tmp_path, TORCH_CUDA_ARCH_LIST="8.0", FMHA_FILTER=SMALL_FILTER)
+    compiles = lambda out: [l for l in out.splitlines() if " -c generated/kernels/" in l]  # noqa: E731
+    release = run(["make", "-n"], tmp_path)
+    assert release.returncode == 0, release.stderr
+    assert compiles(release.stdout) and not any("-lineinfo" in l for l in compiles(release.stdout))
+    lines = run(["make", "-n", "LINEINFO=1"], tmp_path)
+    assert lines.returncode == 0, lines.stderr
+    assert compiles(lines.stdout) and all("-lineinfo" in l for l in compiles(lines.stdout))
+    bad = run(["make", "-n", "LINEINFO=yes"], tmp_path)
+    assert bad.returncode != 0 and "LINEINFO=yes: expected one of 0/1/true/false/on/off" in bad.stderr
+
+
+@needs_make
 def test_make_dry_run_gencode_per_family(tmp_path):
     """TORCH_CUDA_ARCH_LIST=8.0;9.0: flash and decode kernels and the reference for sm_80 and
     sm_90, the ws kernel for sm_90a alone (9.0 means Hopper; wgmma needs the arch-specific
