@@ -52,6 +52,24 @@ struct OnlineSoftmax {
         }
     }
 
+    // Half h of an m-tile's scores -> P = exp2(scale * s - max_scaled), and the row's running
+    // sum rescaled by alpha plus their sum.
+    template <int kNTilesS>
+    FMHA_DEVICE static void exp_row(float (&s)[kNTilesS][4], int h, float scale, float max_scaled, float alpha,
+                                    float& row_sum) {
+        float sum = 0.f;
+#pragma unroll
+        for (int ni = 0; ni < kNTilesS; ++ni) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const float pv = fast_exp2(fmaf(s[ni][2 * h + e], scale, -max_scaled));
+                s[ni][2 * h + e] = pv;
+                sum += pv;
+            }
+        }
+        row_sum = row_sum * alpha + sum;
+    }
+
     // s: [kMmaM][kNTilesS] f32 scores of one key block, replaced by the unnormalised
     // probabilities; o: [kMmaM][kNTilesO] the f32 output accumulator, rescaled.
     // kCheckInf: a row may have no allowed key yet (masked blocks), so its max may be
@@ -88,17 +106,7 @@ struct OnlineSoftmax {
                 huge |= is_huge(max_scaled[mi][h]);
                 row_max[mi][h] = mx;
                 if constexpr (!kWideLogits) {
-                    float sum = 0.f;
-#pragma unroll
-                    for (int ni = 0; ni < kNTilesS; ++ni) {
-#pragma unroll
-                        for (int e = 0; e < 2; ++e) {
-                            const float pv = fast_exp2(fmaf(s[mi][ni][2 * h + e], scale_log2, -max_scaled[mi][h]));
-                            s[mi][ni][2 * h + e] = pv;
-                            sum += pv;
-                        }
-                    }
-                    row_sum[mi][h] = row_sum[mi][h] * alpha[mi][h] + sum;
+                    exp_row(s[mi], h, scale_log2, max_scaled[mi][h], alpha[mi][h], row_sum[mi][h]);
                 }
             }
         }
@@ -108,19 +116,7 @@ struct OnlineSoftmax {
 #pragma unroll
             for (int mi = 0; mi < kMmaM; ++mi) {
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    float sum = 0.f;
-#pragma unroll
-                    for (int ni = 0; ni < kNTilesS; ++ni) {
-#pragma unroll
-                        for (int e = 0; e < 2; ++e) {
-                            const float pv = fast_exp2(fmaf(s[mi][ni][2 * h + e], scale, -max_scaled[mi][h]));
-                            s[mi][ni][2 * h + e] = pv;
-                            sum += pv;
-                        }
-                    }
-                    row_sum[mi][h] = row_sum[mi][h] * alpha[mi][h] + sum;
-                }
+                for (int h = 0; h < 2; ++h) exp_row(s[mi], h, scale, max_scaled[mi][h], alpha[mi][h], row_sum[mi][h]);
             }
         }
         if (!kSkipRescale || __any_sync(0xffffffffu, grew)) {
