@@ -12,26 +12,24 @@ the same kernel; a problem where they differ is flagged. Meant for "no change in
 from __future__ import annotations
 
 import argparse
-import re
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.suites import DTYPES, SUITES, only, select  # noqa: E402
+from tests.gpu.contract import parse_output  # noqa: E402
+from tests.gpu.driver import run_fmha  # noqa: E402
 
-ELAPSED = re.compile(r"^Elapsed \.+: ([0-9.]+) us")
-KERNEL = re.compile(r"^Kernel\.+: (\S+)", re.MULTILINE)
 BURST_MS = 25.0
 
 
 def run(exe: str, args: list[str]) -> tuple[float, str]:
-    proc = subprocess.run([exe, *args], capture_output=True, text=True, timeout=600)
+    proc = run_fmha(Path(exe), args, timeout=600)
     if proc.returncode != 0:
         raise SystemExit(f"{exe} {' '.join(args)}: exit {proc.returncode}: {proc.stderr.strip()[-300:]}")
-    us = next(float(m.group(1)) for m in map(ELAPSED.match, proc.stdout.splitlines()) if m)
-    return us, KERNEL.search(proc.stdout).group(1)
+    fields = parse_output(proc.stdout)
+    return float(fields["us"]), fields["kernel"]
 
 
 def main(argv=None) -> int:

@@ -12,36 +12,24 @@ one source: `results` from a bench/run.py CSV, `build` from bench/results/build_
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import re
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from bench.report import read_csv  # noqa: E402
+
 README = ROOT / "README.md"
 RESULTS_CSV = ROOT / "bench" / "results" / "fa3_nvidia-h200_bf16.csv"
 BUILD_GLOB = "build_*.json"
 RESULT_SEQS = (1024, 4096, 16384)
 
 
-def _rows(path: Path) -> tuple[dict, list[dict]]:
-    """A bench/run.py CSV: its `# key: value` header and its rows."""
-    header, body = {}, []
-    for line in path.read_text().splitlines():
-        if line.startswith("# ") and ": " in line:
-            key, value = line[2:].split(": ", 1)
-            header[key] = value
-        elif not line.startswith("#"):
-            body.append(line)
-    return header, list(csv.DictReader(body))
-
-
 def results_block(path: Path = RESULTS_CSV) -> str:
-    header, rows = _rows(path)
-    cell = {}
-    for r in rows:
-        cell[(int(r["d"]), r["causal"] == "True", int(r["s"]))] = r
+    header, rows = read_csv(path)
+    cell = {(r["d"], r["causal"], r["s"]): r for r in rows}
     lines = [
         f"{header['gpu']}, {header['dtype']}, TFLOP/s: ours / SDPA cuDNN (ratio), "
         f"FlashAttention-3's grid (16k tokens, hidden 2048; `{path.relative_to(ROOT)}`)",

@@ -266,8 +266,10 @@ float parse_float(const std::string& flag, const std::string& text, bool positiv
 // each max from its fill (uniform: range * scale; normal: 5.8 std, the most Box-Muller makes
 // of 24-bit uniforms; 1 % for rounding to 16 bits); softcapping bounds it by the cap, ALiBi
 // adds at most a slope (< 1) times s, the bias its largest entry (2, or 5.8 std of 2).
+constexpr double kLog2e = 1.4426950408889634;  // the kernels' logits are S * scale_bmm1 * log2(e)
+
 double logit_bound_log2(const Problem& p) {
-    constexpr double kLog2e = 1.4426950408889634, kNormalMax = 5.8, kRounding = 1.01;
+    constexpr double kNormalMax = 5.8, kRounding = 1.01;
     auto most = [&](float range, float scale) {
         return (p.ones ? 1.0 : (p.randn ? kNormalMax : 1.0) * range) * std::fabs(double(scale)) * kRounding;
     };
@@ -363,7 +365,7 @@ void resolve_and_validate(Problem& p, const std::set<std::string>& seen) {
 
     if (!given("-scale-bmm1")) p.scale_bmm1 = 1.f / std::sqrt(static_cast<float>(p.d));
     // The kernels scale logits by scale_bmm1 * log2(e) in fp32 (softmax/exp2_row.h).
-    if (!std::isfinite(p.scale_bmm1 * 1.4426950408889634f))
+    if (!std::isfinite(p.scale_bmm1 * static_cast<float>(kLog2e)))
         fail_args("-scale-bmm1 is too large: times log2(e) it overflows fp32");
     // Half of 2^24: a row max rounded up stays below it (softmax/exp2_row.h).
     p.wide_logits = logit_bound_log2(p) >= 0x1p23;
