@@ -1,0 +1,229 @@
+// The ws kernel: warpgroup 0 produces (producer.h); every other one walks the CTA's tiles:
+// per tile, its 64 rows' S = Q K^T, softmax and O += P V over the tile's key blocks from the
+// last one down (the masked ones first), then O normalised and stored, and the LSE.
+// The per-tile loop is written out here rather than called as a function: the PTX is then
+// identical to the one-function kernel's, while a call (same instructions, other virtual
+// register numbers) moved ptxas' schedule and cost d = 64 2.5 % (bench/NOTES.md §39, §40).
+#pragma once
+
+#include "fmha/epilogue/store_o_sm90.h"
+#include "fmha/kernel/ws/consumer.h"
+#include "fmha/kernel/ws/producer.h"
+#include "fmha/kernel/ws/tile_work.h"
+#include "fmha/kernel/ws/traits.h"
+#include "fmha/kernel/ws/warpgroup.h"
+#include "fmha/mask/mask.h"
+#include "fmha/memory/mbarrier_sm90.h"
+#include "fmha/memory/tma_sm90.h"
+#include "fmha/mma/warp_gemm.h"
+#include "fmha/mma/wgmma_sm90.h"
+#include "fmha/softmax/online_softmax_sm90.h"
+#include "fmha/softmax/score_mod.h"
+#include "fmha/softmax/score_tensor.h"
+#include "fmha/softmax/softcap.h"
+#include "params.h"
+
+namespace fmha {
+namespace ws {
+
+// kPagedOnly (Traits::kSeparatePaged tiles only): the producer serves a paged KV cache and
+// nothing else; without it, token storage only. Other tiles ignore it and pick at run time.
+template <class Tr, mask::Kind kMask, softmax::ScoreMod kMod = softmax::ScoreMod::kNone, bool kPagedOnly = false>
+__global__ void __launch_bounds__(Tr::kThreads, 1)
+    fwd_kernel(const __grid_constant__ Params p, const __grid_constant__ TmaMaps maps) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using Element = typename Tr::Element;
+    constexpr int S = Tr::kStages;
+    extern __shared__ char smem_raw[];
+    const Smem<Tr> smem(smem_raw);
+    constexpr bool kStageOverV = Tr::template kOInVFor<kMod>;
+    const Schedule sched = schedule<Tr>(p);
+    const int tid = threadIdx.x;
+    const int warpgroup = __shfl_sync(0xffffffffu, tid / kWarpgroupThreads, 0);
+    if (tid == 0) smem.init_barriers();
+    __syncthreads();
+
+    if (warpgroup == 0) {
+        producer<Tr, kMask, kStageOverV, kPagedOnly>(p, maps, smem, sched, tid);
+        return;
+    }
+
+    setmaxnreg_inc<Tr::kConsumerRegs>();
+    const ConsumerThread<Tr> th(tid, warpgroup);
+    const Consumer<Tr, kMask, kMod> c(p, smem, th);
+    const int lane = th.lane, row_g = th.row_g;
+
+    int kv_iter = 0, q_iter = 0;
+    int t = blockIdx.x;
+    c.start();
+    for (int tile_iter = 0;; ++tile_iter) {
+        TileWork w;
+        if constexpr (Tr::kPersistent) {
+            const int slot = tile_iter & 1;
+            memory::mbar_wait(smem.tile_full(slot), (tile_iter >> 1) & 1);
+            t = load_tile_slot(smem.tile_slot(slot), w);
+            // Every thread that read the slot arrives (not one per warp after __syncwarp): the
+            // producer's next write is then ordered after each read by the mbarrier itself.
+            memory::mbar_arrive(smem.tile_empty(slot));
+        } else if (tile_iter > 0) {
+            t = sched.num_tiles;
+        }
+        if (t >= sched.num_tiles) break;
+        if constexpr (!Tr::kPersistent) w = tile_work<Tr, kMask>(p, t, sched.m_blocks, sched.section);
+        if (!w.active) continue;
+        const int n_blocks = w.n_blocks;
+        const int wg_row0 = w.m0 + th.consumer * kWarpgroupRows;  // first query row of this warpgroup
+        // The blocks every row of this warpgroup sees whole run without the mask.
+        const auto rows = mask::Rows<kMask>::make(p, w.q_len, w.kv_len);
+        const mask::Blocks wg_blk = mask::blocks(rows, wg_row0, wg_row0 + kWarpgroupRows - 1, Tr::kBlockN);
+        // ALiBi: the tile's head's slope in raw-score units (the softmax scales by scale_bmm1).
+        const float alibi_slope =
+            kMod == softmax::ScoreMod::kAlibi ? __fdividef(p.alibi_slopes[w.head], p.scale_bmm1) : 0.f;
+
+        float acc_o[1][Tr::kNTilesO][4];  // [64 rows, dv in whole panels] f32 of this warpgroup
+#pragma unroll
+        for (int nt = 0; nt < Tr::kNTilesO; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc_o[0][nt][e] = 0.f;
+        }
+        uint32_t p_frag[1][Tr::kKSlicesPV][4];  // P of the previous block as wgmma A, [64 rows, kBlockN]
+        softmax::OnlineSoftmaxSm90 softmax;
+        softmax.init();
+
+        // Bias: this thread's first row's entries.
+        const Element* bias_tile = kMod == softmax::ScoreMod::kBias
+                                       ? softmax::bias_row<Element>(p, w.batch, w.head, wg_row0 + row_g)
+                                       : nullptr;
+        // Score modifier, mask (boundary blocks only) and softmax of block nb; alpha: the O
+        // rescale it needs.
+        const auto softmax_block = [&](float (&acc_s)[1][Tr::kNTilesS][4], int nb, float (&alpha)[2]) {
+            if constexpr (kMod == softmax::ScoreMod::kSoftcap) {
+                softmax::apply_softcap(acc_s, softmax::Softcap::for_raw_scores(p.softcap, p.scale_bmm1));
+            }
+            if constexpr (kMod == softmax::ScoreMod::kAlibi) {
+                softmax::apply_alibi(acc_s, alibi_slope,
+                                     wg_row0 + row_g + rows.shift - (nb * Tr::kBlockN + 2 * (lane % 4)));
+            }
+            if constexpr (kMod == softmax::ScoreMod::kBias) {
+                softmax::apply_bias<Element>(
+                    acc_s,
+                    [&](int, int h) {
+                        const int r = wg_row0 + row_g + 8 * h;
+                        return r < w.q_len ? bias_tile + int64_t(8 * h) * p.bias_row_stride : nullptr;
+                    },
+                    nb * Tr::kBlockN + 2 * (lane % 4), w.kv_len, __frcp_rn(p.scale_bmm1));
+            }
+            if constexpr (kMod == softmax::ScoreMod::kCustomMask) {
+                softmax::apply_custom_mask(
+                    acc_s,
+                    [&](int, int h) {
+                        const int r = wg_row0 + row_g + 8 * h;
+                        return r < w.q_len ? softmax::custom_mask_row(p, w.batch, r) : nullptr;
+                    },
+                    nb * Tr::kBlockN + 2 * (lane % 4), w.kv_len);
+            }
+            // A custom mask may hide any key: every block takes the masked path.
+            if (softmax::hides_keys(kMod) || wg_blk.masked(nb)) {
+                mask::apply(acc_s, rows, wg_row0 + row_g, nb * Tr::kBlockN + 2 * (lane % 4));
+                softmax.template scale<true>(acc_s, alpha, c.scale_log2);
+            } else {
+                softmax.template scale<false>(acc_s, alpha, c.scale_log2);
+            }
+        };
+
+        if (n_blocks > 0) {
+            const int g0 = kv_iter;  // ring position of this tile's first block
+            memory::mbar_wait(smem.q_full(), q_iter & 1);
+            {
+                float acc_s[1][Tr::kNTilesS][4];
+                float alpha[2];
+                const int st = g0 % S;
+                memory::mbar_wait(smem.k_full(st), (g0 / S) & 1);
+                c.my_turn();
+                c.issue_qk(acc_s, st);
+                c.your_turn();
+                mma::wgmma_wait<0>();
+                mma::fence_operands(acc_s);
+                c.release(smem.k_empty(st));
+                if (n_blocks == 1) c.release(smem.q_empty());
+                softmax_block(acc_s, w.blk_end - 1, alpha);  // O is still zero: alpha unused
+                mma::s_to_p<Element>(p_frag, acc_s);
+            }
+            for (int it = 1; it < n_blocks; ++it) {
+                const int g = g0 + it;
+                const int st = g % S, prev = (g - 1) % S;
+                float acc_s[1][Tr::kNTilesS][4];
+                float alpha[2];
+                memory::mbar_wait(smem.k_full(st), (g / S) & 1);
+                memory::mbar_wait(smem.v_full(prev), ((g - 1) / S) & 1);
+                c.my_turn();
+                c.issue_qk(acc_s, st);
+                mma::fence_operands(acc_o);
+                c.issue_pv(acc_o, p_frag, prev);
+                c.your_turn();
+                mma::wgmma_wait<1>();  // S done, P.V may still run
+                mma::fence_operands(acc_s);
+                c.release(smem.k_empty(st));
+                if (it == n_blocks - 1) c.release(smem.q_empty());  // the tile's last read of Q
+                softmax_block(acc_s, w.blk_end - 1 - it, alpha);
+                mma::wgmma_wait<0>();
+                mma::fence_operands(acc_o);
+                mma::fence_operands(p_frag);
+                c.release(smem.v_empty(prev));
+                softmax::OnlineSoftmaxSm90::rescale(acc_o, alpha);
+                mma::s_to_p<Element>(p_frag, acc_s);
+            }
+            const int g_last = g0 + n_blocks - 1;
+            const int last = g_last % S;
+            memory::mbar_wait(smem.v_full(last), (g_last / S) & 1);
+            mma::fence_operands(acc_o);
+            c.my_turn();
+            c.issue_pv(acc_o, p_frag, last);
+            c.your_turn();
+            mma::wgmma_wait<0>();
+            mma::fence_operands(acc_o);
+            c.release(smem.v_empty(last));
+            kv_iter += n_blocks;
+            ++q_iter;
+        }
+
+        float inv[2];
+        softmax.finalize(inv, p.scale_softmax * p.scale_bmm2, p, w.head);
+        softmax.store_lse(p, w.batch, w.head, wg_row0 + row_g, w.q_len, lane);
+        // kStageOverV: every consumer's last P V has read the V ring before any O lands there. A
+        // tile without key blocks loaded nothing there; its O (zeros) goes from registers.
+        const bool o_in_v = kStageOverV && n_blocks > 0;
+        if (o_in_v) th.consumers_barrier();
+        if ((Tr::kOBeside || o_in_v) && wg_row0 + kWarpgroupRows <= w.q_len) {
+            // The slab's rows are all this sequence's: stage it in shared memory, one thread
+            // stores it with TMA. The slab's buffer is free once the last store has read it.
+            const uint32_t slab = smem.o + th.consumer * (Tr::kSmemO / Tr::kConsumerWarpgroups);
+            if (Tr::kOBeside && th.wg_tid == 0) memory::bulk_wait_read<0>();
+            if constexpr (Tr::kOBeside) th.wg_barrier();
+            epilogue::stage_o_rows<Element>(acc_o, inv, slab, th.wg_tid / kWarpSize);
+            memory::fence_proxy_async_smem();
+            th.wg_barrier();
+            if (th.wg_tid == 0) {
+                memory::tma_store_head_tile<Tr::kHeadDimV, Tr::kPanelBytesO>(slab, &maps.o, w.q_off + wg_row0,
+                                                                             w.head);
+                memory::bulk_commit();
+                if (o_in_v) {
+                    memory::bulk_wait_read<0>();
+                    memory::mbar_arrive(smem.o_free());
+                }
+            }
+        } else {
+            Element* o = static_cast<Element*>(p.o) + static_cast<int64_t>(w.q_off + wg_row0) * p.o_row_stride +
+                         static_cast<int64_t>(w.head) * p.o_head_stride;
+            epilogue::store_o_rows<Element, Tr::kNTilesOut>(acc_o, inv, o, p.o_row_stride, row_g, lane,
+                                                            w.q_len - wg_row0);
+            if (o_in_v && th.wg_tid == 0) memory::mbar_arrive(smem.o_free());
+        }
+    }
+    c.finish();
+    if ((Tr::kOBeside || kStageOverV) && th.wg_tid == 0) memory::bulk_wait<0>();  // the shared memory outlives the stores
+#endif
+}
+
+}  // namespace ws
+}  // namespace fmha

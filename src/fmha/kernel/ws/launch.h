@@ -1,0 +1,127 @@
+// The ws family's host side: the registry's entry and LaunchFn, the grid, the TMA maps.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "fmha/kernel/launch_checks.h"
+#include "fmha/kernel/ws/kernel.h"
+#include "fmha/kernel/ws/traits.h"
+#include "fmha/memory/tma_sm90.h"
+#include "params.h"
+
+namespace fmha {
+namespace ws {
+
+// The __global__ for a mask, as the registry's EntryFn returns it.
+template <class Tr>
+const void* entry(MaskType m) {
+    return kernel::entry_for(m, [](auto kind) { return &fwd_kernel<Tr, decltype(kind)::value>; });
+}
+
+// Grid of a launch: one CTA per tile, or min(tiles, SMs) persistent CTAs. 0 when the tile
+// count does not fit an int.
+template <class Tr>
+int grid_size(const Params& p, int num_sms) {
+    const int64_t tiles = static_cast<int64_t>(ceil_div(p.s_q_max, Tr::kBlockM)) * p.h * p.b;
+    if (tiles > INT32_MAX) return 0;
+    return static_cast<int>(Tr::kPersistent ? std::min<int64_t>(tiles, num_sms) : tiles);
+}
+
+// cudaFuncSetAttribute once per kernel and process (the first launch pays it).
+template <class Tr, mask::Kind kMask, softmax::ScoreMod kMod, bool kPagedOnly>
+cudaError_t allow_smem() {
+    static const cudaError_t err =
+        cudaFuncSetAttribute(reinterpret_cast<const void*>(&fwd_kernel<Tr, kMask, kMod, kPagedOnly>),
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
+    return err;
+}
+
+// Returns cudaErrorInvalidValue without launching when the problem does not fit this
+// instantiation (d, dv, b, h, h_kv, alignment and strides as flash_sm80; persistent: a
+// tile counter), or when an extent is not in [1, INT32_MAX] (TMA coordinates are 32-bit),
+// and cudaErrorNotSupported when the driver offers no tensor-map encoder.
+template <class Tr>
+cudaError_t launch_with_extents(const Params& p, int64_t q_tokens, int64_t kv_tokens, cudaStream_t stream) {
+    using Element = typename Tr::Element;
+    if (q_tokens < 1 || kv_tokens < 1 || q_tokens > INT32_MAX || kv_tokens > INT32_MAX) return cudaErrorInvalidValue;
+    if (!kernel::params_fit(p, Tr::kHeadDim, Tr::kHeadDimV)) return cudaErrorInvalidValue;
+    if (entry<Tr>(p.mask) == nullptr) return cudaErrorInvalidValue;  // a mask the family does not implement
+    if (p.wide_logits) return cudaErrorInvalidValue;  // one FFMA a score: no kVariantWideLogits
+    if (Tr::kPersistent && p.tile_counter == nullptr) return cudaErrorInvalidValue;
+    int num_sms = 0;
+    if (Tr::kPersistent) {
+        const cudaError_t err = kernel::sm_count(p, &num_sms);
+        if (err != cudaSuccess) return err;
+    }
+    const int grid = grid_size<Tr>(p, num_sms);
+    if (grid < 1) return cudaErrorInvalidValue;
+
+    TmaMaps maps;
+    cudaError_t err = memory::make_head_tile_map<Element>(&maps.q, p.q, q_tokens, p.h, Tr::kHeadDim, p.q_row_stride,
+                                                          p.q_head_stride, Tr::kBlockM);
+    if (err == cudaSuccess && p.kv_block_table != nullptr) {
+        const int box_rows = std::min(p.tokens_per_block, kPagedMaxBox<Tr>);
+        err = memory::make_paged_tile_map<Element>(&maps.k, p.k, p.kv_pool_blocks, p.tokens_per_block, p.h_kv,
+                                                   Tr::kHeadDim, p.k_row_stride, p.k_head_stride, p.k_block_stride,
+                                                   box_rows);
+        if (err == cudaSuccess) {
+            err = memory::make_paged_tile_map<Element>(&maps.v, p.v, p.kv_pool_blocks, p.tokens_per_block, p.h_kv,
+                                                       Tr::kHeadDimV, p.v_row_stride, p.v_head_stride,
+                                                       p.v_block_stride, box_rows);
+        }
+    } else if (err == cudaSuccess) {
+        err = memory::make_head_tile_map<Element>(&maps.k, p.k, kv_tokens, p.h_kv, Tr::kHeadDim, p.k_row_stride,
+                                                  p.k_head_stride, Tr::kBlockN);
+        if (err == cudaSuccess) {
+            err = memory::make_head_tile_map<Element>(&maps.v, p.v, kv_tokens, p.h_kv, Tr::kHeadDimV,
+                                                      p.v_row_stride, p.v_head_stride, Tr::kBlockN);
+        }
+    }
+    if (err == cudaSuccess && Tr::kStoreOTma) {
+        err = memory::make_head_tile_map<Element>(&maps.o, p.o, q_tokens, p.h, Tr::kHeadDimV, p.o_row_stride,
+                                                  p.o_head_stride, kWarpgroupRows);
+    }
+    if (err != cudaSuccess) return err;
+    err = kernel::with_variant(
+        p,
+        [&](auto kind, auto mod) {
+            constexpr mask::Kind kMask = decltype(kind)::value;
+            constexpr softmax::ScoreMod kMod = decltype(mod)::value;
+            if constexpr (!Tr::template kHasMod<kMod>) {
+                return cudaErrorInvalidValue;  // not a variant of this kernel (Traits::kHasMod)
+            } else {
+                const auto go = [&](auto paged_only) {
+                    constexpr bool kPagedOnly = decltype(paged_only)::value;
+                    const cudaError_t e = allow_smem<Tr, kMask, kMod, kPagedOnly>();
+                    if (e == cudaSuccess) {
+                        fwd_kernel<Tr, kMask, kMod, kPagedOnly><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p,
+                                                                                                             maps);
+                    }
+                    return e;
+                };
+                if constexpr (Tr::kSeparatePaged) {
+                    if (p.kv_block_table != nullptr) return go(std::true_type{});
+                }
+                return go(std::false_type{});
+            }
+        },
+        cudaErrorInvalidValue);
+    if (err != cudaSuccess) return err;
+    return cudaGetLastError();
+}
+
+// The registry's LaunchFn: the storage extents come from Params (q_tokens, kv_tokens).
+template <class Tr>
+cudaError_t launch(const Params& p, cudaStream_t stream) {
+    if (p.q_tokens < 1 || p.kv_tokens < 1) return cudaErrorInvalidValue;
+    return launch_with_extents<Tr>(p, p.q_tokens, p.kv_tokens, stream);
+}
+
+
+}  // namespace ws
+}  // namespace fmha

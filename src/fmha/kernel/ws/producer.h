@@ -1,0 +1,120 @@
+// The ws kernel's producer warpgroup: per tile Q, then the K and V of its key blocks from the
+// last one down (the order the consumers take them) into the kStages ring. The ring position
+// (kv_iter) runs on across tiles; a persistent CTA draws its next tile here and hands its
+// bounds to the consumers through the tile slots.
+#pragma once
+
+#include <type_traits>
+
+#include "fmha/kernel/ws/tile_work.h"
+#include "fmha/kernel/ws/traits.h"
+#include "fmha/kernel/ws/warpgroup.h"
+#include "fmha/mask/mask.h"
+#include "fmha/memory/mbarrier_sm90.h"
+#include "fmha/memory/tma_sm90.h"
+#include "params.h"
+
+namespace fmha {
+namespace ws {
+
+// kPaged: a paged KV cache, walked by one warp (lane 0 issues Q's copies, every lane looks up
+// one box's block and copies that box); else token storage, walked by one thread. Two loops,
+// so that each fits the producer's registers. kStageOverV: O of the last tile may sit in the
+// V ring (Traits::kOInVFor) until its stores have read it.
+template <class Tr, mask::Kind kMask, bool kStageOverV, bool kPaged>
+FMHA_DEVICE void produce(const Params& p, const TmaMaps& maps, const Smem<Tr>& smem, const Schedule& sched,
+                         int lane) {
+    constexpr int S = Tr::kStages;
+    const bool leader = !kPaged || lane == 0;
+    if (leader) {
+        memory::tma_prefetch_map(&maps.q);
+        memory::tma_prefetch_map(&maps.k);
+        memory::tma_prefetch_map(&maps.v);
+    }
+    int kv_iter = 0, q_iter = 0;
+    int t = blockIdx.x;
+    for (int tile_iter = 0;; ++tile_iter) {
+        const TileWork w =
+            t < sched.num_tiles ? tile_work<Tr, kMask>(p, t, sched.m_blocks, sched.section) : TileWork{};
+        if constexpr (Tr::kPersistent) {
+            const int slot = tile_iter & 1;
+            memory::mbar_wait(smem.tile_empty(slot), ((tile_iter >> 1) & 1) ^ 1);
+            if (leader) {
+                store_tile_slot(smem.tile_slot(slot), t, w);
+                memory::mbar_arrive(smem.tile_full(slot));
+            }
+        }
+        if (t >= sched.num_tiles) break;
+        if (w.n_blocks > 0) {
+            memory::mbar_wait(smem.q_empty(), (q_iter & 1) ^ 1);
+            if (leader) {
+                memory::mbar_arrive_expect_tx(smem.q_full(), Tr::kSmemQ);
+                memory::tma_load_head_tile<Tr::kHeadDim, Tr::kPanelBytesQ>(smem.q, &maps.q, smem.q_full(),
+                                                                            w.q_off + w.m0, w.head);
+            }
+            ++q_iter;
+            // K and V of each key block into the ring; dim: the tensor's head size.
+            for (int it = 0; it < w.n_blocks; ++it, ++kv_iter) {
+                const int st = kv_iter % S;
+                const uint32_t phase = (kv_iter / S) & 1;
+                const int key0 = (w.blk_end - 1 - it) * Tr::kBlockN;
+                const auto load = [&](uint32_t dst, const CUtensorMap* map, uint32_t bar, auto dim) {
+                    constexpr int kD = decltype(dim)::value;
+                    if constexpr (kPaged) {
+                        memory::tma_load_paged_box<Tr::kBlockN, kD, kPagedMaxBox<Tr>>(
+                            dst, map, bar, p.kv_block_table, uint32_t(w.batch) * uint32_t(p.kv_table_stride), key0,
+                            w.kv_len, p.tokens_per_block, w.kv_head, p.kv_pool_blocks, lane);
+                    } else {
+                        memory::tma_load_head_tile<kD, Tr::kPanelBytesKV>(dst, map, bar, w.kv_off + key0,
+                                                                          w.kv_head);
+                    }
+                };
+                memory::mbar_wait(smem.k_empty(st), phase ^ 1);
+                if (leader) memory::mbar_arrive_expect_tx(smem.k_full(st), Tr::kSmemK);
+                load(smem.k + st * Tr::kSmemK, &maps.k, smem.k_full(st), std::integral_constant<int, Tr::kHeadDim>{});
+                // q_iter counts this tile; the consumers cannot be a tile further on, this one
+                // needs these loads.
+                if (kStageOverV && it == 0 && q_iter > 1) memory::mbar_wait(smem.o_free(), q_iter & 1);
+                memory::mbar_wait(smem.v_empty(st), phase ^ 1);
+                if (leader) memory::mbar_arrive_expect_tx(smem.v_full(st), Tr::kSmemV);
+                load(smem.v + st * Tr::kSmemV, &maps.v, smem.v_full(st), std::integral_constant<int, Tr::kHeadDimV>{});
+            }
+        }
+        if constexpr (Tr::kPersistent) {
+            // Every CTA draws until it gets an index past the end: num_tiles - gridDim.x real
+            // draws plus one per CTA, so the draw that returns num_tiles - 1 is the launch's
+            // last, and the counter is free to go back to 0.
+            int drawn = 0;
+            if (leader) {
+                drawn = atomicAdd(p.tile_counter, 1);
+                if (drawn == sched.num_tiles - 1) atomicExch(p.tile_counter, 0);
+            }
+            if constexpr (kPaged) drawn = __shfl_sync(0xffffffffu, drawn, 0);
+            t = static_cast<int>(gridDim.x) + drawn;
+        } else {
+            t = sched.num_tiles;
+        }
+    }
+}
+
+// Warpgroup 0: gives its registers up, then one thread or one warp produces (kPagedOnly:
+// Traits::kSeparatePaged tiles, whose paged loop is a kernel of its own).
+template <class Tr, mask::Kind kMask, bool kStageOverV, bool kPagedOnly>
+FMHA_DEVICE void producer(const Params& p, const TmaMaps& maps, const Smem<Tr>& smem, const Schedule& sched,
+                          int tid) {
+    setmaxnreg_dec<Tr::kProducerRegs>();
+    if constexpr (Tr::kSeparatePaged) {
+        if constexpr (kPagedOnly) {
+            if (tid < kWarpSize) produce<Tr, kMask, kStageOverV, true>(p, maps, smem, sched, tid);
+        } else if (tid == 0) {
+            produce<Tr, kMask, kStageOverV, false>(p, maps, smem, sched, tid);
+        }
+    } else if (p.kv_block_table != nullptr) {
+        if (tid < kWarpSize) produce<Tr, kMask, kStageOverV, true>(p, maps, smem, sched, tid);
+    } else if (tid == 0) {
+        produce<Tr, kMask, kStageOverV, false>(p, maps, smem, sched, tid);
+    }
+}
+
+}  // namespace ws
+}  // namespace fmha

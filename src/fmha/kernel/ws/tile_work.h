@@ -1,0 +1,85 @@
+// A tile's bounds (TileWork), computed from the schedule, and the persistent CTA's two-slot
+// ring through which the producer hands them to the consumers.
+#pragma once
+
+#include "fmha/mask/mask.h"
+#include "fmha/sched/tile_scheduler.h"
+#include "fmha/utils.h"
+#include "params.h"
+
+namespace fmha {
+namespace ws {
+
+// The launch's tiles, m_blocks x heads x batch, and the causal order's sections: heaviest
+// first inside sections of heads whose K and V share L2 (sched::l2_section).
+struct Schedule {
+    int m_blocks, num_tiles, section;
+};
+
+template <class Tr>
+FMHA_DEVICE Schedule schedule(const Params& p) {
+    Schedule s;
+    s.m_blocks = ceil_div(p.s_q_max, Tr::kBlockM);
+    s.num_tiles = s.m_blocks * p.h * p.b;
+    s.section = sched::l2_section(
+        int64_t(p.s_kv_max) * (Tr::kHeadDim + Tr::kHeadDimV) * sizeof(typename Tr::Element), p.h * p.b);
+    return s;
+}
+
+// One tile's bounds, the same on the producer and consumer sides.
+struct TileWork {
+    int batch, head, kv_head, m0, q_len, kv_len, q_off, kv_off;
+    int blk_end;   // key blocks blk_end - 1 down to blk_end - n_blocks are visited
+    int n_blocks;  // 0 when the tile has no visible key
+    bool active;   // the tile has query rows (m0 < q_len)
+};
+
+template <class Tr, mask::Kind kMask>
+FMHA_DEVICE TileWork tile_work(const Params& p, int t, int m_blocks, int section) {
+    const sched::Tile tile = sched::tile_at(t, m_blocks, p.h, p.b, kMask == mask::Kind::kCausal, section);
+    TileWork w;
+    w.batch = tile.batch;
+    w.head = tile.head;
+    w.kv_head = tile.head / (p.h / p.h_kv);
+    w.m0 = tile.m_block * Tr::kBlockM;
+    w.q_len = p.q_lens[tile.batch];
+    w.active = w.m0 < w.q_len;
+    w.kv_len = p.kv_lens[tile.batch];
+    w.q_off = p.q_offsets[tile.batch];
+    w.kv_off = p.kv_block_table != nullptr ? 0 : p.kv_offsets[tile.batch];  // paged: not read
+    // Blocks no row of the tile sees (above the diagonal, outside a window) are skipped.
+    const mask::Blocks blk =
+        w.active ? mask::blocks(mask::Rows<kMask>::make(p, w.q_len, w.kv_len), w.m0,
+                                w.m0 + min_int(w.q_len - w.m0, Tr::kBlockM) - 1, Tr::kBlockN)
+                 : mask::Blocks{0, 0, 0, 0};
+    w.blk_end = blk.end;
+    w.n_blocks = blk.count();
+    return w;
+}
+
+// A persistent CTA's tile slot (Traits::kTileSlotBytes): the tile index and its TileWork,
+// which the producer has computed a tile ahead, so that the consumers start a tile without
+// loading its sequence's lengths and offsets again (bench/NOTES.md §25).
+FMHA_DEVICE void store_tile_slot(uint32_t slot, int t, const TileWork& w) {
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n"
+                 ::"r"(slot), "r"(t), "r"(w.batch), "r"(w.head), "r"(w.kv_head) : "memory");
+    asm volatile("st.shared.v4.b32 [%0 + 16], {%1, %2, %3, %4};\n"
+                 ::"r"(slot), "r"(w.m0), "r"(w.q_len), "r"(w.kv_len), "r"(w.q_off) : "memory");
+    asm volatile("st.shared.v4.b32 [%0 + 32], {%1, %2, %3, %4};\n"
+                 ::"r"(slot), "r"(w.kv_off), "r"(w.blk_end), "r"(w.n_blocks), "r"(int(w.active)) : "memory");
+}
+
+FMHA_DEVICE int load_tile_slot(uint32_t slot, TileWork& w) {
+    int t, active;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(t), "=r"(w.batch), "=r"(w.head), "=r"(w.kv_head) : "r"(slot) : "memory");
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4 + 16];\n"
+                 : "=r"(w.m0), "=r"(w.q_len), "=r"(w.kv_len), "=r"(w.q_off) : "r"(slot) : "memory");
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4 + 32];\n"
+                 : "=r"(w.kv_off), "=r"(w.blk_end), "=r"(w.n_blocks), "=r"(active) : "r"(slot) : "memory");
+    w.active = active != 0;
+    return t;
+}
+
+}  // namespace ws
+}  // namespace fmha

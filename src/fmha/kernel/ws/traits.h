@@ -1,0 +1,155 @@
+// The ws family's compile-time facts: the generator's Config, the tile Traits that derive
+// shared-memory and register budgets from it (static_asserts guard what Config gave), and
+// the TMA descriptors a launch passes.
+#pragma once
+
+#include <cuda.h>
+
+#include "fmha/memory/tma_sm90.h"
+#include "fmha/softmax/score_mod.h"
+#include "fmha/utils.h"
+
+namespace fmha {
+namespace ws {
+
+constexpr int kWarpgroupThreads = 128;
+constexpr int kWarpgroupRows = 64;  // wgmma M
+
+// What generator/families/ws.py decides for a kernel (its constants()), rendered into the
+// translation unit. Traits read these and static_assert that what they compute agrees.
+template <int kSmemLimit_, int kSmemReserve_, int kPanelCols_, int kDimQK_, int kDimV_, bool kSoftcap_>
+struct Config {
+    static constexpr int kSmemLimit = kSmemLimit_;      // dynamic shared memory a CTA may take
+    static constexpr int kSmemReserve = kSmemReserve_;  // ... beside Q and the K/V stages
+    static constexpr int kPanelCols = kPanelCols_;      // columns of a TMA panel
+    static constexpr int kDimQK = kDimQK_;              // columns of d in shared memory: whole panels
+    static constexpr int kDimV = kDimV_;                // ... of dv
+    static constexpr bool kSoftcap = kSoftcap_;         // logit softcapping compiled (kVariantSoftcap)
+};
+
+template <class Config_, typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockM_, int kBlockN_, int kWarpsM_,
+          int kWarpsN_, bool kAccFp16_, bool kPersistent_ = false, int kStages_ = 0, bool kPingPong_ = true>
+struct Traits {
+    using Config = Config_;
+    using Element = Element_;
+    static constexpr bool kBf16 = ElementTraits<Element>::kIsBf16;
+    static constexpr int kHeadDim = kHeadDim_;
+    static constexpr int kHeadDimV = kHeadDimV_;
+    static constexpr int kBlockM = kBlockM_;
+    static constexpr int kBlockN = kBlockN_;
+    static constexpr int kWarpsM = kWarpsM_;
+    static constexpr int kWarpsN = kWarpsN_;
+    static constexpr bool kAccFp16 = kAccFp16_;
+    static constexpr bool kPersistent = kPersistent_;
+
+    static constexpr int kConsumerWarpgroups = kWarpsM / 4;
+    static constexpr int kConsumerWarps = kWarpsM;
+    static constexpr int kThreads = (kConsumerWarpgroups + 1) * kWarpgroupThreads;
+    static constexpr int kStages = kStages_ != 0 ? kStages_ : 2;
+    // Ping-pong: the consumer warpgroups take turns issuing their wgmmas (named barriers),
+    // so that one's softmax runs while another's GEMMs own the tensor cores.
+    static constexpr bool kPingPong = kPingPong_ && kConsumerWarpgroups >= 2;
+
+    // Columns in shared memory: whole 64-column panels (zero fill past d, dv).
+    static constexpr int kDimQK = Config::kDimQK;
+    static constexpr int kDimV = Config::kDimV;
+    static constexpr int kNTilesS = kBlockN / 8;                   // n8 tiles of S per thread row pair
+    static constexpr int kNTilesO = kDimV / 8;                     // n8 tiles of the P V accumulator
+    static constexpr int kNTilesOut = kHeadDimV / 8;               // ... of them stored (dv columns)
+    static constexpr int kKSlicesQK = (kHeadDim + 15) / 16;        // k16 steps of Q K^T
+    static constexpr int kKSlicesPV = kBlockN / 16;                // k16 steps of P V
+
+    static constexpr int kRowBytes = memory::kTmaPanelRowBytes;
+    static constexpr int kPanelBytesQ = kBlockM * kRowBytes;   // one 64-column panel of Q
+    static constexpr int kPanelBytesKV = kBlockN * kRowBytes;  // ... of a K or V stage
+    static constexpr int kSmemQ = kBlockM * kDimQK * 2;        // [kBlockM, d]
+    static constexpr int kSmemK = kBlockN * kDimQK * 2;        // [kBlockN, d], one stage
+    static constexpr int kSmemV = kBlockN * kDimV * 2;         // [kBlockN, dv], one stage
+    // Q full/empty; K full/empty, V full/empty per stage; tile slot full/empty x 2; O free.
+    static constexpr int kNumBarriers = 2 + 4 * kStages + 4 + 1;
+    // Persistent tiles: two slots, each the next tile's index and TileWork (tile_slot_*).
+    static constexpr int kTileSlotBytes = 48;
+    static constexpr int kTileSlotsOffset = (8 * kNumBarriers + 15) / 16 * 16;
+    static constexpr int kSmemAlign = 1024;                    // SW128 tiles: one swizzle period
+    static constexpr int kMaxSmemBytes = Config::kSmemLimit;
+    static constexpr int kSmemMain =
+        kSmemAlign + kSmemQ + kStages * (kSmemK + kSmemV) + kTileSlotsOffset + 2 * kTileSlotBytes;
+    // The two-consumer tiles' O leaves through shared memory and a TMA store: staging a
+    // 64-row slab there takes 8 stmatrix per warp (d = 128), where storing it from registers
+    // took 32 4-byte stores of 8 rows each (bench/NOTES.md §23). Its [kBlockM, dv] buffer sits
+    // beside the rest where it fits (kOBeside), else over the V ring (kOInV: d = 256, MLA), which
+    // every consumer's last P V of the tile must have read (a barrier of all consumers) and
+    // whose next V loads wait for the stores to have read it (the O-free mbarrier; not in every
+    // kernel: kOInVFor). A slab with rows past its sequence's end is stored from registers (a
+    // TMA store would write the next sequence's rows), and so are the three-consumer tiles'
+    // (d <= 64): there the staging measured 1 % slower.
+    static constexpr int kSmemO = kBlockM * kDimV * 2;
+    static constexpr int kPanelBytesO = kWarpgroupRows * kRowBytes;  // one panel of a warpgroup's slab
+    static constexpr bool kOBeside = kConsumerWarpgroups == 2 && kSmemMain + kSmemO <= kMaxSmemBytes;
+    static constexpr bool kOInV = kConsumerWarpgroups == 2 && !kOBeside && kSmemO <= kStages * kSmemV;
+    static constexpr bool kStoreOTma = kOBeside || kOInV;
+    // Whether the kernel of score modifier M stages O over the V ring (kOInV but for the bias
+    // and custom-mask kernels: their consumers had no registers to spare for it and spilled).
+    template <softmax::ScoreMod M>
+    static constexpr bool kOInVFor = kOInV && M != softmax::ScoreMod::kBias && M != softmax::ScoreMod::kCustomMask;
+    static constexpr int kSmemBytes = kSmemMain + (kOBeside ? kSmemO : 0);
+
+    // setmaxnreg moves registers between the warpgroups of the CTA's launch allocation
+    // (kLaunchRegs per thread, what __launch_bounds__ leaves): the producer gives up what the
+    // consumers take. Two consumers: 168 -> 40 frees 16384, 168 -> 232 takes 16384; three:
+    // 128 -> 32 frees 12288, 128 -> 160 takes 12288. (At 24 registers the producer's tile
+    // loop spilled; with a paged KV cache's loop, so did d = 256 at 32.)
+    static constexpr int kLaunchRegs = (65536 / kThreads) / 8 * 8 > 255 ? 255 : (65536 / kThreads) / 8 * 8;
+    static constexpr int kProducerRegs = kConsumerWarpgroups == 2 ? 40 : 32;
+    static constexpr int kConsumerRegs = kConsumerWarpgroups == 2 ? 232 : 160;
+    // The score modifiers this tile compiles: logit softcapping where Config says so (the
+    // generator leaves it out at 160 consumer registers, where its tanh spilled: bench/NOTES.md
+    // §12; the row then lacks kVariantSoftcap and the launch refuses it).
+    template <softmax::ScoreMod M>
+    static constexpr bool kHasMod = M != softmax::ScoreMod::kSoftcap || Config::kSoftcap;
+    // A paged KV cache's producer loop in a kernel of its own (fwd_kernel's kPagedOnly): the
+    // three-consumer tile's producer has no register headroom (128 -> 32), and a second loop
+    // beside the token-storage one cost its dense path 2-5 % (bench/NOTES.md §16). The
+    // two-consumer tiles carry both loops in one kernel, chosen at run time.
+    static constexpr bool kSeparatePaged = kConsumerWarpgroups == 3;
+
+    static_assert(kIsSupportedElement<Element>, "Element must be __half or __nv_bfloat16");
+    static_assert(!kAccFp16, "ws: f32 accumulation only");
+    static_assert(kHeadDim % 8 == 0 && kHeadDim >= 8 && kHeadDim <= 256,
+                  "ws: d a multiple of 8 up to 256 (16-byte TMA rows)");
+    static_assert(kHeadDimV % 8 == 0 && kHeadDimV >= 8 && kHeadDimV <= 256,
+                  "ws: dv a multiple of 8 up to 256 (16-byte TMA rows)");
+    static_assert((kBlockM == 128 || kBlockM == 192) && kWarpsM == kBlockM / 16,
+                  "ws: 128 or 192 rows over two or three consumer warpgroups");
+    static_assert(kBlockM == kConsumerWarpgroups * kWarpgroupRows, "one 64-row slab per consumer warpgroup");
+    static_assert(kWarpsN == 1, "warps split query rows only");
+    static_assert(kBlockN == 64 || kBlockN == 128, "ws: kBlockN in {64, 128}");
+    static_assert(kStages >= 2 && kStages <= 4, "kStages: 0 (auto = 2) .. 4");
+    static_assert(kSmemBytes <= kMaxSmemBytes, "tiles exceed shared memory");
+    static_assert(Config::kPanelCols == memory::kTmaPanelCols, "ws: Config's panels are the TMA panels");
+    static_assert(kDimQK == memory::tma_panels(kHeadDim) * memory::kTmaPanelCols &&
+                      kDimV == memory::tma_panels(kHeadDimV) * memory::kTmaPanelCols,
+                  "ws: Config's kDimQK, kDimV are d, dv in whole panels");
+    static_assert(kSmemMain - kSmemQ - kStages * (kSmemK + kSmemV) <= Config::kSmemReserve,
+                  "ws: alignment, barriers and tile slots exceed the generator's reserve");
+    static_assert(!Config::kSoftcap || kConsumerWarpgroups == 2,
+                  "ws: softcapping only at two consumer warpgroups (its tanh spills at 160 registers)");
+    static_assert((kLaunchRegs - kProducerRegs) * kWarpgroupThreads >=
+                      (kConsumerRegs - kLaunchRegs) * kConsumerWarpgroups * kWarpgroupThreads,
+                  "the consumers take more registers than the producer gives up");
+};
+
+// The kernel's TMA descriptors, by value in parameter space.
+// k and v: head-tile maps over token storage, or paged-tile maps over a paged KV cache's
+// pool (memory/tma_sm90.h).
+struct TmaMaps {
+    CUtensorMap q, k, v, o;  // o: boxes of one warpgroup's 64 rows (Traits::kStoreOTma)
+};
+
+// Keys per TMA copy from a paged KV cache: min(tokens_per_block, kPagedMaxBox), the largest
+// power of two dividing both the block and the key tile, so a copy never straddles either.
+template <class Tr>
+constexpr int kPagedMaxBox = Tr::kBlockN & -Tr::kBlockN;
+
+}  // namespace ws
+}  // namespace fmha
