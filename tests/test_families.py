@@ -41,6 +41,14 @@ WS_CONFIGS = {
 }
 
 
+def test_smem_limit_is_the_cxx_guard():
+    # The generator sizes ws tiles to SMEM_LIMIT; flash and decode static_assert against
+    # kMaxSmemPerCta. 232448 bytes: cudaDevAttrMaxSharedMemoryPerBlockOptin on sm_90.
+    text = (ROOT / "src/fmha/utils.h").read_text()
+    kib = int(re.search(r"constexpr int kMaxSmemPerCta = (\d+) \* 1024;", text).group(1))
+    assert ws_family.SMEM_LIMIT == kib * 1024 == 232448
+
+
 @pytest.mark.parametrize("name", WS_CONFIGS)
 def test_ws_constants(name):
     dim_qk, dim_v, softcap = WS_CONFIGS[name]

@@ -19,6 +19,9 @@ constexpr float kLn2 = 0.6931471805599453f;    // ln(2): log(x) == log2(x) * kLn
 constexpr int kWarpSize = 32;
 constexpr int kChunkBytes = 16;                // one cp.async / ldmatrix row / vector store
 constexpr int kElemsPerChunk = 8;              // 16-bit elements in one chunk
+// Dynamic shared memory one CTA may opt into on SM90 (SM80: 163 KB, SM89/SM120: 99 KB): the
+// guard of the C++ tiles' static_asserts; the ws generator's SMEM_LIMIT is the same number.
+constexpr int kMaxSmemPerCta = 227 * 1024;
 
 FMHA_HOST_DEVICE constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
 FMHA_HOST_DEVICE constexpr int round_up(int a, int b) { return ceil_div(a, b) * b; }

@@ -8,7 +8,7 @@ out=${1:-$root/.devbuild}
 mkdir -p "$out"
 gencode=()
 for a in ${ARCHS:-90}; do gencode+=(-gencode "arch=compute_$a,code=sm_$a"); done
-if ! ${NVCC:-nvcc} -std=c++17 -O3 -I"$root/src" "${gencode[@]}" -Xptxas -v ${NVCC_FLAGS:-} \
+if ! ${NVCC:-nvcc} -std=c++17 -O3 --expt-relaxed-constexpr -I"$root/src" "${gencode[@]}" -Xptxas -v ${NVCC_FLAGS:-} \
     "$root/tests/kernel_dev/kernel_dev.cu" -o "$out/kernel_dev" 2> "$out/ptxas.log"; then
     grep -v "^ptxas info" "$out/ptxas.log" >&2
     exit 1

@@ -6,7 +6,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=${1:-$root/.devbuild/sm90}
 mkdir -p "$out"
-if ! ${NVCC:-nvcc} -std=c++17 -O3 -I"$root/src" -gencode arch=compute_90a,code=sm_90a -Xptxas -v ${NVCC_FLAGS:-} \
+if ! ${NVCC:-nvcc} -std=c++17 -O3 --expt-relaxed-constexpr -I"$root/src" -gencode arch=compute_90a,code=sm_90a -Xptxas -v ${NVCC_FLAGS:-} \
     "$root/tests/kernel_dev/sm90_dev.cu" "$root/src/reference/reference.cu" -o "$out/sm90_dev" 2> "$out/ptxas.log"; then
     grep -v "^ptxas info" "$out/ptxas.log" >&2
     exit 1

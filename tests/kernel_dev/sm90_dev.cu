@@ -27,7 +27,7 @@ using fmha::Params;
 // The ws::Config the generator renders for a d = dv kernel of BM rows (generator/families/
 // ws.py constants()): 227 KB, a 7 KB reserve, 64-column panels, softcapping at 128 rows.
 template <int D, int BM>
-using WsConfig = fmha::ws::Config<227 * 1024, 7 * 1024, 64, (D + 63) / 64 * 64, (D + 63) / 64 * 64, BM == 128>;
+using WsConfig = fmha::ws::Config<fmha::kMaxSmemPerCta, 7 * 1024, 64, (D + 63) / 64 * 64, (D + 63) / 64 * 64, BM == 128>;
 
 template <typename E, int D, int BM, int BN, bool PERSIST, int ST = 0, bool PP = true>
 Config make_config() {
@@ -66,7 +66,7 @@ std::vector<Config> all_configs() {
 
 // The project's reference (src/reference/reference.cu); it reads the mask from p.
 cudaError_t reference(const Params& p, bool bf16, bool /*causal*/, float* o_ref) {
-    return fmha::run_reference(p, bf16 ? fmha::DataType::kBf16 : fmha::DataType::kFp16, o_ref, nullptr, nullptr);
+    return fmha::run_reference(p, bf16 ? fmha::DataType::kBf16 : fmha::DataType::kFp16, o_ref, nullptr, nullptr, 0);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -90,7 +90,7 @@ struct Traits {
         kStages_ != 0 ? kStages_ : (kSmemQ + 2 * (kSmemK + kSmemV) <= kSmemTwoStagesMax ? 2 : 1);
     // The epilogue's staging tile reuses the main loop's space.
     static constexpr int kSmemBytes = max_int(kSmemQ + kStages * (kSmemK + kSmemV), LayoutO::kBytes);
-    static constexpr int kMaxSmemBytes = 227 * 1024;  // SM80 163 KB, SM90 227 KB per CTA
+    static constexpr int kMaxSmemBytes = kMaxSmemPerCta;
     static constexpr int kAccRegs = kMmaM * (kNTilesS + kNTilesO) * 4;
     // Skip the O rescale when no row max grew: measured to pay from 128 O registers on.
     static constexpr bool kSkipRescale = kMmaM * kNTilesO * 4 >= 128;

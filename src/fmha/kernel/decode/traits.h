@@ -151,7 +151,7 @@ struct MmaTraits {
     static constexpr int kSmemBytes = max_int(kSmemQ + kStages * kStageBytes, kSmemMerge + kSmemPartial);
     // One CTA per SM: more than half an SM's 228 KB less the 1 KB each CTA holds back.
     static constexpr int kSoloSmemBytes = kQuad ? kSmemBytes : max_int(kSmemBytes, 115 * 1024);
-    static constexpr int kMaxSmemBytes = 227 * 1024;
+    static constexpr int kMaxSmemBytes = kMaxSmemPerCta;
 
     static_assert(kIsSupportedElement<Element>, "Element must be __half or __nv_bfloat16");
     static_assert(!kAccFp16_, "decode: fp32 accumulation only");
