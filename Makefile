@@ -1,12 +1,14 @@
-# FMHA_v2: builds bin/fmha.exe from src/ and the kernels that setup.py generated.
+# FMHA_v2: builds lib/libfmha.so (the kernels that setup.py generated, the registry and the
+# C API of include/fmha.h, src/api/) and bin/fmha.exe (the driver, src/, linked to it).
 #
-#   python3 setup.py && make -j      build (generated/makefile lists kernels and -gencode flags);
+#   python3 setup.py && make -j      build both (generated/makefile lists kernels and -gencode flags);
 #                                    a bare -j runs as many nvcc jobs as the cores and memory
 #                                    hold (JOBS overrides), make -j N runs N
 #   make deps                        pip requirements, and ccache and GoogleTest when missing
+#   make lib                         lib/libfmha.so alone
 #   make list                        the kernels this build contains
 #   make test | make check           build bin/unit_tests (tests/unit/, GoogleTest) | and run it
-#   make clean | make distclean      remove obj/ bin/ | and generated/ too
+#   make clean | make distclean      remove obj/ bin/ lib/ | and generated/ too
 #
 # Overridable: NVCC, NVCC_FLAGS, LINEINFO=1, JOBS, PYTHON, USE_CCACHE=1, GTEST_ROOT, UNIT_FLAGS
 # (environment or command line). A change of NVCC_FLAGS or LINEINFO rebuilds every object.
@@ -37,11 +39,14 @@ bounded = $(MAKE) --no-print-directory $(if $(filter -j,$(MAKEFLAGS)),-j$(JOBS))
 GEN_DIR := generated
 OBJ_DIR := obj
 BIN_DIR := bin
+LIB_DIR := lib
 FMHA_EXE := $(BIN_DIR)/fmha.exe
+FMHA_LIB := $(LIB_DIR)/libfmha.so
 
 # What the code needs whatever NVCC_FLAGS says. --expt-relaxed-constexpr lets device code
-# call constexpr helpers (tile arithmetic) that are not marked __device__.
-BASE_FLAGS := -std=c++17 -Isrc --expt-relaxed-constexpr
+# call constexpr helpers (tile arithmetic) that are not marked __device__; -fPIC: the
+# library's objects are position-independent (the driver's too, at no cost that matters).
+BASE_FLAGS := -std=c++17 -Isrc -Iinclude --expt-relaxed-constexpr -Xcompiler -fPIC
 # -MMD -MP: each object lists the headers it includes, so editing a header rebuilds exactly
 # its users and deleting one does not break the build.
 DEP_FLAGS = -MMD -MP -MF $(@:.o=.d)
@@ -52,7 +57,7 @@ obj = $(patsubst %,$(OBJ_DIR)/%.o,$(basename $(1)))
 .DEFAULT_GOAL := all
 .SUFFIXES:
 .DELETE_ON_ERROR:
-.PHONY: all list deps clean distclean
+.PHONY: all lib list deps clean distclean
 
 # Goals that must work before setup.py ran and before ccache is installed.
 SETUP_GOALS := deps clean distclean
@@ -60,7 +65,7 @@ BUILDING := $(filter-out $(SETUP_GOALS),$(or $(MAKECMDGOALS),all))
 
 ifeq ($(wildcard $(GEN_DIR)/makefile),)
 
-all list $(FMHA_EXE):
+all lib list $(FMHA_EXE) $(FMHA_LIB):
 	@echo "$(GEN_DIR)/ is missing: run python3 setup.py first" >&2; exit 1
 
 else
@@ -81,9 +86,12 @@ ifneq ($(and $(BUILDING),$(filter 1 true on,$(ccache_flag))),)
 endif
 COMPILE = $(CCACHE) $(NVCC)
 
-# Wildcards, not lists: new driver or reference files are picked up without editing this.
-HAND_SRCS := $(wildcard src/*.cpp src/*.cu src/reference/*.cpp src/reference/*.cu)
-SRCS := $(HAND_SRCS) $(KERNEL_SRCS) $(GEN_DIR)/registry.cpp
+# Wildcards, not lists: new driver, reference or API files are picked up without editing this.
+DRIVER_SRCS := $(wildcard src/*.cpp src/*.cu src/reference/*.cpp src/reference/*.cu)
+API_SRCS := $(wildcard src/api/*.cpp src/api/*.cu)
+HAND_SRCS := $(DRIVER_SRCS) $(API_SRCS)
+LIB_SRCS := $(API_SRCS) $(KERNEL_SRCS) $(GEN_DIR)/registry.cpp
+SRCS := $(DRIVER_SRCS) $(LIB_SRCS)
 OBJS := $(call obj,$(SRCS))
 
 # Hand-written device code runs wherever the driver runs; kernels got their family's
@@ -93,7 +101,10 @@ $(call obj,$(filter %.cu,$(HAND_SRCS))): GENCODE := $(SRC_GENCODE)
 $(call obj,$(filter %.cu,$(SRCS))): $(ARCH_STAMP)
 
 all:
-	+@$(call bounded,$(FMHA_EXE))
+	+@$(call bounded,$(FMHA_LIB) $(FMHA_EXE))
+
+lib:
+	+@$(call bounded,$(FMHA_LIB))
 
 # Objects depend on the flags they were compiled with: this stamp changes with them.
 FLAGS_STAMP := $(OBJ_DIR)/nvcc_flags.stamp
@@ -103,9 +114,16 @@ ifneq ($(BUILDING),)
 endif
 $(OBJS): $(FLAGS_STAMP)
 
-$(FMHA_EXE): $(OBJS)
+# The library carries its own static CUDA runtime (no libcudart.so to find at run time);
+# fmha.exe finds the library next to it through its rpath ($ORIGIN/../lib).
+$(FMHA_LIB): $(call obj,$(LIB_SRCS))
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCC_FLAGS) -cudart static -o $@ $^
+	$(NVCC) $(NVCC_FLAGS) -shared -cudart static -o $@ $^
+
+$(FMHA_EXE): $(call obj,$(DRIVER_SRCS)) $(FMHA_LIB)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_FLAGS) -cudart static -o $@ $(call obj,$(DRIVER_SRCS)) -L$(LIB_DIR) -lfmha \
+	    -Xlinker -rpath,'$$ORIGIN/../$(LIB_DIR)'
 
 $(OBJ_DIR)/%.o: %.cu
 	@mkdir -p $(@D)
@@ -210,7 +228,7 @@ deps:
 	fi
 
 clean:
-	rm -rf $(OBJ_DIR) $(BIN_DIR)
+	rm -rf $(OBJ_DIR) $(BIN_DIR) $(LIB_DIR)
 
 # Also the generated sources: the next build needs python3 setup.py again.
 distclean: clean

@@ -3,6 +3,8 @@
 // flags runs after the whole command line has been read.
 #include "cli.h"
 
+#include "api/select.h"
+
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -420,15 +422,7 @@ Problem parse_cli(int argc, char** argv) {
     return p;
 }
 
-const char* dtype_name(DataType t) {
-    switch (t) {
-        case DataType::kFp16: return "fp16";
-        case DataType::kBf16: return "bf16";
-        case DataType::kFp32: return "fp32";
-        case DataType::kE4m3: return "e4m3";
-    }
-    return "?";
-}
+const char* dtype_name(DataType t) { return api::dtype_text(t); }
 
 const char* dtype_label(const Problem& p) {
     if (p.dtype == DataType::kBf16) return "BF16";
@@ -439,17 +433,7 @@ const char* output_dtype_label(const Problem& p) {
     return p.dtype == DataType::kBf16 ? "BF16" : "FP16";
 }
 
-const char* mask_label(MaskType m) {
-    switch (m) {
-        case MaskType::kPadding: return "padding";
-        case MaskType::kCausal: return "causal";
-        case MaskType::kSlidingWindow: return "sliding_window";
-        case MaskType::kBidirectionalWindow: return "bidirectional_sliding_window";
-        case MaskType::kChunked: return "chunked";
-        case MaskType::kCustom: return "custom";
-    }
-    return "?";
-}
+const char* mask_label(MaskType m) { return api::mask_name(m); }
 
 const char* layout_label(Layout l) {
     switch (l) {

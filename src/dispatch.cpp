@@ -1,8 +1,8 @@
-// Dispatch is the generated table plus this lookup: the first row that fits wins, so
-// the generator's row order is the preference order.
+// fmha.exe's side of kernel choice: the library's lookup (api/select.h) worded in the
+// driver's flags, and the messages and exits when nothing fits.
 #include "dispatch.h"
 
-#include <cuda_runtime.h>
+#include "api/select.h"
 
 #include <algorithm>
 #include <cstring>
@@ -14,65 +14,70 @@ namespace {
 
 constexpr int kClosestShown = 5;
 
-std::string masks_text(uint32_t masks) {
-    std::string s;
-    for (MaskType m : kMaskTypes) {
-        if (!(masks & mask_bit(m))) continue;
-        if (!s.empty()) s += ",";
-        s += mask_label(m);
-    }
-    return s.empty() ? "-" : s;
+using api::masks_text;
+
+api::Request request_of(const Problem& p) {
+    api::Request r;
+    r.dtype = p.dtype;
+    r.acc = p.acc;
+    r.d = p.d;
+    r.dv = p.dv;
+    r.mask = p.mask;
+    if (p.softcapping_scale_bmm1 > 0.f) r.variants |= kVariantSoftcap;
+    if (p.alibi) r.variants |= kVariantAlibi;
+    if (p.attention_bias) r.variants |= kVariantBias;
+    if (p.attention_sinks) r.variants |= kVariantSinks;
+    if (p.save_softmax) r.variants |= kVariantSoftmaxStats;
+    if (p.layout == Layout::kPagedKv) r.variants |= kVariantPagedKv;
+    if (p.wide_logits) r.variants |= kVariantWideLogits;
+    r.s_q = std::min(p.s_q, p.s);
+    r.rows_per_kv_head = p.h / std::max(p.h_kv, 1) * r.s_q;
+    r.s_kv = p.s;
+    r.non_warp_specialized = p.force_non_warp_specialized;
+    r.tma_only = p.use_tma;
+    return r;
 }
 
-// Everything that disqualifies a row without asking the device, joined; empty = fits.
+// Everything that disqualifies a row without asking the device, in the driver's flags;
+// empty = fits.
 std::string static_mismatch(const KernelMeta& k, const Problem& p) {
+    const api::Request r = request_of(p);
+    const uint32_t bits = api::mismatch(k, r);
     std::vector<std::string> why;
     auto need = [&](const char* what, const std::string& has, const std::string& wants) {
         why.push_back(std::string(what) + " " + has + " (need " + wants + ")");
     };
-    if (k.dtype != p.dtype) need("dtype", dtype_name(k.dtype), dtype_name(p.dtype));
-    // fp32 accumulation serves a problem that asks for fp16 (it is at least as accurate):
-    // that is how -fp16 reaches the wgmma families, which accumulate in fp32 only.
-    const bool acc_ok = k.acc == p.acc || (p.acc == DataType::kFp16 && k.acc == DataType::kFp32);
-    if (!acc_ok) need("acc", dtype_name(k.acc), dtype_name(p.acc));
-    if (k.d != p.d) need("d", std::to_string(k.d), std::to_string(p.d));
-    if (k.dv != p.dv) need("dv", std::to_string(k.dv), std::to_string(p.dv));
-    if (!(k.masks & mask_bit(p.mask))) need("masks", masks_text(k.masks), mask_label(p.mask));
-    if (p.softcapping_scale_bmm1 > 0.f && !(k.variants & kVariantSoftcap))
-        why.push_back("no softcapping (-softcapping-scale-bmm1)");
-    if (p.alibi && !(k.variants & kVariantAlibi)) why.push_back("no ALiBi (-alibi)");
-    if (p.attention_bias && !(k.variants & kVariantBias)) why.push_back("no attention bias (-attention-bias)");
-    if (p.attention_sinks && !(k.variants & kVariantSinks)) why.push_back("no attention sinks (-use-attention-sinks)");
-    if (p.save_softmax && !(k.variants & kVariantSoftmaxStats)) why.push_back("no softmax statistics (-save-softmax)");
-    if (p.layout == Layout::kPagedKv && !(k.variants & kVariantPagedKv)) why.push_back("no paged KV cache (-paged-kv)");
-    if (p.wide_logits && !(k.variants & kVariantWideLogits))
+    if (bits & api::kMismatchDtype) need("dtype", dtype_name(k.dtype), dtype_name(p.dtype));
+    if (bits & api::kMismatchAcc) need("acc", dtype_name(k.acc), dtype_name(p.acc));
+    if (bits & api::kMismatchD) need("d", std::to_string(k.d), std::to_string(p.d));
+    if (bits & api::kMismatchDv) need("dv", std::to_string(k.dv), std::to_string(p.dv));
+    if (bits & api::kMismatchMask) need("masks", masks_text(k.masks), mask_label(p.mask));
+    const uint32_t missing = api::missing_variants(k, r);
+    if (missing & kVariantSoftcap) why.push_back("no softcapping (-softcapping-scale-bmm1)");
+    if (missing & kVariantAlibi) why.push_back("no ALiBi (-alibi)");
+    if (missing & kVariantBias) why.push_back("no attention bias (-attention-bias)");
+    if (missing & kVariantSinks) why.push_back("no attention sinks (-use-attention-sinks)");
+    if (missing & kVariantSoftmaxStats) why.push_back("no softmax statistics (-save-softmax)");
+    if (missing & kVariantPagedKv) why.push_back("no paged KV cache (-paged-kv)");
+    if (missing & kVariantWideLogits)
         why.push_back("logits may reach 2^24 in log2 units (-scale-bmm1, input ranges): one FFMA a score cannot hold them");
-    // Decode: at most max_s_q query rows per sequence, and max_rows rows per KV head.
-    const int s_q = std::min(p.s_q, p.s);
-    if (k.max_s_q > 0 && s_q > k.max_s_q) need("s_q", std::to_string(s_q), "<= " + std::to_string(k.max_s_q));
-    const int rows = p.h / std::max(p.h_kv, 1) * s_q;
-    if (k.max_rows > 0 && rows > k.max_rows)
-        need("query rows per KV head", std::to_string(rows), "<= " + std::to_string(k.max_rows));
-    if (p.force_non_warp_specialized && k.warp_specialized)
-        why.push_back("warp-specialised (-force-non-warp-specialization)");
-    if (p.use_tma && !k.uses_tma) why.push_back("no TMA loads (-use-tma)");
+    if (bits & api::kMismatchSq) need("s_q", std::to_string(r.s_q), "<= " + std::to_string(k.max_s_q));
+    if (bits & api::kMismatchRows)
+        need("query rows per KV head", std::to_string(r.rows_per_kv_head), "<= " + std::to_string(k.max_rows));
+    if (bits & api::kMismatchWarpSpecialized) why.push_back("warp-specialised (-force-non-warp-specialization)");
+    if (bits & api::kMismatchTma) why.push_back("no TMA loads (-use-tma)");
     std::string s;
     for (const std::string& w : why) s += (s.empty() ? "" : ", ") + w;
     return s;
 }
 
-// Whether the row can run on the current device: arch and a loadable image for the mask.
-std::string device_mismatch(const KernelMeta& k, MaskType mask, int device_sm) {
+// Whether the row can run on the current device: arch, and SASS built for it.
+std::string device_mismatch(const KernelMeta& k, int device_sm) {
     if (k.sm > device_sm)
         return "needs sm_" + std::to_string(k.sm) + ", device is sm_" + std::to_string(device_sm);
-    const void* fn = k.entry != nullptr ? k.entry(mask) : nullptr;
-    if (fn == nullptr || k.launch == nullptr) return "no entry point in the registry";
-    cudaFuncAttributes attr;
-    cudaError_t err = cudaFuncGetAttributes(&attr, fn);
-    if (err != cudaSuccess) {
-        cudaGetLastError();  // not sticky: clear it so later calls do not report it
-        return "no image for sm_" + std::to_string(device_sm) + " (" + cudaGetErrorString(err) + ")";
-    }
+    if (k.launch == nullptr) return "no entry point in the registry";
+    if (!api::has_image(k, device_sm))
+        return "no image for sm_" + std::to_string(device_sm) + " (built for " + k.archs + ")";
     return "";
 }
 
@@ -107,7 +112,7 @@ std::string problem_text(const Problem& p) {
     for (int i = 0; i < shown; ++i) {
         const KernelMeta& k = kKernels[ranked[i].second];
         std::string why = static_mismatch(k, p);
-        if (why.empty() && device_sm > 0) why = device_mismatch(k, p.mask, device_sm);
+        if (why.empty() && device_sm > 0) why = device_mismatch(k, device_sm);
         if (why.empty() && p.s < k.min_s_kv)
             why = "dispatch takes it for s >= " + std::to_string(k.min_s_kv) + " only (-kernel runs it)";
         std::fprintf(stderr, "  %s: %s\n", k.name, why.c_str());
@@ -148,17 +153,7 @@ void print_kernel_table(std::FILE* out) {
     std::fprintf(out, "%d kernels\n", kNumKernels);
 }
 
-std::string tile_that_runs(const KernelMeta& kernel, const Params& params) {
-    int index = kernel.tile != nullptr ? kernel.tile(params) : 0;  // 1-based among the siblings
-    const std::string siblings = kernel.siblings;
-    size_t begin = 0;
-    for (; index > 1 && begin != std::string::npos; --index) {
-        begin = siblings.find(',', begin);
-        if (begin != std::string::npos) ++begin;
-    }
-    if (index < 1 || begin == std::string::npos) return kernel.name;
-    return siblings.substr(begin, siblings.find(',', begin) - begin);
-}
+std::string tile_that_runs(const KernelMeta& kernel, const Params& params) { return api::tile_that_runs(kernel, params); }
 
 const KernelMeta* find_forced_kernel(const Problem& p) {
     if (p.kernel_name.empty()) return nullptr;
@@ -181,16 +176,12 @@ void require_static_fit(const Problem& p) {
 
 const KernelMeta& select_kernel(const Problem& p, const KernelMeta* forced, int device_sm) {
     if (forced != nullptr) {
-        const std::string why = device_mismatch(*forced, p.mask, device_sm);
+        const std::string why = device_mismatch(*forced, device_sm);
         if (!why.empty()) fail_args("-kernel " + p.kernel_name + " cannot run here: " + why);
         return *forced;
     }
-    for (int i = 0; i < kNumKernels; ++i) {
-        const KernelMeta& k = kKernels[i];
-        if (p.s < k.min_s_kv) continue;  // a row for longer caches; a later one serves this
-        if (static_mismatch(k, p).empty() && device_mismatch(k, p.mask, device_sm).empty())
-            return k;
-    }
+    const int row = api::select(request_of(p), device_sm);
+    if (row >= 0) return kKernels[row];
     fail_no_kernel(p, device_sm);
 }
 

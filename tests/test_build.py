@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-BUILD_INPUTS = ("setup.py", "generator", "templates", "src", "Makefile", "requirements.txt")
+BUILD_INPUTS = ("setup.py", "generator", "templates", "src", "include", "Makefile", "requirements.txt")
 FLAGS = ("TORCH_CUDA_ARCH_LIST", "ENABLE_HMMA_FP32", "ENABLE_SM89_QMMA", "ENABLE_SM100",
          "ENABLE_SM120", "SCHEDULING_MODE", "USE_CCACHE", "FMHA_FILTER")
 FAMILY_HEADER = "src/fmha/kernel/flash_sm80.h"
@@ -240,7 +240,8 @@ def test_touching_a_header_rebuilds_exactly_its_users(built):
     }
     assert any("/kernels/" in u for u in users)
     os.utime(built / FAMILY_HEADER)
-    assert objects(run(["make", "-n"], built).stdout) == users | {"bin/fmha.exe"}
+    # The kernels live in the library; fmha.exe relinks against it.
+    assert objects(run(["make", "-n"], built).stdout) == users | {"lib/libfmha.so", "bin/fmha.exe"}
 
 
 @pytest.mark.build
@@ -251,7 +252,7 @@ def test_new_arch_list_rebuilds_device_objects_only(built):
         device = {str(d.relative_to(built).with_suffix(".o")) for d in (built / "obj").rglob("*.d")
                   if (built / d.relative_to(built / "obj")).with_suffix(".cu").exists()}
         # The registry lists each kernel's archs, so it is rebuilt too (host code, quick).
-        assert device and rebuilt == device | {"obj/generated/registry.o", "bin/fmha.exe"}
+        assert device and rebuilt == device | {"obj/generated/registry.o", "lib/libfmha.so", "bin/fmha.exe"}
     finally:
         setup(built, TORCH_CUDA_ARCH_LIST="8.0", FMHA_FILTER=SMALL_FILTER)
 

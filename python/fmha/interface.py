@@ -1,0 +1,322 @@
+"""FlashAttention-3's forward functions over libfmha.so, on torch tensors.
+
+The names, signatures and return values are flash_attn_interface's (FA3), so that
+`from fmha import flash_attn_func` replaces `from flash_attn_interface import ...`. One custom
+op, torch.ops.fmha.fwd, does the work: it has a fake (meta) implementation for
+torch.compile, launches on the current stream, takes its output and workspace from torch's
+allocator and never synchronises the host.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Union
+
+import torch
+
+from . import _lib
+
+_so = None
+_devices: dict[int, tuple[int, int]] = {}
+_DTYPES = {torch.float16: _lib.FP16, torch.bfloat16: _lib.BF16}
+
+
+def _library():
+    global _so
+    if _so is None:
+        _so = _lib.load()
+    return _so
+
+
+def _device(t: torch.Tensor) -> tuple[int, int]:
+    """(sm, SM count) of a tensor's device, asked once per device."""
+    index = t.device.index if t.device.index is not None else torch.cuda.current_device()
+    if index not in _devices:
+        props = torch.cuda.get_device_properties(index)
+        _devices[index] = (props.major * 10 + props.minor, props.multi_processor_count)
+    return _devices[index]
+
+
+def _unsupported(**args) -> None:
+    for name, value in args.items():
+        if value is not None and value is not False:
+            raise NotImplementedError(f"fmha: {name} is not supported")
+
+
+def _mask(causal: bool, window_size, attention_chunk: int) -> tuple[int, int, int]:
+    """FA3's causal / window_size / attention_chunk as (fmha_mask_t, window, chunk)."""
+    left, right = (int(w) for w in window_size)
+    if causal:
+        right = 0
+    if attention_chunk:
+        if not (causal or right == 0) or left >= 0:
+            raise NotImplementedError("fmha: attention_chunk is served with causal=True and no window")
+        if attention_chunk & (attention_chunk - 1):
+            raise NotImplementedError(f"fmha: attention_chunk={attention_chunk} is not a power of two")
+        return _lib.MASK_CHUNKED, 0, attention_chunk
+    if left < 0 and right < 0:
+        return _lib.MASK_NONE, 0, 0
+    if left < 0 and right == 0:
+        return _lib.MASK_CAUSAL, 0, 0
+    if left >= 0 and right == 0:
+        return _lib.MASK_SLIDING, left + 1, 0
+    if left >= 0 and left == right:
+        return _lib.MASK_BIDIRECTIONAL, left + 1, 0
+    raise NotImplementedError(f"fmha: window_size={tuple(window_size)} (only (w, 0), (w, w), causal or none)")
+
+
+def _check_tensor(name: str, t: torch.Tensor, dims: int, dtype=None) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"fmha: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.device.type != "cuda":
+        raise ValueError(f"fmha: {name} is on {t.device}, a CUDA tensor is needed")
+    if t.dim() != dims:
+        raise ValueError(f"fmha: {name} has {t.dim()} dimensions, expected {dims}")
+    if dtype is not None and t.dtype != dtype:
+        raise TypeError(f"fmha: {name} is {t.dtype}, expected {dtype}")
+    if t.stride(-1) != 1:
+        raise ValueError(f"fmha: {name}'s last dimension must be contiguous (stride 1)")
+
+
+def _tensor(t: torch.Tensor, batch: bool) -> _lib.Tensor:
+    if batch:  # [b, s, h, d]
+        return _lib.Tensor(t.data_ptr(), t.stride(0), t.stride(1), t.stride(2))
+    return _lib.Tensor(t.data_ptr(), 0, t.stride(0), t.stride(1))  # [tokens, h, d]
+
+
+def _steps(t: torch.Tensor) -> Optional[int]:
+    """Tokens from one sequence to the next of a [b, s, h, d] view, None when not whole."""
+    return t.stride(0) // t.stride(1) if t.stride(1) > 0 and t.stride(0) % t.stride(1) == 0 else None
+
+
+def _batch_views(q, k, v):
+    """q as the library addresses it beside a contiguous output (sequences s_q tokens apart),
+    k and v the same number of tokens apart: copies only where a view is not."""
+    if q.shape[0] > 1 and _steps(q) != q.shape[1]:
+        q = q.contiguous()
+    if k.shape[0] > 1 and (_steps(k) is None or _steps(k) != _steps(v) or _steps(k) < k.shape[1]):
+        k, v = k.contiguous(), v.contiguous()
+    return q, k, v
+
+
+def _ptr(t: Optional[torch.Tensor]) -> Optional[int]:
+    return t.data_ptr() if t is not None else None
+
+
+@torch.library.custom_op("fmha::fwd", mutates_args=(), device_types="cuda")
+def _fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Optional[torch.Tensor],
+         cu_seqlens_k: Optional[torch.Tensor], seqused_k: Optional[torch.Tensor], page_table: Optional[torch.Tensor],
+         max_seqlen_q: int, max_seqlen_k: int, scale: float, mask: int, window: int, chunk: int, softcap: float,
+         alibi_slopes: Optional[torch.Tensor], sinks: Optional[torch.Tensor],
+         want_lse: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    so = _library()
+    varlen = cu_seqlens_q is not None
+    paged = page_table is not None
+    b = cu_seqlens_q.shape[0] - 1 if varlen else q.shape[0]
+    h, d = q.shape[-2], q.shape[-1]
+    h_kv, dv = k.shape[-2], v.shape[-1]
+    out = torch.empty(q.shape[:-1] + (dv,), dtype=q.dtype, device=q.device)
+    lse = torch.empty((b, h, max_seqlen_q) if want_lse else (0,), dtype=torch.float32, device=q.device)
+
+    p = _lib.Problem()
+    so.fmha_problem_init(p)
+    p.dtype = _DTYPES[q.dtype]
+    p.b, p.h, p.h_kv, p.d, p.dv = b, h, h_kv, d, dv
+    p.max_s_q, p.max_s_kv = max_seqlen_q, max_seqlen_k
+    p.q, p.o = _tensor(q, not varlen), _tensor(out, not varlen)
+    if varlen:
+        p.cu_seqlens_q = cu_seqlens_q.data_ptr()
+        p.q_tokens = q.shape[0]
+    if paged:  # k, v: [blocks, block_size, h_kv, d]
+        p.k = _lib.Tensor(k.data_ptr(), 0, k.stride(1), k.stride(2))
+        p.v = _lib.Tensor(v.data_ptr(), 0, v.stride(1), v.stride(2))
+        p.block_table = page_table.data_ptr()
+        p.block_table_stride = page_table.stride(0)
+        p.block_size = k.shape[1]
+        p.num_blocks = k.shape[0]
+        p.k_block_stride, p.v_block_stride = k.stride(0), v.stride(0)
+    elif cu_seqlens_k is not None:
+        p.k, p.v = _tensor(k, False), _tensor(v, False)
+        p.cu_seqlens_k = cu_seqlens_k.data_ptr()
+        p.kv_tokens = k.shape[0]
+    else:
+        p.k, p.v = _tensor(k, True), _tensor(v, True)
+    p.seqused_k = _ptr(seqused_k)
+    p.mask, p.window, p.chunk = mask, window, chunk
+    p.scale, p.softcap = scale, softcap
+    p.alibi_slopes, p.sinks = _ptr(alibi_slopes), _ptr(sinks)
+    p.lse = lse.data_ptr() if want_lse else None
+
+    sm, num_sms = _device(q)
+    plan = _lib.Plan()
+    status = so.fmha_plan(p, sm, num_sms, plan)
+    if status == _lib.NOT_SUPPORTED and p.dtype == _lib.FP16:
+        # A build without ENABLE_HMMA_FP32 has fp16 kernels that accumulate P V in fp16 only.
+        p.acc = _lib.FP16
+        status = so.fmha_plan(p, sm, num_sms, plan)
+        if status != _lib.SUCCESS:
+            p.acc = _lib.FP32
+            status = so.fmha_plan(p, sm, num_sms, plan)
+    _lib.raise_for(so, status, "fmha")
+    workspace = torch.zeros(max(plan.workspace_bytes, 1), dtype=torch.uint8, device=q.device)
+    stream = torch.cuda.current_stream(q.device).cuda_stream
+    _lib.raise_for(so, so.fmha_forward(p, plan, workspace.data_ptr(), plan.workspace_bytes, stream), "fmha")
+    return out, lse
+
+
+@_fwd.register_fake
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, max_seqlen_q, max_seqlen_k, scale, mask,
+      window, chunk, softcap, alibi_slopes, sinks, want_lse):
+    b = cu_seqlens_q.shape[0] - 1 if cu_seqlens_q is not None else q.shape[0]
+    out = q.new_empty(q.shape[:-1] + (v.shape[-1],))
+    lse = q.new_empty((b, q.shape[-2], max_seqlen_q) if want_lse else (0,), dtype=torch.float32)
+    return out, lse
+
+
+def _common(q, k, v, softmax_scale, softcap, alibi_slopes, sinks):
+    if q.dtype not in _DTYPES:
+        raise TypeError(f"fmha: q is {q.dtype}; fp16 and bf16 are served (fp8 not yet)")
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise TypeError(f"fmha: q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"fmha: q's head size {q.shape[-1]} differs from k's {k.shape[-1]}")
+    if k.shape[-2] != v.shape[-2] or q.shape[-2] % k.shape[-2] != 0:
+        raise ValueError(f"fmha: {q.shape[-2]} query heads over {k.shape[-2]} key and {v.shape[-2]} value heads")
+    scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    if not (scale > 0 and math.isfinite(scale)):
+        raise ValueError(f"fmha: softmax_scale={softmax_scale} must be > 0 and finite")
+    if softcap is None or softcap < 0:
+        raise ValueError(f"fmha: softcap={softcap} must be >= 0")
+    h = q.shape[-2]
+    for name, t in (("alibi_slopes", alibi_slopes), ("sinks", sinks)):
+        if t is not None:
+            _check_tensor(name, t, 1, torch.float32)
+            if t.shape[0] != h:
+                raise ValueError(f"fmha: {name} has {t.shape[0]} entries, one per query head ({h}) is needed")
+    return scale
+
+
+def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descale=None, k_descale=None,
+                    v_descale=None, window_size=(-1, -1), attention_chunk=0, softcap=0.0, num_splits=1,
+                    pack_gqa=None, deterministic=False, sm_margin=0, return_attn_probs=False, *,
+                    alibi_slopes=None, sinks=None):
+    """Attention over [batch, seqlen, heads, headdim] tensors, as FA3's flash_attn_func: returns
+    out [b, s_q, h, dv], and softmax_lse [b, h, s_q] (fp32, natural log) with
+    return_attn_probs. Extras: alibi_slopes [h] and sinks [h] (fp32)."""
+    _unsupported(qv=qv, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _check_tensor(name, t, 4)
+    if k.shape[0] != q.shape[0] or v.shape[:2] != k.shape[:2]:
+        raise ValueError(f"fmha: batch and key lengths differ: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    scale = _common(q, k, v, softmax_scale, softcap, alibi_slopes, sinks)
+    mask, window, chunk = _mask(causal, window_size, attention_chunk)
+    q, k, v = _batch_views(q, k, v)
+    out, lse = torch.ops.fmha.fwd(q, k, v, None, None, None, None, q.shape[1], k.shape[1], scale, mask, window,
+                                  chunk, float(softcap), alibi_slopes, sinks, bool(return_attn_probs))
+    return (out, lse) if return_attn_probs else out
+
+
+def _varlen_lse(lse: torch.Tensor, cu_seqlens_q: torch.Tensor, total_q: int) -> torch.Tensor:
+    """[b, h, max_s_q] -> FA3's varlen layout [h, total_q], on the device (no host sync)."""
+    tokens = torch.arange(total_q, device=lse.device, dtype=torch.int32)
+    batch = torch.searchsorted(cu_seqlens_q[1:].to(torch.int32), tokens, right=True)
+    row = tokens - cu_seqlens_q[batch]
+    return lse[batch.long(), :, row.long()].t().contiguous()
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q=None,
+                           seqused_k=None, softmax_scale=None, causal=False, qv=None, q_descale=None,
+                           k_descale=None, v_descale=None, window_size=(-1, -1), attention_chunk=0, softcap=0.0,
+                           num_splits=1, pack_gqa=None, deterministic=False, sm_margin=0, return_attn_probs=False,
+                           *, alibi_slopes=None, sinks=None):
+    """Attention over packed [total, heads, headdim] tensors with cu_seqlens, as FA3's:
+    returns out [total_q, h, dv], and softmax_lse [h, total_q] with return_attn_probs."""
+    _unsupported(qv=qv, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, seqused_q=seqused_q)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _check_tensor(name, t, 3)
+    for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        _check_tensor(name, t, 1, torch.int32)
+    if cu_seqlens_q.shape != cu_seqlens_k.shape or cu_seqlens_q.shape[0] < 2:
+        raise ValueError("fmha: cu_seqlens_q and cu_seqlens_k need b + 1 entries each")
+    if seqused_k is not None:
+        _check_tensor("seqused_k", seqused_k, 1, torch.int32)
+    if k.shape[0] != v.shape[0]:
+        raise ValueError(f"fmha: k has {k.shape[0]} tokens, v {v.shape[0]}")
+    scale = _common(q, k, v, softmax_scale, softcap, alibi_slopes, sinks)
+    mask, window, chunk = _mask(causal, window_size, attention_chunk)
+    out, lse = torch.ops.fmha.fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, None, int(max_seqlen_q),
+                                  int(max_seqlen_k), scale, mask, window, chunk, float(softcap), alibi_slopes, sinks,
+                                  bool(return_attn_probs))
+    if return_attn_probs:
+        return out, _varlen_lse(lse, cu_seqlens_q, q.shape[0])
+    return out
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary_cos=None, rotary_sin=None,
+                            cache_seqlens: Optional[Union[int, torch.Tensor]] = None, cache_batch_idx=None,
+                            cache_leftpad=None, page_table=None, cu_seqlens_q=None, cu_seqlens_k_new=None,
+                            max_seqlen_q=None, rotary_seqlens=None, q_descale=None, k_descale=None, v_descale=None,
+                            softmax_scale=None, causal=False, window_size=(-1, -1), attention_chunk=0, softcap=0.0,
+                            rotary_interleaved=True, scheduler_metadata=None, num_splits=0, pack_gqa=None,
+                            sm_margin=0, return_softmax_lse=False, *, alibi_slopes=None, sinks=None):
+    """Decode and chunked prefill over a KV cache, as FA3's: q [b, s_q, h, d] against
+    k_cache/v_cache [b, s_cache, h_kv, d] or, with page_table [b, max_blocks] (int32), a paged
+    pool [num_blocks, block_size, h_kv, d]; cache_seqlens (int or [b] int32) keys each. Returns
+    out, and softmax_lse [b, h, s_q] with return_softmax_lse."""
+    _unsupported(k=k, v=v, qv=qv, rotary_cos=rotary_cos, rotary_sin=rotary_sin, cache_batch_idx=cache_batch_idx,
+                 cache_leftpad=cache_leftpad, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k_new=cu_seqlens_k_new,
+                 rotary_seqlens=rotary_seqlens, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
+    _check_tensor("q", q, 4)
+    _check_tensor("k_cache", k_cache, 4)
+    _check_tensor("v_cache", v_cache, 4)
+    b = q.shape[0]
+    if page_table is not None:
+        _check_tensor("page_table", page_table, 2, torch.int32)
+        if page_table.shape[0] != b:
+            raise ValueError(f"fmha: page_table has {page_table.shape[0]} rows for a batch of {b}")
+        block = k_cache.shape[1]
+        if block < 16 or block & (block - 1):
+            raise NotImplementedError(f"fmha: page block size {block} (a power of two >= 16 is served)")
+        max_seqlen_k = page_table.shape[1] * block
+    else:
+        if k_cache.shape[0] != b:
+            raise ValueError(f"fmha: k_cache holds {k_cache.shape[0]} sequences for a batch of {b}")
+        max_seqlen_k = k_cache.shape[1]
+    if k_cache.shape[:3] != v_cache.shape[:3]:
+        raise ValueError(f"fmha: k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} differ")
+    if isinstance(cache_seqlens, int):
+        if not 0 <= cache_seqlens <= max_seqlen_k:
+            raise ValueError(f"fmha: cache_seqlens={cache_seqlens} outside [0, {max_seqlen_k}]")
+        cache_seqlens = torch.full((b,), cache_seqlens, dtype=torch.int32, device=q.device)
+    elif cache_seqlens is not None:
+        _check_tensor("cache_seqlens", cache_seqlens, 1, torch.int32)
+        if cache_seqlens.shape[0] != b:
+            raise ValueError(f"fmha: cache_seqlens has {cache_seqlens.shape[0]} entries for a batch of {b}")
+    scale = _common(q, k_cache, v_cache, softmax_scale, softcap, alibi_slopes, sinks)
+    mask, window, chunk = _mask(causal, window_size, attention_chunk)
+    if page_table is None:
+        q, k_cache, v_cache = _batch_views(q, k_cache, v_cache)
+    elif q.shape[0] > 1 and _steps(q) != q.shape[1]:
+        q = q.contiguous()
+    out, lse = torch.ops.fmha.fwd(q, k_cache, v_cache, None, None, cache_seqlens, page_table, q.shape[1],
+                                  max_seqlen_k, scale, mask, window, chunk, float(softcap), alibi_slopes, sinks,
+                                  bool(return_softmax_lse))
+    return (out, lse) if return_softmax_lse else out
+
+
+def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None):
+    """Merges split partial results by their LSE, as FA3's: out_partial [splits, b, s, h, d]
+    (fp32), lse_partial [splits, b, s, h]; returns (out [b, s, h, d], lse [b, s, h])."""
+    _check_tensor("out_partial", out_partial, 5, torch.float32)
+    if lse_partial.dim() != 4 or lse_partial.shape != out_partial.shape[:4] or lse_partial.dtype != torch.float32:
+        raise ValueError(f"fmha: lse_partial must be fp32 {tuple(out_partial.shape[:4])}, got "
+                         f"{lse_partial.dtype} {tuple(lse_partial.shape)}")
+    lse = torch.logsumexp(lse_partial, dim=0)
+    # A row no split saw (every lse -inf) merges to zeros, not NaN.
+    weights = torch.exp(lse_partial - torch.where(torch.isinf(lse), 0.0, lse).unsqueeze(0))
+    merged = (weights.unsqueeze(-1) * out_partial).sum(dim=0)
+    dtype = out_dtype or (out.dtype if out is not None else out_partial.dtype)
+    if out is not None:
+        out.copy_(merged)
+        return out, lse
+    return merged.to(dtype), lse

@@ -1,0 +1,387 @@
+// The C API (include/fmha.h) over the registry: checks a problem field by field, turns it
+// into Params, chooses the kernel and launches it. Failures are a status and a thread-local
+// one-line reason; nothing here prints, exits or allocates device memory.
+#include "fmha.h"
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "api/prep.h"
+#include "api/select.h"
+#include "kernel_meta.h"
+#include "params.h"
+
+namespace fmha {
+namespace api {
+namespace {
+
+thread_local std::string t_error;
+
+fmha_status_t fail(fmha_status_t status, const std::string& why) {
+    t_error = why;
+    return status;
+}
+
+// The workspace: a tile counter (persistent kernels), the sequences' offsets and lengths
+// (prep.h), then the family's own (decode's split partials), each 256-byte aligned.
+constexpr size_t kAlign = 256;
+size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+size_t lengths_offset() { return kAlign; }
+size_t family_offset(int b) { return kAlign + align_up(size_t(4) * b * sizeof(int)); }
+
+bool is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
+
+std::string field(const char* name, int64_t value) { return std::string(name) + " = " + std::to_string(value); }
+
+// Tokens from one sequence to the next of fixed-length storage; -1 when not whole tokens.
+int64_t token_step(const fmha_tensor_t& t) {
+    if (t.token_stride <= 0 || t.batch_stride < 0 || t.batch_stride % t.token_stride != 0) return -1;
+    return t.batch_stride / t.token_stride;
+}
+
+// Everything that can be checked without the device; fills params (no workspace yet),
+// the request and the lengths' description.
+fmha_status_t check(const fmha_problem_t* pr, Params& p, Request& r, Lengths& len) {
+    if (pr == nullptr) return fail(FMHA_ERROR_INVALID_VALUE, "problem is NULL");
+    if (pr->struct_size != sizeof(fmha_problem_t))
+        return fail(FMHA_ERROR_INVALID_VALUE, "problem.struct_size = " + std::to_string(pr->struct_size) +
+                                                  ", this library's fmha_problem_t has " +
+                                                  std::to_string(sizeof(fmha_problem_t)) + " (call fmha_problem_init)");
+    if (pr->dtype == FMHA_DTYPE_E4M3) return fail(FMHA_ERROR_NOT_SUPPORTED, "dtype e4m3: no fp8 kernel yet");
+    if (pr->dtype != FMHA_DTYPE_FP16 && pr->dtype != FMHA_DTYPE_BF16)
+        return fail(FMHA_ERROR_INVALID_VALUE, "dtype must be FMHA_DTYPE_FP16 or FMHA_DTYPE_BF16");
+    if (pr->acc != FMHA_DTYPE_FP32 && pr->acc != FMHA_DTYPE_FP16)
+        return fail(FMHA_ERROR_INVALID_VALUE, "acc must be FMHA_DTYPE_FP32 or FMHA_DTYPE_FP16");
+    if (pr->b < 1 || pr->b > 65535) return fail(FMHA_ERROR_INVALID_VALUE, field("b", pr->b) + ": must be in [1, 65535]");
+    if (pr->h < 1 || pr->h > 65535) return fail(FMHA_ERROR_INVALID_VALUE, field("h", pr->h) + ": must be in [1, 65535]");
+    if (pr->h_kv < 1 || pr->h % pr->h_kv != 0)
+        return fail(FMHA_ERROR_INVALID_VALUE, field("h_kv", pr->h_kv) + ": must divide h = " + std::to_string(pr->h));
+    if (pr->d < 8 || pr->d % 8 != 0 || pr->dv < 8 || pr->dv % 8 != 0)
+        return fail(FMHA_ERROR_INVALID_VALUE, "d = " + std::to_string(pr->d) + ", dv = " + std::to_string(pr->dv) +
+                                                  ": head sizes are multiples of 8");
+    constexpr int kMaxLen = 1 << 24;
+    if (pr->max_s_q < 1 || pr->max_s_q > kMaxLen || pr->max_s_kv < 1 || pr->max_s_kv > kMaxLen)
+        return fail(FMHA_ERROR_INVALID_VALUE, "max_s_q = " + std::to_string(pr->max_s_q) + ", max_s_kv = " +
+                                                  std::to_string(pr->max_s_kv) + ": must be in [1, 2^24]");
+    const fmha_tensor_t* tensors[] = {&pr->q, &pr->k, &pr->v, &pr->o};
+    const char* names[] = {"q", "k", "v", "o"};
+    for (int i = 0; i < 4; ++i) {
+        const fmha_tensor_t& t = *tensors[i];
+        if (t.data == nullptr) return fail(FMHA_ERROR_INVALID_VALUE, std::string(names[i]) + ".data is NULL");
+        if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0)
+            return fail(FMHA_ERROR_INVALID_VALUE, std::string(names[i]) + ".data is not 16-byte aligned");
+        if (t.token_stride <= 0 || t.token_stride % 8 != 0 || t.head_stride < 0 || t.head_stride % 8 != 0)
+            return fail(FMHA_ERROR_INVALID_VALUE, std::string(names[i]) + ": token_stride " +
+                                                      std::to_string(t.token_stride) + ", head_stride " +
+                                                      std::to_string(t.head_stride) +
+                                                      ": positive token stride, both multiples of 8 elements");
+    }
+    const bool paged = pr->block_table != nullptr;
+
+    // Sequences: packed by cu_seqlens, or fixed lengths batch_stride apart.
+    len.b = pr->b;
+    len.cu_q = pr->cu_seqlens_q;
+    len.cu_k = paged ? nullptr : pr->cu_seqlens_k;
+    len.seqused_k = pr->seqused_k;
+    len.s_q = pr->max_s_q;
+    len.s_kv = pr->max_s_kv;
+    len.paged = paged;
+    int64_t q_tokens = pr->q_tokens, kv_tokens = pr->kv_tokens;
+    if (pr->cu_seqlens_q == nullptr) {
+        const int64_t sq = token_step(pr->q), so = token_step(pr->o);
+        if (sq < 0 || so != sq)
+            return fail(FMHA_ERROR_INVALID_VALUE, "q and o: batch_stride must be the same whole number of tokens (" +
+                                                      std::to_string(sq) + " vs " + std::to_string(so) + ")");
+        if (pr->b > 1 && sq < pr->max_s_q)
+            return fail(FMHA_ERROR_INVALID_VALUE, "q.batch_stride holds " + std::to_string(sq) +
+                                                      " tokens, fewer than max_s_q = " + std::to_string(pr->max_s_q));
+        len.q_step = sq;
+        if (q_tokens == 0) q_tokens = (pr->b - 1) * sq + pr->max_s_q;
+    } else if (q_tokens < 1) {
+        return fail(FMHA_ERROR_INVALID_VALUE, "q_tokens: the token count of q's storage is needed with cu_seqlens_q");
+    }
+    if (paged) {
+        if (!is_pow2(pr->block_size) || pr->block_size < 16)
+            return fail(FMHA_ERROR_INVALID_VALUE, field("block_size", pr->block_size) + ": a power of two >= 16");
+        if (pr->num_blocks < 1) return fail(FMHA_ERROR_INVALID_VALUE, field("num_blocks", pr->num_blocks) + ": >= 1");
+        if (int64_t(pr->block_table_stride) * pr->block_size < pr->max_s_kv)
+            return fail(FMHA_ERROR_INVALID_VALUE, "block_table_stride = " + std::to_string(pr->block_table_stride) +
+                                                      " blocks of " + std::to_string(pr->block_size) +
+                                                      " tokens cannot hold max_s_kv = " + std::to_string(pr->max_s_kv));
+        if (pr->k_block_stride <= 0 || pr->k_block_stride % 8 != 0 || pr->v_block_stride <= 0 ||
+            pr->v_block_stride % 8 != 0)
+            return fail(FMHA_ERROR_INVALID_VALUE, "k_block_stride, v_block_stride: positive multiples of 8 elements");
+        kv_tokens = pr->num_blocks;  // the paged maps span the pool (Params::kv_pool_blocks)
+    } else if (pr->cu_seqlens_k == nullptr) {
+        const int64_t sk = token_step(pr->k), sv = token_step(pr->v);
+        if (sk < 0 || sv != sk)
+            return fail(FMHA_ERROR_INVALID_VALUE, "k and v: batch_stride must be the same whole number of tokens (" +
+                                                      std::to_string(sk) + " vs " + std::to_string(sv) + ")");
+        if (pr->b > 1 && sk < pr->max_s_kv)
+            return fail(FMHA_ERROR_INVALID_VALUE, "k.batch_stride holds " + std::to_string(sk) +
+                                                      " tokens, fewer than max_s_kv = " + std::to_string(pr->max_s_kv));
+        len.kv_step = sk;
+        if (kv_tokens == 0) kv_tokens = (pr->b - 1) * sk + pr->max_s_kv;
+    } else if (kv_tokens < 1) {
+        return fail(FMHA_ERROR_INVALID_VALUE, "kv_tokens: the token count of k's storage is needed with cu_seqlens_k");
+    }
+    if (q_tokens > INT32_MAX || kv_tokens > INT32_MAX)
+        return fail(FMHA_ERROR_INVALID_VALUE, "q_tokens, kv_tokens: at most 2^31 - 1");
+
+    // Mask and score modifiers.
+    if (pr->mask < FMHA_MASK_NONE || pr->mask > FMHA_MASK_CUSTOM)
+        return fail(FMHA_ERROR_INVALID_VALUE, field("mask", pr->mask) + ": not an fmha_mask_t");
+    const MaskType mask = static_cast<MaskType>(pr->mask);
+    if ((mask == MaskType::kSlidingWindow || mask == MaskType::kBidirectionalWindow) && pr->window < 1)
+        return fail(FMHA_ERROR_INVALID_VALUE, field("window", pr->window) + ": a window mask needs window >= 1");
+    if (mask == MaskType::kChunked && (!is_pow2(pr->chunk) || pr->chunk > (1 << 30)))
+        return fail(FMHA_ERROR_INVALID_VALUE, field("chunk", pr->chunk) + ": a power of two");
+    if (mask == MaskType::kCustom &&
+        (pr->custom_mask == nullptr || int64_t(pr->custom_mask_row_words) * 32 < pr->max_s_kv))
+        return fail(FMHA_ERROR_INVALID_VALUE, "custom mask: custom_mask set and custom_mask_row_words >= ceil(max_s_kv / 32)");
+    const float scale = pr->scale == 0.f ? 1.f / std::sqrt(float(pr->d)) : pr->scale;
+    if (!(scale > 0.f) || !std::isfinite(scale * 1.4426950408889634f))
+        return fail(FMHA_ERROR_INVALID_VALUE, "scale must be > 0 and finite (times log2(e))");
+    if (!(pr->softcap >= 0.f) || !std::isfinite(pr->softcap))
+        return fail(FMHA_ERROR_INVALID_VALUE, "softcap must be >= 0 and finite");
+    const int mods = (pr->softcap > 0.f) + (pr->alibi_slopes != nullptr) + (pr->bias != nullptr) +
+                     (mask == MaskType::kCustom);
+    if (mods > 1)
+        return fail(FMHA_ERROR_NOT_SUPPORTED, "softcap, alibi_slopes, bias and a custom mask: one at a time");
+    if (pr->bias != nullptr && (pr->bias_row_stride < pr->max_s_kv || pr->bias_batch_stride < 0 || pr->bias_head_stride < 0))
+        return fail(FMHA_ERROR_INVALID_VALUE, "bias: bias_row_stride >= max_s_kv, other strides >= 0");
+
+    p = Params{};
+    p.q = pr->q.data;
+    p.k = pr->k.data;
+    p.v = pr->v.data;
+    p.o = pr->o.data;
+    p.q_row_stride = pr->q.token_stride;
+    p.q_head_stride = pr->q.head_stride;
+    p.k_row_stride = pr->k.token_stride;
+    p.k_head_stride = pr->k.head_stride;
+    p.v_row_stride = pr->v.token_stride;
+    p.v_head_stride = pr->v.head_stride;
+    p.o_row_stride = pr->o.token_stride;
+    p.o_head_stride = pr->o.head_stride;
+    p.q_tokens = q_tokens;
+    p.kv_tokens = kv_tokens;
+    p.b = pr->b;
+    p.h = pr->h;
+    p.h_kv = pr->h_kv;
+    p.d = pr->d;
+    p.dv = pr->dv;
+    p.s_q_max = pr->max_s_q;
+    p.s_kv_max = pr->max_s_kv;
+    p.mask = mask;
+    p.window = pr->window;
+    p.chunk = pr->chunk;
+    p.scale_bmm1 = scale;
+    p.softcap = pr->softcap;
+    p.wide_logits = pr->wide_logits != 0;
+    p.sinks = pr->sinks;
+    p.alibi_slopes = pr->alibi_slopes;
+    p.softmax_lse = pr->lse;
+    p.attention_bias = pr->bias;
+    p.bias_batch_stride = pr->bias_batch_stride;
+    p.bias_head_stride = pr->bias_head_stride;
+    p.bias_row_stride = pr->bias_row_stride;
+    p.custom_mask = pr->custom_mask;
+    p.custom_mask_row_words = pr->custom_mask_row_words;
+    if (paged) {
+        p.kv_block_table = pr->block_table;
+        p.kv_table_stride = pr->block_table_stride;
+        p.tokens_per_block = pr->block_size;
+        p.kv_pool_blocks = pr->num_blocks;
+        p.k_block_stride = pr->k_block_stride;
+        p.v_block_stride = pr->v_block_stride;
+    }
+    // Back to back, every sequence full: kernels may take offsets from the index.
+    p.uniform_lengths = pr->cu_seqlens_q == nullptr && pr->cu_seqlens_k == nullptr && pr->seqused_k == nullptr &&
+                        !paged && len.q_step == pr->max_s_q && len.kv_step == pr->max_s_kv;
+
+    r = Request{};
+    r.dtype = static_cast<DataType>(pr->dtype);
+    r.acc = static_cast<DataType>(pr->acc);
+    r.d = pr->d;
+    r.dv = pr->dv;
+    r.mask = mask;
+    if (pr->softcap > 0.f) r.variants |= kVariantSoftcap;
+    if (pr->alibi_slopes != nullptr) r.variants |= kVariantAlibi;
+    if (pr->bias != nullptr) r.variants |= kVariantBias;
+    if (pr->sinks != nullptr) r.variants |= kVariantSinks;
+    if (pr->lse != nullptr) r.variants |= kVariantSoftmaxStats;
+    if (paged) r.variants |= kVariantPagedKv;
+    if (pr->wide_logits) r.variants |= kVariantWideLogits;
+    r.s_q = pr->max_s_q;
+    r.rows_per_kv_head = pr->h / pr->h_kv * pr->max_s_q;
+    r.s_kv = pr->max_s_kv;
+    return FMHA_SUCCESS;
+}
+
+// The reason no row serves the request: the row that comes closest (same dtype and head
+// sizes first), in the API's words.
+std::string no_kernel(const Request& r, int sm) {
+    std::string text = std::string("no kernel of this build serves dtype ") + dtype_text(r.dtype) + ", d " +
+                       std::to_string(r.d) + ", dv " + std::to_string(r.dv) + ", mask " + mask_name(r.mask);
+    if (r.variants & kVariantSoftcap) text += ", softcap";
+    if (r.variants & kVariantAlibi) text += ", alibi";
+    if (r.variants & kVariantBias) text += ", bias";
+    if (r.variants & kVariantSinks) text += ", sinks";
+    if (r.variants & kVariantSoftmaxStats) text += ", lse";
+    if (r.variants & kVariantPagedKv) text += ", paged KV";
+    if (r.variants & kVariantWideLogits) text += ", wide logits";
+    text += " on sm_" + std::to_string(sm) + " (" + std::to_string(kNumKernels) + " kernels";
+    int best = -1, best_score = -1;
+    for (int i = 0; i < kNumKernels; ++i) {
+        const KernelMeta& k = kKernels[i];
+        const int score = 4 * (k.dtype == r.dtype) + 4 * (k.d == r.d) + 2 * (k.dv == r.dv) +
+                          ((k.masks & mask_bit(r.mask)) != 0) + has_image(k, sm);
+        if (score > best_score) best = i, best_score = score;
+    }
+    if (best >= 0) {
+        const KernelMeta& k = kKernels[best];
+        const uint32_t bits = mismatch(k, r);
+        std::string why;
+        const auto add = [&](const std::string& w) { why += (why.empty() ? "" : ", ") + w; };
+        if (bits & kMismatchDtype) add(std::string("dtype ") + dtype_text(k.dtype));
+        if (bits & kMismatchAcc) add(std::string("acc ") + dtype_text(k.acc));
+        if (bits & kMismatchD) add("d " + std::to_string(k.d));
+        if (bits & kMismatchDv) add("dv " + std::to_string(k.dv));
+        if (bits & kMismatchMask) add("masks " + masks_text(k.masks));
+        if (bits & kMismatchVariants) add("lacks a variant asked for");
+        if (bits & kMismatchSq) add("max_s_q <= " + std::to_string(k.max_s_q));
+        if (bits & kMismatchRows) add("query rows per KV head <= " + std::to_string(k.max_rows));
+        if (!has_image(k, sm)) add(std::string("built for ") + k.archs);
+        text += "; closest " + std::string(k.name) + ": " + (why.empty() ? "fits" : why);
+    }
+    return text + ")";
+}
+
+fmha_status_t device_of(int* sm, int* num_sms) {
+    if (*sm > 0 && *num_sms > 0) return FMHA_SUCCESS;
+    int dev = 0, major = 0, minor = 0, count = 0;
+    cudaError_t err = cudaGetDevice(&dev);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev);
+    if (err != cudaSuccess) {
+        cudaGetLastError();
+        return fail(FMHA_ERROR_CUDA, std::string("no current CUDA device to plan for: ") + cudaGetErrorString(err));
+    }
+    if (*sm <= 0) *sm = major * 10 + minor;
+    if (*num_sms <= 0) *num_sms = count;
+    return FMHA_SUCCESS;
+}
+
+fmha_status_t plan_checked(const Params& params, const Request& r, int sm, int num_sms, fmha_plan_t* plan) {
+    const int row = select(r, sm);
+    if (row < 0) return fail(FMHA_ERROR_NOT_SUPPORTED, no_kernel(r, sm));
+    const KernelMeta& k = kKernels[row];
+    Params p = params;
+    p.num_sms = num_sms;
+    size_t family = k.workspace != nullptr ? k.workspace(p) : 0;
+    *plan = fmha_plan_t{};
+    const std::string tile = tile_that_runs(k, p);
+    std::snprintf(plan->kernel, sizeof(plan->kernel), "%s", tile.c_str());
+    plan->workspace_bytes = family_offset(params.b) + align_up(family);
+    plan->sm = sm;
+    plan->num_sms = num_sms;
+    plan->index = row;
+    return FMHA_SUCCESS;
+}
+
+}  // namespace
+}  // namespace api
+}  // namespace fmha
+
+using namespace fmha;
+
+extern "C" {
+
+int fmha_version(void) { return FMHA_API_VERSION; }
+
+const char* fmha_last_error(void) { return api::t_error.c_str(); }
+
+void fmha_problem_init(fmha_problem_t* problem) {
+    if (problem == nullptr) return;
+    std::memset(problem, 0, sizeof(*problem));
+    problem->struct_size = sizeof(*problem);
+    problem->dtype = FMHA_DTYPE_FP16;
+    problem->acc = FMHA_DTYPE_FP32;
+    problem->mask = FMHA_MASK_NONE;
+}
+
+fmha_status_t fmha_plan(const fmha_problem_t* problem, int sm, int num_sms, fmha_plan_t* plan) {
+    api::t_error.clear();
+    if (plan == nullptr) return api::fail(FMHA_ERROR_INVALID_VALUE, "plan is NULL");
+    Params p;
+    api::Request r;
+    api::Lengths len;
+    fmha_status_t s = api::check(problem, p, r, len);
+    if (s == FMHA_SUCCESS) s = api::device_of(&sm, &num_sms);
+    if (s == FMHA_SUCCESS) s = api::plan_checked(p, r, sm, num_sms, plan);
+    return s;
+}
+
+fmha_status_t fmha_forward(const fmha_problem_t* problem, const fmha_plan_t* plan, void* workspace,
+                           size_t workspace_bytes, cudaStream_t stream) {
+    api::t_error.clear();
+    Params p;
+    api::Request r;
+    api::Lengths len;
+    fmha_status_t s = api::check(problem, p, r, len);
+    if (s != FMHA_SUCCESS) return s;
+    fmha_plan_t here;
+    if (plan == nullptr) {
+        int sm = 0, num_sms = 0;
+        s = api::device_of(&sm, &num_sms);
+        if (s == FMHA_SUCCESS) s = api::plan_checked(p, r, sm, num_sms, &here);
+        if (s != FMHA_SUCCESS) return s;
+        plan = &here;
+    } else if (plan->index < 0 || plan->index >= kNumKernels ||
+               api::mismatch(kKernels[plan->index], r) != 0) {
+        return api::fail(FMHA_ERROR_INVALID_VALUE, "plan does not belong to this problem (call fmha_plan again)");
+    }
+    const KernelMeta& k = kKernels[plan->index];
+    if (workspace == nullptr || workspace_bytes < plan->workspace_bytes ||
+        reinterpret_cast<uintptr_t>(workspace) % api::kAlign != 0)
+        return api::fail(FMHA_ERROR_WORKSPACE, "workspace: " + std::to_string(plan->workspace_bytes) +
+                                                   " bytes, 256-byte aligned, needed; got " +
+                                                   std::to_string(workspace_bytes) + (workspace ? "" : " at NULL"));
+    char* ws = static_cast<char*>(workspace);
+    int* lengths = reinterpret_cast<int*>(ws + api::lengths_offset());
+    p.q_offsets = lengths;
+    p.q_lens = lengths + p.b;
+    p.kv_offsets = lengths + 2 * p.b;
+    p.kv_lens = lengths + 3 * p.b;
+    p.tile_counter = reinterpret_cast<int*>(ws);
+    p.num_sms = plan->num_sms;
+    const size_t family = plan->workspace_bytes - api::family_offset(p.b);
+    if (family > 0) {
+        p.workspace = ws + api::family_offset(p.b);
+        p.workspace_bytes = workspace_bytes - api::family_offset(p.b);
+    }
+    cudaError_t err = api::launch_lengths(len, lengths, stream);
+    if (err != cudaSuccess)
+        return api::fail(FMHA_ERROR_CUDA, std::string("launch of the lengths kernel: ") + cudaGetErrorString(err));
+    err = k.launch(p, stream);
+    if (err == cudaErrorInvalidValue) {
+        cudaGetLastError();
+        return api::fail(FMHA_ERROR_INVALID_VALUE, std::string(k.name) +
+                                                       " refused the problem (alignment, strides or sizes out of its range)");
+    }
+    if (err != cudaSuccess)
+        return api::fail(FMHA_ERROR_CUDA, std::string("launch of ") + k.name + ": " + cudaGetErrorString(err));
+    return FMHA_SUCCESS;
+}
+
+int fmha_num_kernels(void) { return kNumKernels; }
+
+const char* fmha_kernel_name(int i) { return i >= 0 && i < kNumKernels ? kKernels[i].name : nullptr; }
+
+}  // extern "C"

@@ -1,0 +1,235 @@
+"""The Python package (python/fmha) on a GPU: FA3's functions against a float64 reference
+(torch), var-len, KV caches (contiguous and paged), GQA/MQA, windows, softcap, ALiBi, sinks,
+the LSE, torch.compile, CUDA graphs, two streams, and bad input. Needs torch with CUDA and
+lib/libfmha.so (`make`); skips with the reason otherwise."""
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+torch = pytest.importorskip("torch", reason="torch is not installed")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device for torch", allow_module_level=True)
+if not (ROOT / "lib" / "libfmha.so").is_file():
+    pytest.skip("lib/libfmha.so is not built: run `make`", allow_module_level=True)
+sys.path.insert(0, str(ROOT / "python"))
+import fmha  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+DEV = "cuda"
+
+
+def reference(q, k, v, scale=None, causal=False, window=(-1, -1), softcap=0.0, alibi=None, sinks=None,
+              kv_lens=None, chunk=0):
+    """float64 attention over [b, s, h, d] tensors, FA3's conventions (bottom-right aligned
+    masks, a row that sees no key gives zeros); returns out [b, s_q, h, dv] and the LSE
+    [b, h, s_q] (-inf for such rows)."""
+    q, k, v = (t.double() for t in (q, k, v))
+    b, s_q, h, d = q.shape
+    s_k, h_kv = k.shape[1], k.shape[2]
+    scale = scale or 1.0 / math.sqrt(d)
+    k = k.repeat_interleave(h // h_kv, dim=2)
+    v = v.repeat_interleave(h // h_kv, dim=2)
+    s = torch.einsum("bihd,bjhd->bhij", q, k) * scale
+    if softcap > 0:
+        s = softcap * torch.tanh(s / softcap)
+    lens = kv_lens.tolist() if kv_lens is not None else [s_k] * b
+    out = torch.zeros(b, s_q, h, v.shape[-1], dtype=torch.float64, device=q.device)
+    lse = torch.full((b, h, s_q), -math.inf, dtype=torch.float64, device=q.device)
+    for i in range(b):
+        n = lens[i]
+        p = torch.arange(s_q, device=q.device)[:, None] + (n - s_q)
+        j = torch.arange(n, device=q.device)[None, :]
+        left, right = window
+        if causal:
+            right = 0
+        ok = torch.ones(s_q, n, dtype=torch.bool, device=q.device)
+        if right >= 0:
+            ok &= j <= p + right
+        if left >= 0:
+            ok &= j >= p - left
+        if chunk:
+            ok &= (j <= p) & (j // chunk == p // chunk)
+        si = s[i, :, :, :n].clone()
+        if alibi is not None:
+            si = si - alibi.double()[:, None, None] * (p - j).abs()[None]
+        si = si.masked_fill(~ok[None], -math.inf)
+        m = si.amax(-1, keepdim=True)
+        if sinks is not None:
+            m = torch.maximum(m, sinks.double()[:, None, None])
+        m = torch.where(torch.isinf(m), 0.0, m)
+        e = torch.exp(si - m)
+        denom = e.sum(-1, keepdim=True)
+        if sinks is not None:
+            denom = denom + torch.exp(sinks.double()[:, None, None] - m)
+        out[i] = torch.einsum("hij,jhd->ihd", torch.where(denom > 0, e / denom, 0.0), v[i, :n])
+        lse[i] = torch.where(denom[..., 0] > 0, torch.log(denom[..., 0]) + m[..., 0], -math.inf)
+    return out, lse
+
+
+def close(got, want, dtype, what="out"):
+    tol = 2e-2 if dtype == torch.bfloat16 else 4e-3
+    err = (got.double() - want).abs().max().item()
+    assert err <= tol, f"{what}: max error {err} > {tol}"
+
+
+def rand(*shape, dtype=torch.bfloat16):
+    return torch.randn(*shape, device=DEV, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_attn_func(dtype, d, causal):
+    torch.manual_seed(d)
+    q, k, v = rand(2, 77, 8, d, dtype=dtype), rand(2, 77, 8, d, dtype=dtype), rand(2, 77, 8, d, dtype=dtype)
+    out, lse = fmha.flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
+    want, want_lse = reference(q, k, v, causal=causal)
+    assert out.shape == q.shape and out.dtype == dtype and lse.shape == (2, 8, 77) and lse.dtype == torch.float32
+    close(out, want, dtype)
+    close(lse, want_lse, torch.float32, "lse")
+
+
+@pytest.mark.parametrize("s_q, s_k", [(1, 1), (7, 1000), (1000, 1000), (33, 4097)])
+@pytest.mark.parametrize("h, h_kv", [(8, 8), (8, 2), (8, 1)])
+def test_lengths_and_heads(s_q, s_k, h, h_kv):
+    torch.manual_seed(s_q + s_k)
+    q, k, v = rand(2, s_q, h, 128), rand(2, s_k, h_kv, 128), rand(2, s_k, h_kv, 128)
+    for causal in (False, True):
+        out = fmha.flash_attn_func(q, k, v, causal=causal)
+        close(out, reference(q, k, v, causal=causal)[0], q.dtype)
+
+
+@pytest.mark.parametrize("window", [(16, 0), (16, 16), (100, 0)])
+def test_windows(window):
+    q, k, v = rand(2, 300, 4, 64), rand(2, 300, 4, 64), rand(2, 300, 4, 64)
+    out = fmha.flash_attn_func(q, k, v, window_size=window)
+    close(out, reference(q, k, v, window=window)[0], q.dtype)
+
+
+def test_chunked_softcap_alibi_sinks():
+    torch.manual_seed(3)
+    q, k, v = rand(2, 200, 8, 128), rand(2, 200, 8, 128), rand(2, 200, 8, 128)
+    close(fmha.flash_attn_func(q, k, v, causal=True, attention_chunk=64),
+          reference(q, k, v, causal=True, chunk=64)[0], q.dtype)
+    close(fmha.flash_attn_func(q, k, v, causal=True, softcap=30.0), reference(q, k, v, causal=True, softcap=30.0)[0],
+          q.dtype)
+    slopes = torch.rand(8, device=DEV, dtype=torch.float32)
+    close(fmha.flash_attn_func(q, k, v, causal=True, alibi_slopes=slopes),
+          reference(q, k, v, causal=True, alibi=slopes)[0], q.dtype)
+    sinks = torch.randn(8, device=DEV, dtype=torch.float32)
+    close(fmha.flash_attn_func(q, k, v, causal=True, sinks=sinks), reference(q, k, v, causal=True, sinks=sinks)[0],
+          q.dtype)
+
+
+def test_varlen():
+    torch.manual_seed(5)
+    lens_q, lens_k = [1, 77, 1000, 7], [5, 77, 1000, 300]
+    cu_q = torch.tensor([0] + list(torch.tensor(lens_q).cumsum(0)), dtype=torch.int32, device=DEV)
+    cu_k = torch.tensor([0] + list(torch.tensor(lens_k).cumsum(0)), dtype=torch.int32, device=DEV)
+    q, k, v = rand(sum(lens_q), 8, 128), rand(sum(lens_k), 2, 128), rand(sum(lens_k), 2, 128)
+    for causal in (False, True):
+        out, lse = fmha.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal,
+                                               return_attn_probs=True)
+        assert lse.shape == (8, sum(lens_q))
+        for i in range(4):
+            sq, sk = slice(cu_q[i], cu_q[i + 1]), slice(cu_k[i], cu_k[i + 1])
+            want, want_lse = reference(q[None, sq], k[None, sk], v[None, sk], causal=causal)
+            close(out[sq], want[0], q.dtype)
+            close(lse[:, sq], want_lse[0], torch.float32, "lse")
+
+
+@pytest.mark.parametrize("paged", [False, True])
+@pytest.mark.parametrize("s_q", [1, 4])
+def test_kvcache(paged, s_q):
+    torch.manual_seed(11 + s_q)
+    b, h, h_kv, d, cap = 3, 32, 8, 128, 1024
+    lens = torch.tensor([1, 500, 1024], dtype=torch.int32, device=DEV)
+    k_full, v_full = rand(b, cap, h_kv, d), rand(b, cap, h_kv, d)
+    q = rand(b, s_q, h, d)
+    if paged:
+        block = 64
+        perm = torch.randperm(b * cap // block, device=DEV)
+        table = perm.view(b, cap // block).to(torch.int32)
+        k_pool = torch.empty(b * cap // block, block, h_kv, d, device=DEV, dtype=q.dtype)
+        v_pool = torch.empty_like(k_pool)
+        k_pool[table.flatten().long()] = k_full.view(-1, block, h_kv, d)
+        v_pool[table.flatten().long()] = v_full.view(-1, block, h_kv, d)
+        out = fmha.flash_attn_with_kvcache(q, k_pool, v_pool, cache_seqlens=lens, page_table=table, causal=True)
+    else:
+        out = fmha.flash_attn_with_kvcache(q, k_full, v_full, cache_seqlens=lens, causal=True)
+    want, _ = reference(q, k_full, v_full, causal=True, kv_lens=lens)
+    # Rows of a sequence shorter than s_q see no key: zeros on both sides.
+    close(out, want, q.dtype)
+
+
+def test_combine():
+    torch.manual_seed(13)
+    q, k, v = rand(2, 64, 4, 64), rand(2, 512, 4, 64), rand(2, 512, 4, 64)
+    parts = [fmha.flash_attn_func(q, k[:, i:i + 128], v[:, i:i + 128], return_attn_probs=True)
+             for i in range(0, 512, 128)]
+    out_partial = torch.stack([o.float() for o, _ in parts])
+    lse_partial = torch.stack([l.transpose(1, 2) for _, l in parts])
+    out, lse = fmha.flash_attn_combine(out_partial, lse_partial, out_dtype=torch.bfloat16)
+    want, want_lse = reference(q, k, v)
+    close(out, want, torch.bfloat16)
+    close(lse, want_lse.transpose(1, 2), torch.float32, "lse")
+
+
+def test_torch_compile_fullgraph():
+    q, k, v = rand(2, 256, 8, 128), rand(2, 256, 8, 128), rand(2, 256, 8, 128)
+    f = torch.compile(lambda q, k, v: fmha.flash_attn_func(q, k, v, causal=True) * 2, fullgraph=True)
+    close(f(q, k, v) / 2, reference(q, k, v, causal=True)[0], q.dtype)
+
+
+def test_cuda_graph_replays_with_fresh_inputs():
+    q, k, v = rand(2, 256, 8, 128), rand(2, 256, 8, 128), rand(2, 256, 8, 128)
+    fmha.flash_attn_func(q, k, v, causal=True)  # warm-up outside capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fmha.flash_attn_func(q, k, v, causal=True)
+    for seed in range(3):
+        torch.manual_seed(100 + seed)
+        for t in (q, k, v):
+            t.copy_(torch.randn_like(t))
+        graph.replay()
+        torch.cuda.synchronize()
+        close(out, reference(q, k, v, causal=True)[0], q.dtype)
+
+
+def test_two_streams_at_once():
+    inputs = [tuple(rand(4, 1024, 8, 128) for _ in range(3)) for _ in range(2)]
+    streams = [torch.cuda.Stream() for _ in range(2)]
+    outs = []
+    torch.cuda.synchronize()
+    for (q, k, v), stream in zip(inputs, streams):
+        with torch.cuda.stream(stream):
+            outs.append(fmha.flash_attn_func(q, k, v, causal=True))
+    torch.cuda.synchronize()
+    for (q, k, v), out in zip(inputs, outs):
+        close(out, reference(q, k, v, causal=True)[0], q.dtype)
+
+
+def test_bad_input_raises_with_the_reason():
+    q = rand(2, 64, 4, 64)
+    with pytest.raises(ValueError, match="is on cpu"):
+        fmha.flash_attn_func(q.cpu(), q, q)
+    with pytest.raises(TypeError, match="fp16 and bf16"):
+        fmha.flash_attn_func(q.float(), q.float(), q.float())
+    with pytest.raises(TypeError, match="share a dtype"):
+        fmha.flash_attn_func(q, q.half(), q)
+    with pytest.raises(ValueError, match="last dimension must be contiguous"):
+        fmha.flash_attn_func(q.transpose(1, 3), q, q)
+    with pytest.raises(ValueError, match="query heads"):
+        fmha.flash_attn_func(rand(2, 64, 6, 64), rand(2, 64, 4, 64), rand(2, 64, 4, 64))
+    with pytest.raises(NotImplementedError, match="no kernel of this build serves"):
+        fmha.flash_attn_func(rand(2, 64, 4, 264), rand(2, 64, 4, 264), rand(2, 64, 4, 264))
+    with pytest.raises(NotImplementedError, match="qv"):
+        fmha.flash_attn_func(q, q, q, qv=q)
+    with pytest.raises(NotImplementedError, match="window_size"):
+        fmha.flash_attn_func(q, q, q, window_size=(4, 2))
+    with pytest.raises(NotImplementedError, match="k is not supported"):
+        fmha.flash_attn_with_kvcache(q, q, q, k=q, v=q)

@@ -1,0 +1,190 @@
+"""The C API (include/fmha.h) through lib/libfmha.so, loaded with ctypes on a machine with no
+GPU: the version, the registry, and bad problems answered with the right status and a
+one-line reason. Builds the library from one small kernel (nvcc)."""
+
+import ctypes
+import re
+
+import pytest
+
+from tests.test_build import DRIVER, ROOT, SMALL_FILTER, copy_tree, run, setup
+
+HEADER = ROOT / "include" / "fmha.h"
+KERNEL = "fmha_v2_flash_fp16_d64_128x64_w4x1_sm80"
+
+
+def _load_lib_module():
+    """python/fmha/_lib.py without the package (whose __init__ needs torch): its structs are
+    the ones under test, the package's one copy of include/fmha.h."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("fmha_lib", ROOT / "python" / "fmha" / "_lib.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+capi = _load_lib_module()
+Tensor, Problem, Plan = capi.Tensor, capi.Problem, capi.Plan
+SUCCESS, INVALID, NOT_SUPPORTED, WORKSPACE, CUDA = range(5)
+FP16, BF16, FP32, E4M3 = range(4)
+NONE, CAUSAL, SLIDING, BIDIRECTIONAL, CHUNKED, CUSTOM = range(6)
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    """lib/libfmha.so built from one fp16 d = 64 flash kernel for sm_80, loaded."""
+    import shutil
+    if shutil.which("nvcc") is None or shutil.which("make") is None:
+        pytest.skip("nvcc or make not found")
+    if not (ROOT / DRIVER).is_file():
+        pytest.skip(f"{DRIVER} does not exist")
+    tree = copy_tree(tmp_path_factory.mktemp("capi"))
+    setup(tree, TORCH_CUDA_ARCH_LIST="8.0", FMHA_FILTER=SMALL_FILTER)
+    result = run(["make", "-j2", "lib"], tree)
+    if result.returncode != 0:
+        pytest.fail(f"make lib failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}", pytrace=False)
+    return capi.load(tree / "lib" / "libfmha.so")
+
+
+def problem(lib, **fields) -> Problem:
+    """A valid fixed-length fp16 d = 64 problem with fp16 accumulation (the one kernel's):
+    [b=2, s=128, h=4, d=64] tensors (fake device addresses; nothing here dereferences them)."""
+    p = Problem()
+    lib.fmha_problem_init(ctypes.byref(p))
+    p.acc = FP16
+    p.dtype, p.b, p.h, p.h_kv, p.d, p.dv, p.max_s_q, p.max_s_kv = FP16, 2, 4, 4, 64, 64, 128, 128
+    for i, name in enumerate("qkvo"):
+        setattr(p, name, Tensor(0x10000000 * (i + 1), 128 * 4 * 64, 4 * 64, 64))
+    for key, value in fields.items():
+        setattr(p, key, value)
+    return p
+
+
+def plan(lib, p: Problem, sm=80, num_sms=108):
+    out = Plan()
+    status = lib.fmha_plan(ctypes.byref(p), sm, num_sms, ctypes.byref(out))
+    return status, lib.fmha_last_error().decode(), out
+
+
+@pytest.mark.build
+def test_struct_matches_the_header(lib):
+    # The size fmha_problem_init writes is the C compiler's sizeof(fmha_problem_t).
+    p = Problem()
+    lib.fmha_problem_init(ctypes.byref(p))
+    assert p.struct_size == ctypes.sizeof(Problem)
+    assert p.acc == FP32 and p.dtype == FP16 and p.mask == NONE
+    assert plan(lib, problem(lib, acc=FP32))[1].endswith(f"closest {KERNEL}: acc fp16)")
+    fields = re.findall(r"^\s+(?:const\s+)?[\w ]+?\**\s*(\w+(?:, \w+)*)(?:\[\d+\])?;", HEADER.read_text(), re.M)
+    header_fields = [f for group in fields for f in group.split(", ")]
+    start = header_fields.index("struct_size")
+    ours = [name for name, _ in Problem._fields_]
+    assert header_fields[start:start + len(ours)] == ours
+
+
+@pytest.mark.build
+def test_version_and_registry(lib):
+    text = HEADER.read_text()
+    assert lib.fmha_version() == int(re.search(r"#define FMHA_API_VERSION (\d+)", text).group(1))
+    assert lib.fmha_num_kernels() == 1
+    assert lib.fmha_kernel_name(0).decode() == KERNEL
+    assert lib.fmha_kernel_name(1) is None and lib.fmha_kernel_name(-1) is None
+
+
+@pytest.mark.build
+def test_plan_picks_the_kernel_without_a_gpu(lib):
+    status, error, out = plan(lib, problem(lib))
+    assert (status, error) == (SUCCESS, "")
+    assert out.kernel.decode() == KERNEL and out.sm == 80 and out.num_sms == 108
+    # 256 bytes of tile counter, then 4 * b ints of lengths rounded to 256; flash needs no more.
+    assert out.workspace_bytes == 512
+
+
+@pytest.mark.build
+@pytest.mark.parametrize("fields, status, reason", [
+    ({"struct_size": 8}, INVALID, "struct_size = 8"),
+    ({"dtype": E4M3}, NOT_SUPPORTED, "no fp8 kernel yet"),
+    ({"dtype": 7}, INVALID, "dtype must be"),
+    ({"b": 0}, INVALID, "b = 0: must be in [1, 65535]"),
+    ({"h_kv": 3}, INVALID, "h_kv = 3: must divide h = 4"),
+    ({"d": 60}, INVALID, "multiples of 8"),
+    ({"max_s_q": 0}, INVALID, "max_s_q = 0"),
+    ({"q": Tensor(0, 128 * 256, 256, 64)}, INVALID, "q.data is NULL"),
+    ({"k": Tensor(0x10000004, 128 * 256, 256, 64)}, INVALID, "k.data is not 16-byte aligned"),
+    ({"v": Tensor(0x30000000, 128 * 256, 100, 64)}, INVALID, "v: token_stride 100"),
+    ({"o": Tensor(0x40000000, 64 * 256, 256, 64)}, INVALID, "q and o: batch_stride"),
+    ({"cu_seqlens_q": 0x50000000}, INVALID, "q_tokens: the token count"),
+    ({"mask": SLIDING}, INVALID, "window = 0: a window mask needs window >= 1"),
+    ({"mask": CHUNKED, "chunk": 48}, INVALID, "chunk = 48: a power of two"),
+    ({"mask": CUSTOM}, INVALID, "custom mask"),
+    ({"mask": 9}, INVALID, "mask = 9"),
+    ({"scale": -1.0}, INVALID, "scale must be > 0"),
+    ({"softcap": 30.0, "alibi_slopes": 0x60000000}, NOT_SUPPORTED, "one at a time"),
+    ({"block_table": 0x70000000, "block_size": 24}, INVALID, "block_size = 24"),
+    ({"d": 128, "dv": 128}, NOT_SUPPORTED, "no kernel of this build serves dtype fp16, d 128"),
+    ({"dtype": BF16}, NOT_SUPPORTED, f"closest {KERNEL}: dtype fp16"),
+])
+def test_bad_problems_get_a_status_and_a_reason(lib, fields, status, reason):
+    got, error, _ = plan(lib, problem(lib, **fields))
+    assert got == status and reason in error, error
+    assert "\n" not in error
+
+
+@pytest.mark.build
+def test_no_image_for_the_device_is_not_supported(lib):
+    status, error, _ = plan(lib, problem(lib), sm=90)
+    assert status == NOT_SUPPORTED and "built for sm_80" in error
+
+
+@pytest.mark.build
+def test_forward_checks_before_the_device(lib):
+    p = problem(lib)
+    status, _, out = plan(lib, p)
+    assert status == SUCCESS
+    # Workspace: NULL, short, misaligned.
+    for ws, n in ((None, 4096), (0x80000000, out.workspace_bytes - 1), (0x80000010, 4096)):
+        assert lib.fmha_forward(ctypes.byref(p), ctypes.byref(out), ws, n, None) == WORKSPACE
+        assert "256-byte aligned" in lib.fmha_last_error().decode()
+    # A plan for another problem.
+    other = problem(lib, mask=CAUSAL)
+    wrong = Plan(b"x", 512, 80, 108, 5)
+    assert lib.fmha_forward(ctypes.byref(other), ctypes.byref(wrong), 0x80000000, 4096, None) == INVALID
+    assert "plan does not belong" in lib.fmha_last_error().decode()
+    # No plan and no device: the CUDA status, with the reason.
+    assert lib.fmha_forward(ctypes.byref(p), None, 0x80000000, 4096, None) == CUDA
+    assert "no current CUDA device" in lib.fmha_last_error().decode()
+
+
+@pytest.mark.build
+def test_errors_are_per_thread(lib):
+    import threading
+    assert plan(lib, problem(lib, b=0))[0] == INVALID
+    seen = []
+    worker = threading.Thread(target=lambda: seen.append(lib.fmha_last_error().decode()))
+    worker.start()
+    worker.join()
+    assert seen == [""] and "b = 0" in lib.fmha_last_error().decode()
+    assert plan(lib, problem(lib))[0] == SUCCESS and lib.fmha_last_error().decode() == ""
+
+
+@pytest.mark.build
+def test_package_finds_and_checks_the_library(lib, monkeypatch, tmp_path):
+    path = lib._name
+    monkeypatch.setenv("FMHA_LIBRARY", path)
+    assert str(capi.library_path()) == path
+    # The package's constants are the header's.
+    text = HEADER.read_text()
+    assert capi.API_VERSION == int(re.search(r"#define FMHA_API_VERSION (\d+)", text).group(1))
+    for name, value in (("FMHA_ERROR_NOT_SUPPORTED", capi.NOT_SUPPORTED), ("FMHA_DTYPE_BF16", capi.BF16),
+                        ("FMHA_MASK_CHUNKED", capi.MASK_CHUNKED)):
+        assert int(re.search(rf"{name} = (\d+)", text).group(1)) == value
+    # A status becomes the exception a torch user expects, with the library's reason.
+    assert capi.raise_for(lib, SUCCESS, "x") is None
+    plan(lib, problem(lib, b=0))
+    with pytest.raises(ValueError, match="b = 0"):
+        capi.raise_for(lib, INVALID, "fmha")
+    plan(lib, problem(lib, d=128, dv=128))
+    with pytest.raises(NotImplementedError, match="no kernel of this build"):
+        capi.raise_for(lib, NOT_SUPPORTED, "fmha")
+    monkeypatch.setenv("FMHA_LIBRARY", str(tmp_path / "missing.so"))
+    with pytest.raises(OSError):
+        capi.load()
