@@ -21,8 +21,9 @@ from bench import perf_baseline as perf
 REPO = Path(__file__).resolve().parent
 NO_GPU_REASON = "no CUDA GPU on this machine"
 
-# What the fallback build copies: everything `python3 setup.py && make` reads.
-BUILD_INPUTS = ("setup.py", "generator", "templates", "src", "Makefile", "requirements.txt")
+# What a build reads (`python3 setup.py && make`): the fallback build and tests/test_build.py's
+# trees copy it.
+BUILD_INPUTS = ("setup.py", "generator", "templates", "src", "include", "Makefile", "requirements.txt")
 # One small kernel keeps the fallback build to a few minutes on a 2-core CI machine.
 FALLBACK_FILTER = "*_fp16_d64_*"
 ENV_FLAGS = ("TORCH_CUDA_ARCH_LIST", "ENABLE_HMMA_FP32", "ENABLE_SM89_QMMA", "ENABLE_SM100",

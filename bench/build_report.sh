@@ -48,6 +48,8 @@ report = {
     "wall_s": float(end) - float(start),
     "peak_mem_gib": (int(before) - int(lowest)) / 2**20,
     "exe_mib": os.path.getsize("bin/fmha.exe") / 2**20,
+    # The kernels live in lib/libfmha.so since issue #30 (in bin/fmha.exe before).
+    "lib_mib": os.path.getsize("lib/libfmha.so") / 2**20 if os.path.exists("lib/libfmha.so") else 0.0,
 }
 path = os.path.join(out_dir, f"build_{cores}c.json")
 json.dump(report, open(path, "w"), indent=2, sort_keys=True)

@@ -52,13 +52,13 @@ def build_block(results: Path = ROOT / "bench" / "results") -> str:
     reports = [json.loads(p.read_text()) for p in sorted(results.glob(BUILD_GLOB))]
     reports.sort(key=lambda r: r["cores"])
     lines = [
-        "| machine | cores, memory | command | kernels | wall time | peak memory | bin/fmha.exe |",
+        "| machine | cores, memory | command | kernels | wall time | peak memory | bin/fmha.exe + lib/libfmha.so |",
         "|---|---|---|---|---|---|---|",
     ]
     for r in reports:
         lines.append(
             f"| {r['machine']} | {r['cores']}, {r['mem_gib']:.0f} GiB | `{r['command']}` | {r['kernels']} | "
-            f"{r['wall_s'] / 60:.1f} min | {r['peak_mem_gib']:.1f} GiB | {r['exe_mib']:.0f} MiB |"
+            f"{r['wall_s'] / 60:.1f} min | {r['peak_mem_gib']:.1f} GiB | {r['exe_mib'] + r.get('lib_mib', 0.0):.0f} MiB |"
         )
     return "\n".join(lines)
 

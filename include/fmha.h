@@ -134,8 +134,8 @@ fmha_status_t fmha_plan(const fmha_problem_t* problem, int sm, int num_sms, fmha
 
 /* Runs the attention on stream. plan: from fmha_plan for this problem, or NULL to plan here.
  * workspace: >= plan.workspace_bytes bytes of device memory, 256-byte aligned, zero-filled
- * before its first use; every call leaves it zero-filled again (calls on one stream, or one
- * workspace per stream). */
+ * before its first use; every call leaves the parts that must start at zero (counters) at zero,
+ * so later calls on the same stream may reuse it (one workspace per stream). */
 fmha_status_t fmha_forward(const fmha_problem_t* problem, const fmha_plan_t* plan, void* workspace,
                            size_t workspace_bytes, cudaStream_t stream);
 

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from conftest import BUILD_INPUTS
+
 ROOT = Path(__file__).resolve().parent.parent
-BUILD_INPUTS = ("setup.py", "generator", "templates", "src", "include", "Makefile", "requirements.txt")
 FLAGS = ("TORCH_CUDA_ARCH_LIST", "ENABLE_HMMA_FP32", "ENABLE_SM89_QMMA", "ENABLE_SM100",
          "ENABLE_SM120", "SCHEDULING_MODE", "USE_CCACHE", "FMHA_FILTER")
 FAMILY_HEADER = "src/fmha/kernel/flash_sm80.h"

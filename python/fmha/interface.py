@@ -78,15 +78,26 @@ def _check_tensor(name: str, t: torch.Tensor, dims: int, dtype=None) -> None:
         raise ValueError(f"fmha: {name}'s last dimension must be contiguous (stride 1)")
 
 
+def _strides(t: torch.Tensor) -> tuple[int, int, int]:
+    """(batch, token, head) strides of a [b, s, h, d] view. A dimension of size 1 has no
+    stride of its own (torch may report any): a lone token steps like a whole sequence, and a
+    lone sequence is s tokens long."""
+    b, s = t.shape[0], t.shape[1]
+    token = t.stride(1) if s > 1 else (t.stride(0) if b > 1 else t.stride(2) * t.shape[2])
+    batch = t.stride(0) if b > 1 else token * s
+    return batch, token, t.stride(2)
+
+
 def _tensor(t: torch.Tensor, batch: bool) -> _lib.Tensor:
     if batch:  # [b, s, h, d]
-        return _lib.Tensor(t.data_ptr(), t.stride(0), t.stride(1), t.stride(2))
+        return _lib.Tensor(t.data_ptr(), *_strides(t))
     return _lib.Tensor(t.data_ptr(), 0, t.stride(0), t.stride(1))  # [tokens, h, d]
 
 
 def _steps(t: torch.Tensor) -> Optional[int]:
     """Tokens from one sequence to the next of a [b, s, h, d] view, None when not whole."""
-    return t.stride(0) // t.stride(1) if t.stride(1) > 0 and t.stride(0) % t.stride(1) == 0 else None
+    batch, token, _ = _strides(t)
+    return batch // token if token > 0 and batch % token == 0 else None
 
 
 def _batch_views(q, k, v):
@@ -103,8 +114,24 @@ def _ptr(t: Optional[torch.Tensor]) -> Optional[int]:
     return t.data_ptr() if t is not None else None
 
 
-@torch.library.custom_op("fmha::fwd", mutates_args=(), device_types="cuda")
-def _fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Optional[torch.Tensor],
+_workspaces: dict[tuple[int, int], torch.Tensor] = {}
+
+
+def _workspace(device: torch.device, stream: torch.cuda.Stream, nbytes: int) -> torch.Tensor:
+    """Zero-filled scratch for the library. The parts that must start at zero (tile counter,
+    split counters) are left at zero by every call, so a stream keeps one and calls on it
+    reuse it; a capture takes its own (recorded with its zeroing into the graph)."""
+    if torch.cuda.is_current_stream_capturing():
+        return torch.zeros(max(nbytes, 1), dtype=torch.uint8, device=device)
+    key = (device.index, stream.cuda_stream)
+    ws = _workspaces.get(key)
+    if ws is None or ws.numel() < nbytes:
+        ws = torch.zeros(max(nbytes, 4096), dtype=torch.uint8, device=device)
+        _workspaces[key] = ws
+    return ws
+
+
+def _fwd_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Optional[torch.Tensor],
          cu_seqlens_k: Optional[torch.Tensor], seqused_k: Optional[torch.Tensor], page_table: Optional[torch.Tensor],
          max_seqlen_q: int, max_seqlen_k: int, scale: float, mask: int, window: int, chunk: int, softcap: float,
          alibi_slopes: Optional[torch.Tensor], sinks: Optional[torch.Tensor],
@@ -158,10 +185,22 @@ def _fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Option
             p.acc = _lib.FP32
             status = so.fmha_plan(p, sm, num_sms, plan)
     _lib.raise_for(so, status, "fmha")
-    workspace = torch.zeros(max(plan.workspace_bytes, 1), dtype=torch.uint8, device=q.device)
-    stream = torch.cuda.current_stream(q.device).cuda_stream
-    _lib.raise_for(so, so.fmha_forward(p, plan, workspace.data_ptr(), plan.workspace_bytes, stream), "fmha")
+    stream = torch.cuda.current_stream(q.device)
+    workspace = _workspace(q.device, stream, plan.workspace_bytes)
+    status = so.fmha_forward(p, plan, workspace.data_ptr(), workspace.numel(), stream.cuda_stream)
+    _lib.raise_for(so, status, "fmha")
     return out, lse
+
+
+_fwd = torch.library.custom_op("fmha::fwd", _fwd_impl, mutates_args=(), device_types="cuda")
+
+
+def _call(*args):
+    """The op under torch.compile (which needs its fake implementation); in eager mode its
+    body directly, without the dispatcher's ~30 µs (bench/NOTES.md §41)."""
+    if torch.compiler.is_compiling():
+        return torch.ops.fmha.fwd(*args)
+    return _fwd_impl(*args)
 
 
 @_fwd.register_fake
@@ -211,7 +250,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
     scale = _common(q, k, v, softmax_scale, softcap, alibi_slopes, sinks)
     mask, window, chunk = _mask(causal, window_size, attention_chunk)
     q, k, v = _batch_views(q, k, v)
-    out, lse = torch.ops.fmha.fwd(q, k, v, None, None, None, None, q.shape[1], k.shape[1], scale, mask, window,
+    out, lse = _call(q, k, v, None, None, None, None, q.shape[1], k.shape[1], scale, mask, window,
                                   chunk, float(softcap), alibi_slopes, sinks, bool(return_attn_probs))
     return (out, lse) if return_attn_probs else out
 
@@ -244,7 +283,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         raise ValueError(f"fmha: k has {k.shape[0]} tokens, v {v.shape[0]}")
     scale = _common(q, k, v, softmax_scale, softcap, alibi_slopes, sinks)
     mask, window, chunk = _mask(causal, window_size, attention_chunk)
-    out, lse = torch.ops.fmha.fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, None, int(max_seqlen_q),
+    out, lse = _call(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, None, int(max_seqlen_q),
                                   int(max_seqlen_k), scale, mask, window, chunk, float(softcap), alibi_slopes, sinks,
                                   bool(return_attn_probs))
     if return_attn_probs:
@@ -298,7 +337,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         q, k_cache, v_cache = _batch_views(q, k_cache, v_cache)
     elif q.shape[0] > 1 and _steps(q) != q.shape[1]:
         q = q.contiguous()
-    out, lse = torch.ops.fmha.fwd(q, k_cache, v_cache, None, None, cache_seqlens, page_table, q.shape[1],
+    out, lse = _call(q, k_cache, v_cache, None, None, cache_seqlens, page_table, q.shape[1],
                                   max_seqlen_k, scale, mask, window, chunk, float(softcap), alibi_slopes, sinks,
                                   bool(return_softmax_lse))
     return (out, lse) if return_softmax_lse else out
