@@ -525,3 +525,20 @@ def test_ours_repeats_flag_defaults_to_three_and_is_named_in_the_results_header(
     _, args = run.parse_args(["--measure-ms", "500"])
     assert "(about 500 ms each)" in run.run_context(FakeTorch, args)["sdpa"]
     assert "would pass 500 ms" in run.run_context(FakeTorch, args)["ours"]
+
+
+def test_package_bench_problems():
+    """bench/package_bench.py's suites: the FA3 grid (36), decode (9), tiny KV (2), with the
+    FLOP counts of FA3's convention (causal halves)."""
+    pytest.importorskip("torch", reason="bench/package_bench.py needs torch")
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parent.parent / "bench" / "package_bench.py"
+    spec = importlib.util.spec_from_file_location("package_bench", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rows = list(module.problems(["fa3", "decode", "tiny"]))
+    assert [sum(r[0] == s for r in rows) for s in ("fa3", "decode", "tiny")] == [36, 9, 2]
+    flops = {r[1]: r[2] for r in rows}
+    assert flops["b=1 h=16 s=16384 d=128"] == 4 * 16 * 16384**2 * 128
+    assert flops["b=1 h=16 s=16384 d=128 causal"] == 2 * 16 * 16384**2 * 128

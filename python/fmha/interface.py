@@ -114,16 +114,15 @@ def _ptr(t: Optional[torch.Tensor]) -> Optional[int]:
     return t.data_ptr() if t is not None else None
 
 
-_workspaces: dict[tuple[int, int], torch.Tensor] = {}
+_workspaces: dict[tuple[bool, int, int], torch.Tensor] = {}
 
 
 def _workspace(device: torch.device, stream: torch.cuda.Stream, nbytes: int) -> torch.Tensor:
     """Zero-filled scratch for the library. The parts that must start at zero (tile counter,
-    split counters) are left at zero by every call, so a stream keeps one and calls on it
-    reuse it; a capture takes its own (recorded with its zeroing into the graph)."""
-    if torch.cuda.is_current_stream_capturing():
-        return torch.zeros(max(nbytes, 1), dtype=torch.uint8, device=device)
-    key = (device.index, stream.cuda_stream)
+    split counters) are left at zero by every call, so a stream keeps one and its calls reuse
+    it. One made during a graph capture is zeroed by the graph (a memset node) and serves only
+    captures: eager calls never see it before a replay has zeroed it."""
+    key = (torch.cuda.is_current_stream_capturing(), device.index, stream.cuda_stream)
     ws = _workspaces.get(key)
     if ws is None or ws.numel() < nbytes:
         ws = torch.zeros(max(nbytes, 4096), dtype=torch.uint8, device=device)
@@ -134,8 +133,8 @@ def _workspace(device: torch.device, stream: torch.cuda.Stream, nbytes: int) -> 
 def _fwd_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Optional[torch.Tensor],
          cu_seqlens_k: Optional[torch.Tensor], seqused_k: Optional[torch.Tensor], page_table: Optional[torch.Tensor],
          max_seqlen_q: int, max_seqlen_k: int, scale: float, mask: int, window: int, chunk: int, softcap: float,
-         alibi_slopes: Optional[torch.Tensor], sinks: Optional[torch.Tensor],
-         want_lse: bool) -> tuple[torch.Tensor, torch.Tensor]:
+         alibi_slopes: Optional[torch.Tensor], sinks: Optional[torch.Tensor], bias: Optional[torch.Tensor],
+         mask_bits: Optional[torch.Tensor], want_lse: bool) -> tuple[torch.Tensor, torch.Tensor]:
     so = _library()
     varlen = cu_seqlens_q is not None
     paged = page_table is not None
@@ -172,6 +171,14 @@ def _fwd_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: O
     p.mask, p.window, p.chunk = mask, window, chunk
     p.scale, p.softcap = scale, softcap
     p.alibi_slopes, p.sinks = _ptr(alibi_slopes), _ptr(sinks)
+    if bias is not None:  # [b or 1, h or 1, s_q, s_k]; a dimension of size 1 broadcasts
+        p.bias = bias.data_ptr()
+        p.bias_batch_stride = bias.stride(0) if bias.shape[0] > 1 else 0
+        p.bias_head_stride = bias.stride(1) if bias.shape[1] > 1 else 0
+        p.bias_row_stride = bias.stride(2)
+    if mask_bits is not None:  # [b, s_q, words] int32: bit j % 32 of word j / 32, key j visible
+        p.custom_mask = mask_bits.data_ptr()
+        p.custom_mask_row_words = mask_bits.shape[2]
     p.lse = lse.data_ptr() if want_lse else None
 
     sm, num_sms = _device(q)
@@ -205,7 +212,7 @@ def _call(*args):
 
 @_fwd.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, max_seqlen_q, max_seqlen_k, scale, mask,
-      window, chunk, softcap, alibi_slopes, sinks, want_lse):
+      window, chunk, softcap, alibi_slopes, sinks, bias, mask_bits, want_lse):
     b = cu_seqlens_q.shape[0] - 1 if cu_seqlens_q is not None else q.shape[0]
     out = q.new_empty(q.shape[:-1] + (v.shape[-1],))
     lse = q.new_empty((b, q.shape[-2], max_seqlen_q) if want_lse else (0,), dtype=torch.float32)
@@ -238,10 +245,12 @@ def _common(q, k, v, softmax_scale, softcap, alibi_slopes, sinks):
 def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descale=None, k_descale=None,
                     v_descale=None, window_size=(-1, -1), attention_chunk=0, softcap=0.0, num_splits=1,
                     pack_gqa=None, deterministic=False, sm_margin=0, return_attn_probs=False, *,
-                    alibi_slopes=None, sinks=None):
+                    alibi_slopes=None, sinks=None, attn_bias=None, attn_mask=None):
     """Attention over [batch, seqlen, heads, headdim] tensors, as FA3's flash_attn_func: returns
     out [b, s_q, h, dv], and softmax_lse [b, h, s_q] (fp32, natural log) with
-    return_attn_probs. Extras: alibi_slopes [h] and sinks [h] (fp32)."""
+    return_attn_probs. Extras: alibi_slopes [h] and sinks [h] (fp32); attn_bias, added to the
+    scaled logits, [b or 1, h or 1, s_q, s_k] in q's dtype; attn_mask, bool [b or 1, s_q, s_k]
+    (True: attend), the same for every head, instead of causal or a window."""
     _unsupported(qv=qv, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
     for name, t in (("q", q), ("k", k), ("v", v)):
         _check_tensor(name, t, 4)
@@ -249,10 +258,37 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
         raise ValueError(f"fmha: batch and key lengths differ: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
     scale = _common(q, k, v, softmax_scale, softcap, alibi_slopes, sinks)
     mask, window, chunk = _mask(causal, window_size, attention_chunk)
+    if attn_bias is not None:
+        _check_tensor("attn_bias", attn_bias, 4, q.dtype)
+        want = (q.shape[0], q.shape[2], q.shape[1], k.shape[1])
+        if any(n not in (1, w) for n, w in zip(attn_bias.shape[:2], want[:2])) or attn_bias.shape[2:] != want[2:]:
+            raise ValueError(f"fmha: attn_bias is {tuple(attn_bias.shape)}, [b or 1, h or 1, s_q, s_k] = {want} needed")
+    bits = None
+    if attn_mask is not None:
+        if mask != _lib.MASK_NONE:
+            raise NotImplementedError("fmha: attn_mask with causal, a window or attention_chunk (fold them into the mask)")
+        bits = _pack_mask(attn_mask, q.shape[0], q.shape[1], k.shape[1])
+        mask = _lib.MASK_CUSTOM
     q, k, v = _batch_views(q, k, v)
     out, lse = _call(q, k, v, None, None, None, None, q.shape[1], k.shape[1], scale, mask, window,
-                                  chunk, float(softcap), alibi_slopes, sinks, bool(return_attn_probs))
+                                  chunk, float(softcap), alibi_slopes, sinks, attn_bias, bits, bool(return_attn_probs))
     return (out, lse) if return_attn_probs else out
+
+
+def _pack_mask(attn_mask: torch.Tensor, b: int, s_q: int, s_k: int) -> torch.Tensor:
+    """bool [b or 1, s_q, s_k] -> the library's bits, int32 [b, s_q, ceil(s_k / 32)], on the device."""
+    if not isinstance(attn_mask, torch.Tensor) or attn_mask.device.type != "cuda":
+        raise ValueError("fmha: attn_mask must be a CUDA tensor")
+    if attn_mask.dtype != torch.bool or attn_mask.dim() != 3 or attn_mask.shape[0] not in (1, b) or \
+            attn_mask.shape[1:] != (s_q, s_k):
+        raise ValueError(f"fmha: attn_mask must be bool [b or 1, s_q, s_k] = [{b}, {s_q}, {s_k}], got "
+                         f"{attn_mask.dtype} {tuple(attn_mask.shape)}")
+    words = (s_k + 31) // 32
+    m = torch.nn.functional.pad(attn_mask.expand(b, s_q, s_k).to(torch.int64), (0, words * 32 - s_k))
+    weights = torch.bitwise_left_shift(torch.ones(32, dtype=torch.int64, device=m.device),
+                                       torch.arange(32, device=m.device))
+    packed = (m.view(b, s_q, words, 32) * weights).sum(-1)
+    return torch.where(packed >= 2**31, packed - 2**32, packed).to(torch.int32).contiguous()
 
 
 def _varlen_lse(lse: torch.Tensor, cu_seqlens_q: torch.Tensor, total_q: int) -> torch.Tensor:
@@ -284,7 +320,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     scale = _common(q, k, v, softmax_scale, softcap, alibi_slopes, sinks)
     mask, window, chunk = _mask(causal, window_size, attention_chunk)
     out, lse = _call(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, None, int(max_seqlen_q),
-                                  int(max_seqlen_k), scale, mask, window, chunk, float(softcap), alibi_slopes, sinks,
+                                  int(max_seqlen_k), scale, mask, window, chunk, float(softcap), alibi_slopes, sinks, None, None,
                                   bool(return_attn_probs))
     if return_attn_probs:
         return out, _varlen_lse(lse, cu_seqlens_q, q.shape[0])
@@ -338,7 +374,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     elif q.shape[0] > 1 and _steps(q) != q.shape[1]:
         q = q.contiguous()
     out, lse = _call(q, k_cache, v_cache, None, None, cache_seqlens, page_table, q.shape[1],
-                                  max_seqlen_k, scale, mask, window, chunk, float(softcap), alibi_slopes, sinks,
+                                  max_seqlen_k, scale, mask, window, chunk, float(softcap), alibi_slopes, sinks, None, None,
                                   bool(return_softmax_lse))
     return (out, lse) if return_softmax_lse else out
 

@@ -233,3 +233,26 @@ def test_bad_input_raises_with_the_reason():
         fmha.flash_attn_func(q, q, q, window_size=(4, 2))
     with pytest.raises(NotImplementedError, match="k is not supported"):
         fmha.flash_attn_with_kvcache(q, q, q, k=q, v=q)
+
+
+def test_bias_and_custom_mask():
+    torch.manual_seed(17)
+    q, k, v = rand(2, 100, 8, 128), rand(2, 300, 8, 128), rand(2, 300, 8, 128)
+    scale = 1.0 / math.sqrt(128)
+    for shape in ((2, 8, 100, 300), (1, 8, 100, 300), (2, 1, 100, 300)):
+        bias = rand(*shape)
+        out = fmha.flash_attn_func(q, k, v, attn_bias=bias)
+        # The bias is added to the scaled logits.
+        s = torch.einsum("bihd,bjhd->bhij", q.double(), k.double()) * scale + bias.double()
+        want = torch.einsum("bhij,bjhd->bihd", torch.softmax(s, -1), v.double())
+        close(out, want, q.dtype)
+    allowed = torch.rand(2, 100, 300, device=DEV) < 0.3
+    allowed[:, :, 0] = True
+    out = fmha.flash_attn_func(q, k, v, attn_mask=allowed)
+    s = torch.einsum("bihd,bjhd->bhij", q.double(), k.double()) * scale
+    s = s.masked_fill(~allowed[:, None], -math.inf)
+    close(out, torch.einsum("bhij,bjhd->bihd", torch.softmax(s, -1), v.double()), q.dtype)
+    with pytest.raises(NotImplementedError, match="fold them into the mask"):
+        fmha.flash_attn_func(q, k, v, attn_mask=allowed, causal=True)
+    with pytest.raises(ValueError, match="attn_bias is"):
+        fmha.flash_attn_func(q, k, v, attn_bias=rand(2, 8, 100, 299))
