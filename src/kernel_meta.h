@@ -1,6 +1,7 @@
 // The registry entry of one generated kernel. generated/registry.cpp defines the table
-// (rendered from templates/registry.cpp.j2, one row per KernelSpec); the driver's lookup
-// (src/dispatch.h) and `fmha.exe -list-kernels` read it. Nothing else lists kernels.
+// (rendered from templates/registry.cpp.j2, one row per KernelSpec) inside lib/libfmha.so; the
+// library's lookup (src/api/select.h), the C API and `fmha.exe -list-kernels` read it.
+// Nothing else lists kernels.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,8 +14,9 @@
 namespace fmha {
 
 using LaunchFn = cudaError_t (*)(const Params&, cudaStream_t);
-// Returns the kernel's __global__ entry for a mask, so the host can ask the runtime
-// whether an image exists for the current device (cudaFuncGetAttributes).
+// Returns the kernel's __global__ entry for a mask (nullptr: the family does not implement
+// it). Whether SASS exists for a device is KernelMeta::archs' answer (api::has_image): the
+// library's runtime registered the entries, another runtime in the process cannot ask.
 using EntryFn = const void* (*)(MaskType);
 // Bytes of Params::workspace a launch of this problem uses at most (0: none).
 using WorkspaceFn = size_t (*)(const Params&);

@@ -15,6 +15,7 @@ from typing import Optional, Union
 import torch
 
 from . import _lib
+from ._masks import fa3_mask as _mask
 
 _so = None
 _devices: dict[int, tuple[int, int]] = {}
@@ -41,28 +42,6 @@ def _unsupported(**args) -> None:
     for name, value in args.items():
         if value is not None and value is not False:
             raise NotImplementedError(f"fmha: {name} is not supported")
-
-
-def _mask(causal: bool, window_size, attention_chunk: int) -> tuple[int, int, int]:
-    """FA3's causal / window_size / attention_chunk as (fmha_mask_t, window, chunk)."""
-    left, right = (int(w) for w in window_size)
-    if causal:
-        right = 0
-    if attention_chunk:
-        if not (causal or right == 0) or left >= 0:
-            raise NotImplementedError("fmha: attention_chunk is served with causal=True and no window")
-        if attention_chunk & (attention_chunk - 1):
-            raise NotImplementedError(f"fmha: attention_chunk={attention_chunk} is not a power of two")
-        return _lib.MASK_CHUNKED, 0, attention_chunk
-    if left < 0 and right < 0:
-        return _lib.MASK_NONE, 0, 0
-    if left < 0 and right == 0:
-        return _lib.MASK_CAUSAL, 0, 0
-    if left >= 0 and right == 0:
-        return _lib.MASK_SLIDING, left + 1, 0
-    if left >= 0 and left == right:
-        return _lib.MASK_BIDIRECTIONAL, left + 1, 0
-    raise NotImplementedError(f"fmha: window_size={tuple(window_size)} (only (w, 0), (w, w), causal or none)")
 
 
 def _check_tensor(name: str, t: torch.Tensor, dims: int, dtype=None) -> None:
