@@ -348,9 +348,12 @@ fmha_status_t fmha_forward(const fmha_problem_t* problem, const fmha_plan_t* pla
         return api::fail(FMHA_ERROR_INVALID_VALUE, "plan does not belong to this problem (call fmha_plan again)");
     }
     const KernelMeta& k = kKernels[plan->index];
-    if (workspace == nullptr || workspace_bytes < plan->workspace_bytes ||
-        reinterpret_cast<uintptr_t>(workspace) % api::kAlign != 0)
-        return api::fail(FMHA_ERROR_WORKSPACE, "workspace: " + std::to_string(plan->workspace_bytes) +
+    p.num_sms = plan->num_sms;
+    // What this problem needs (a plan made for another batch size would under-count it).
+    const size_t family = k.workspace != nullptr ? k.workspace(p) : 0;
+    const size_t needed = api::family_offset(p.b) + api::align_up(family);
+    if (workspace == nullptr || workspace_bytes < needed || reinterpret_cast<uintptr_t>(workspace) % api::kAlign != 0)
+        return api::fail(FMHA_ERROR_WORKSPACE, "workspace: " + std::to_string(needed) +
                                                    " bytes, 256-byte aligned, needed; got " +
                                                    std::to_string(workspace_bytes) + (workspace ? "" : " at NULL"));
     char* ws = static_cast<char*>(workspace);
@@ -360,8 +363,6 @@ fmha_status_t fmha_forward(const fmha_problem_t* problem, const fmha_plan_t* pla
     p.kv_offsets = lengths + 2 * p.b;
     p.kv_lens = lengths + 3 * p.b;
     p.tile_counter = reinterpret_cast<int*>(ws);
-    p.num_sms = plan->num_sms;
-    const size_t family = plan->workspace_bytes - api::family_offset(p.b);
     if (family > 0) {
         p.workspace = ws + api::family_offset(p.b);
         p.workspace_bytes = workspace_bytes - api::family_offset(p.b);
