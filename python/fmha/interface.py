@@ -183,9 +183,16 @@ _fwd = torch.library.custom_op("fmha::fwd", _fwd_impl, mutates_args=(), device_t
 
 def _call(*args):
     """The op under torch.compile (which needs its fake implementation); in eager mode its
-    body directly, without the dispatcher's ~30 µs (bench/NOTES.md §41)."""
+    body directly, without the dispatcher's ~30 µs (bench/NOTES.md §41), on the inputs' device."""
     if torch.compiler.is_compiling():
         return torch.ops.fmha.fwd(*args)
+    q, k, v = args[:3]
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        raise NotImplementedError("fmha: forward only, no backward pass yet; call it under torch.no_grad() "
+                                  "or torch.inference_mode()")
+    if q.device.index is not None and q.device.index != torch.cuda.current_device():
+        with torch.cuda.device(q.device):
+            return _fwd_impl(*args)
     return _fwd_impl(*args)
 
 

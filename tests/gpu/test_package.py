@@ -233,6 +233,10 @@ def test_bad_input_raises_with_the_reason():
         fmha.flash_attn_func(q, q, q, window_size=(4, 2))
     with pytest.raises(NotImplementedError, match="k is not supported"):
         fmha.flash_attn_with_kvcache(q, q, q, k=q, v=q)
+    with pytest.raises(NotImplementedError, match="no backward pass"):  # never a silent missing grad
+        fmha.flash_attn_func(q.clone().requires_grad_(), q, q)
+    with torch.no_grad():
+        fmha.flash_attn_func(q.clone().requires_grad_(), q, q)
 
 
 def test_bias_and_custom_mask():
