@@ -40,8 +40,7 @@ api::Request request_of(const Problem& p) {
 
 // Everything that disqualifies a row without asking the device, in the driver's flags;
 // empty = fits.
-std::string static_mismatch(const KernelMeta& k, const Problem& p) {
-    const api::Request r = request_of(p);
+std::string static_mismatch(const KernelMeta& k, const Problem& p, const api::Request& r) {
     const uint32_t bits = api::mismatch(k, r);
     std::vector<std::string> why;
     auto need = [&](const char* what, const std::string& has, const std::string& wants) {
@@ -93,12 +92,11 @@ std::string problem_text(const Problem& p) {
 
 // No row fits: one line of reason, then the rows that come closest and why each fails.
 [[noreturn]] void fail_no_kernel(const Problem& p, int device_sm) {
+    const api::Request r = request_of(p);
     std::vector<std::pair<int, int>> ranked;  // (score, row)
     for (int i = 0; i < kNumKernels; ++i) {
         const KernelMeta& k = kKernels[i];
-        int score = 4 * (k.dtype == p.dtype) + 4 * (k.d == p.d) + 2 * (k.dv == p.dv) +
-                    (k.acc == p.acc) + ((k.masks & mask_bit(p.mask)) != 0);
-        ranked.push_back({-score, i});
+        ranked.push_back({-(api::closeness(k, r) + (k.acc == p.acc)), i});
     }
     std::stable_sort(ranked.begin(), ranked.end());
 
@@ -111,7 +109,7 @@ std::string problem_text(const Problem& p) {
     if (shown > 0) std::fprintf(stderr, "closest kernels:\n");
     for (int i = 0; i < shown; ++i) {
         const KernelMeta& k = kKernels[ranked[i].second];
-        std::string why = static_mismatch(k, p);
+        std::string why = static_mismatch(k, p, r);
         if (why.empty() && device_sm > 0) why = device_mismatch(k, device_sm);
         if (why.empty() && p.s < k.min_s_kv)
             why = "dispatch takes it for s >= " + std::to_string(k.min_s_kv) + " only (-kernel runs it)";
@@ -160,7 +158,7 @@ const KernelMeta* find_forced_kernel(const Problem& p) {
     for (int i = 0; i < kNumKernels; ++i) {
         const KernelMeta& k = kKernels[i];
         if (p.kernel_name != k.name) continue;
-        const std::string why = static_mismatch(k, p);
+        const std::string why = static_mismatch(k, p, request_of(p));
         if (!why.empty())
             fail_args("-kernel " + p.kernel_name + " does not fit " + problem_text(p) + ": " + why);
         return &k;
@@ -169,8 +167,9 @@ const KernelMeta* find_forced_kernel(const Problem& p) {
 }
 
 void require_static_fit(const Problem& p) {
+    const api::Request r = request_of(p);
     for (int i = 0; i < kNumKernels; ++i)
-        if (static_mismatch(kKernels[i], p).empty()) return;
+        if (api::mismatch(kKernels[i], r) == 0) return;
     fail_no_kernel(p, 0);
 }
 

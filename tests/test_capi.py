@@ -196,18 +196,24 @@ def test_package_finds_and_checks_the_library(lib, monkeypatch, tmp_path):
         capi.load()
 
 
+def build_c_example(lib_dir: Path, out_dir: Path) -> Path:
+    """examples/capi_forward.c compiled as C (nvcc -x c) and linked to lib_dir's libfmha.so."""
+    import subprocess
+    exe = out_dir / "capi_forward"
+    build = subprocess.run(["nvcc", "-x", "c", str(ROOT / "examples" / "capi_forward.c"), f"-I{ROOT / 'include'}",
+                            f"-L{lib_dir}", "-lfmha", "-Xlinker", f"-rpath,{lib_dir}", "-o", str(exe)],
+                           capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    return exe
+
+
 @pytest.mark.build
 def test_c_example_builds_as_c_and_says_why_it_cannot_run(lib, tmp_path):
     """examples/capi_forward.c compiles as C against include/fmha.h and links the library. Here
     (the test library has one fp16 d = 64 kernel) it cannot run its bf16 d = 128 problem: exit 3
     without a GPU, 2 with one, a reason either way. tests/gpu/test_capi_example.py runs it."""
     import subprocess
-    lib_dir = str(Path(lib._name).parent)
-    exe = tmp_path / "capi_forward"
-    build = subprocess.run(["nvcc", "-x", "c", str(ROOT / "examples" / "capi_forward.c"), f"-I{ROOT / 'include'}",
-                            f"-L{lib_dir}", "-lfmha", "-Xlinker", f"-rpath,{lib_dir}", "-o", str(exe)],
-                           capture_output=True, text=True)
-    assert build.returncode == 0, build.stderr
+    exe = build_c_example(Path(lib._name).parent, tmp_path)
     result = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
     assert result.returncode in (2, 3), result
     assert result.stderr.strip() and "\n" not in result.stderr.strip()

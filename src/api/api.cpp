@@ -43,6 +43,24 @@ int64_t token_step(const fmha_tensor_t& t) {
     return t.batch_stride / t.token_stride;
 }
 
+// Fixed-length storage of a tensor pair (q and o, k and v): the same whole number of tokens
+// from one sequence to the next (*step), room for max_s of them; *tokens, when 0, becomes the
+// storage's token count.
+fmha_status_t fixed_storage(const fmha_tensor_t& a, const fmha_tensor_t& b, const char* a_name, const char* b_name,
+                            int batch, int max_s, const char* max_name, int64_t* step, int64_t* tokens) {
+    const int64_t sa = token_step(a), sb = token_step(b);
+    if (sa < 0 || sb != sa)
+        return fail(FMHA_ERROR_INVALID_VALUE, std::string(a_name) + " and " + b_name +
+                                                  ": batch_stride must be the same whole number of tokens (" +
+                                                  std::to_string(sa) + " vs " + std::to_string(sb) + ")");
+    if (batch > 1 && sa < max_s)
+        return fail(FMHA_ERROR_INVALID_VALUE, std::string(a_name) + ".batch_stride holds " + std::to_string(sa) +
+                                                  " tokens, fewer than " + max_name + " = " + std::to_string(max_s));
+    *step = sa;
+    if (*tokens == 0) *tokens = (batch - 1) * sa + max_s;
+    return FMHA_SUCCESS;
+}
+
 // Everything that can be checked without the device; fills params (no workspace yet),
 // the request and the lengths' description.
 fmha_status_t check(const fmha_problem_t* pr, Params& p, Request& r, Lengths& len) {
@@ -92,15 +110,9 @@ fmha_status_t check(const fmha_problem_t* pr, Params& p, Request& r, Lengths& le
     len.paged = paged;
     int64_t q_tokens = pr->q_tokens, kv_tokens = pr->kv_tokens;
     if (pr->cu_seqlens_q == nullptr) {
-        const int64_t sq = token_step(pr->q), so = token_step(pr->o);
-        if (sq < 0 || so != sq)
-            return fail(FMHA_ERROR_INVALID_VALUE, "q and o: batch_stride must be the same whole number of tokens (" +
-                                                      std::to_string(sq) + " vs " + std::to_string(so) + ")");
-        if (pr->b > 1 && sq < pr->max_s_q)
-            return fail(FMHA_ERROR_INVALID_VALUE, "q.batch_stride holds " + std::to_string(sq) +
-                                                      " tokens, fewer than max_s_q = " + std::to_string(pr->max_s_q));
-        len.q_step = sq;
-        if (q_tokens == 0) q_tokens = (pr->b - 1) * sq + pr->max_s_q;
+        const fmha_status_t st = fixed_storage(pr->q, pr->o, "q", "o", pr->b, pr->max_s_q, "max_s_q", &len.q_step,
+                                               &q_tokens);
+        if (st != FMHA_SUCCESS) return st;
     } else if (q_tokens < 1) {
         return fail(FMHA_ERROR_INVALID_VALUE, "q_tokens: the token count of q's storage is needed with cu_seqlens_q");
     }
@@ -117,15 +129,9 @@ fmha_status_t check(const fmha_problem_t* pr, Params& p, Request& r, Lengths& le
             return fail(FMHA_ERROR_INVALID_VALUE, "k_block_stride, v_block_stride: positive multiples of 8 elements");
         kv_tokens = pr->num_blocks;  // the paged maps span the pool (Params::kv_pool_blocks)
     } else if (pr->cu_seqlens_k == nullptr) {
-        const int64_t sk = token_step(pr->k), sv = token_step(pr->v);
-        if (sk < 0 || sv != sk)
-            return fail(FMHA_ERROR_INVALID_VALUE, "k and v: batch_stride must be the same whole number of tokens (" +
-                                                      std::to_string(sk) + " vs " + std::to_string(sv) + ")");
-        if (pr->b > 1 && sk < pr->max_s_kv)
-            return fail(FMHA_ERROR_INVALID_VALUE, "k.batch_stride holds " + std::to_string(sk) +
-                                                      " tokens, fewer than max_s_kv = " + std::to_string(pr->max_s_kv));
-        len.kv_step = sk;
-        if (kv_tokens == 0) kv_tokens = (pr->b - 1) * sk + pr->max_s_kv;
+        const fmha_status_t st = fixed_storage(pr->k, pr->v, "k", "v", pr->b, pr->max_s_kv, "max_s_kv", &len.kv_step,
+                                               &kv_tokens);
+        if (st != FMHA_SUCCESS) return st;
     } else if (kv_tokens < 1) {
         return fail(FMHA_ERROR_INVALID_VALUE, "kv_tokens: the token count of k's storage is needed with cu_seqlens_k");
     }
@@ -239,8 +245,7 @@ std::string no_kernel(const Request& r, int sm) {
     int best = -1, best_score = -1;
     for (int i = 0; i < kNumKernels; ++i) {
         const KernelMeta& k = kKernels[i];
-        const int score = 4 * (k.dtype == r.dtype) + 4 * (k.d == r.d) + 2 * (k.dv == r.dv) +
-                          ((k.masks & mask_bit(r.mask)) != 0) + has_image(k, sm);
+        const int score = closeness(k, r) + has_image(k, sm);
         if (score > best_score) best = i, best_score = score;
     }
     if (best >= 0) {

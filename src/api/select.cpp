@@ -58,6 +58,10 @@ uint32_t mismatch(const KernelMeta& k, const Request& r) {
     return why;
 }
 
+int closeness(const KernelMeta& k, const Request& r) {
+    return 4 * (k.dtype == r.dtype) + 4 * (k.d == r.d) + 2 * (k.dv == r.dv) + ((k.masks & mask_bit(r.mask)) != 0);
+}
+
 bool has_image(const KernelMeta& k, int sm) {
     for (const char* a = std::strstr(k.archs, "sm_"); a != nullptr; a = std::strstr(a + 3, "sm_")) {
         char* end = nullptr;

@@ -45,6 +45,10 @@ uint32_t mismatch(const KernelMeta& k, const Request& r);
 // The VariantBit bits a request needs and the row lacks.
 inline uint32_t missing_variants(const KernelMeta& k, const Request& r) { return r.variants & ~k.variants; }
 
+// How near a row comes to a request, for "closest kernels" messages: dtype and d weigh most,
+// then dv, then the mask.
+int closeness(const KernelMeta& k, const Request& r);
+
 // Whether the row has SASS for a device of arch sm (e.g. 90): an entry of KernelMeta::archs
 // of the same major at or below it ("sm_90a": that arch only). No PTX is built, so nothing
 // else runs.

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_capi import build_c_example
+
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.gpu
 
@@ -17,11 +19,7 @@ def test_c_client_runs_and_checks(tmp_path):
         pytest.skip("lib/libfmha.so is not built: run `make`")
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc not found")
-    exe = tmp_path / "capi_forward"
-    build = subprocess.run(["nvcc", "-x", "c", str(ROOT / "examples" / "capi_forward.c"), f"-I{ROOT / 'include'}",
-                            f"-L{lib.parent}", "-lfmha", "-Xlinker", f"-rpath,{lib.parent}", "-o", str(exe)],
-                           capture_output=True, text=True)
-    assert build.returncode == 0, build.stderr
+    exe = build_c_example(lib.parent, tmp_path)
     result = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
     if result.returncode == 3:
         pytest.skip(f"no GPU to run on: {result.stderr.strip()}")

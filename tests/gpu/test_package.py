@@ -4,19 +4,12 @@ the LSE, torch.compile, CUDA graphs, two streams, and bad input. Needs torch wit
 lib/libfmha.so (`make`); skips with the reason otherwise."""
 
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-torch = pytest.importorskip("torch", reason="torch is not installed")
-if not torch.cuda.is_available():
-    pytest.skip("no CUDA device for torch", allow_module_level=True)
-if not (ROOT / "lib" / "libfmha.so").is_file():
-    pytest.skip("lib/libfmha.so is not built: run `make`", allow_module_level=True)
-sys.path.insert(0, str(ROOT / "python"))
-import fmha  # noqa: E402
+from .package import load_package
+
+torch, fmha = load_package()
 
 pytestmark = pytest.mark.gpu
 DEV = "cuda"

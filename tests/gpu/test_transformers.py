@@ -3,19 +3,12 @@ Gemma-2-like (softcapping, sliding window) models built from configs with random
 download). The logits of a forward and the scores of a generate() with a KV cache must match
 the sdpa backend's within bf16 tolerance. Needs torch, transformers, a GPU and lib/libfmha.so."""
 
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-torch = pytest.importorskip("torch", reason="torch is not installed")
+from .package import load_package
+
+torch, _ = load_package()
 transformers = pytest.importorskip("transformers", reason="transformers is not installed")
-if not torch.cuda.is_available():
-    pytest.skip("no CUDA device for torch", allow_module_level=True)
-if not (ROOT / "lib" / "libfmha.so").is_file():
-    pytest.skip("lib/libfmha.so is not built: run `make`", allow_module_level=True)
-sys.path.insert(0, str(ROOT / "python"))
 import fmha.hf  # noqa: E402
 
 pytestmark = pytest.mark.gpu
