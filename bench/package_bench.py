@@ -2,14 +2,17 @@
 """The fmha package beside FlashAttention-3 (the `fa3_fwd` wheel) and SDPA's cuDNN backend,
 timed the same way for every side in one run on the GPU.
 
-    python3 bench/package_bench.py [--suite fa3 decode tiny] [--out DIR] [--no-fa3]
+    python3 bench/package_bench.py [--suite fa3 decode tiny] [--out DIR] [--no-fa3] [--ncu]
 
 Kernel time: a CUDA graph of n calls (n sized so a replay takes ~25 ms, as bench/run.py's
 bursts), replayed 7 times, median per call: every side runs in the same kind of burst (a
-20-launch burst runs at higher clocks than a sustained one, bench/NOTES.md §41). Host cost:
-a loop of calls on a tiny problem without synchronising, wall time per call (the GPU work is
-a few µs, so the host bounds it). Needs torch with CUDA and lib/libfmha.so (`make`); FA3 is
-imported as ../shared/ANCHORS.md says (skipped where it is not installed).
+20-launch burst runs at higher clocks than a sustained one, bench/NOTES.md §41). With --ncu,
+the same calls again under Nsight Compute (bench/ncu.py: gpu__time_duration of every kernel a
+call launches, summed, clocks and caches as in the graph run), beside the graph times, so the
+two clocks can be compared side by side. Host cost: calls on a tiny problem while the GPU is
+held busy (so the host never waits for it), wall time per call. Needs torch with CUDA and
+lib/libfmha.so (`make`); FA3 is imported as ../shared/ANCHORS.md says (skipped where it is not
+installed).
 """
 
 from __future__ import annotations
@@ -27,20 +30,18 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "python"))
+sys.path.insert(0, str(ROOT))
 import fmha  # noqa: E402
+from bench import fa3 as fa3_wheel, ncu  # noqa: E402
 
 BURST_MS = 25.0
 
 
 def load_fa3():
-    try:
-        import fa3_fwd_config
-        sys.modules["flash_attn_config"] = fa3_fwd_config
-        import fa3_fwd_interface
-    except ImportError as e:
-        print(f"FA3 not available ({e}): its column is left out", file=sys.stderr)
-        return None
-    return fa3_fwd_interface
+    module, why = fa3_wheel.load()
+    if module is None:
+        print(f"{why}: its column is left out", file=sys.stderr)
+    return module
 
 
 def graph_time_us(fn) -> float:
@@ -74,16 +75,22 @@ def graph_time_us(fn) -> float:
     return statistics.median(times)
 
 
-def host_us(fn, calls: int = 3000) -> float:
+def host_us(fn, calls: int = 200, repeats: int = 9) -> float:
+    """Median wall µs per call of `calls` calls while the GPU spins (~50 ms, longer than the
+    loop), so the launch queue never fills and the host's own cost is what is timed."""
     for _ in range(100):
         fn()
     torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()
-    return (t1 - t0) / calls * 1e6
+    times = []
+    for _ in range(repeats):
+        torch.cuda._sleep(100_000_000)
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        times.append((t1 - t0) / calls * 1e6)
+    return statistics.median(times)
 
 
 def sides_prefill(b, h, s, d, causal, fa3):
@@ -136,13 +143,34 @@ def problems(suites):
                 lambda fa3, h=h: sides_decode(30720, h, h, 2, 128, fa3)
 
 
+def ncu_child(suites, fa3) -> int:
+    """Under ncu (bench/ncu.py): each (problem, side) as one marked range of NCU_CALLS calls."""
+    for suite, label, _, make in problems(suites):
+        for name, fn in make(fa3).items():
+            try:
+                fn()
+                fn()
+                torch.cuda.synchronize()
+            except Exception:
+                continue
+            with ncu.marked_range(f"{suite}|{label}|{name}", ncu.CALLS):
+                for _ in range(ncu.CALLS):
+                    fn()
+        torch.cuda.empty_cache()
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--suite", nargs="+", default=["fa3", "decode", "tiny"], choices=["fa3", "decode", "tiny"])
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument("--no-fa3", action="store_true")
+    parser.add_argument("--ncu", action="store_true", help="also ncu's kernel durations of the same calls")
+    parser.add_argument("--ncu-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     fa3 = None if args.no_fa3 else load_fa3()
+    if args.ncu_child:
+        return ncu_child(args.suite, fa3)
     gpu = torch.cuda.get_device_name()
     print(f"{gpu}; kernel time: CUDA graph of ~{BURST_MS:.0f} ms of calls, median of 7 replays, µs per call")
     rows = []
@@ -161,6 +189,18 @@ def main(argv=None) -> int:
         print(f"{suite:6s} {label:32s} " + " ".join(f"{n} {row[n]:9.1f}" for n in ("ours", "fa3", "cudnn") if n in row)
               + f"   {ratios}   ours {flops / row['ours'] / 1e6:.0f} TFLOP/s")
         rows.append(row)
+    if args.ncu:
+        child = [sys.executable, str(Path(__file__).resolve()), "--ncu-child", "--suite", *args.suite]
+        durations = ncu.profile(child + (["--no-fa3"] if args.no_fa3 else []), args.out / "package_ncu.csv")
+        print("ncu gpu__time_duration per call (µs), and graph / ncu:")
+        for row in rows:
+            for name in ("ours", "fa3", "cudnn"):
+                us = durations.get(f"{row['suite']}|{row['problem']}|{name}")
+                if us is not None:
+                    row[f"{name}_ncu"] = us
+            print(f"{row['suite']:6s} {row['problem']:32s} " + " ".join(
+                f"{n} {row[n + '_ncu']:9.1f} ({row[n] / row[n + '_ncu']:.3f})" for n in ("ours", "fa3", "cudnn")
+                if n + "_ncu" in row))
     q = torch.randn(1, 128, 8, 64, device="cuda", dtype=torch.bfloat16)
     host = {"ours": host_us(lambda: fmha.flash_attn_func(q, q, q))}
     if fa3 is not None:
@@ -169,7 +209,8 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"package_{gpu.lower().replace(' ', '-')}.csv"
     with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=["suite", "problem", "ours", "fa3", "cudnn"])
+        writer = csv.DictWriter(f, fieldnames=["suite", "problem", "ours", "fa3", "cudnn", "ours_ncu", "fa3_ncu",
+                                               "cudnn_ncu"])
         writer.writeheader()
         for row in rows:
             writer.writerow({k: (f"{v:.2f}" if isinstance(v, float) else v) for k, v in row.items()})

@@ -24,6 +24,7 @@ from bench.report import IMPLS, UNITS, fmt, header_lines, read_csv  # noqa: E402
 
 STYLE = {  # implementation -> (label, colour, marker); ours drawn thicker and on top
     "ours": ("ours (fmha.exe)", "tab:red", "o"),
+    "fa3": ("FlashAttention-3", "tab:purple", "D"),
     "flash": ("SDPA flash", "tab:blue", "s"),
     "cudnn": ("SDPA cuDNN", "tab:green", "^"),
     "efficient": ("SDPA efficient", "tab:orange", "v"),

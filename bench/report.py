@@ -22,11 +22,13 @@ from typing import Iterable, Mapping
 from bench.suites import DTYPES, PROBLEM_FIELDS, REQUIRED_FIELDS, Problem
 
 NAN = float("nan")
-IMPLS = ("ours", "flash", "cudnn", "efficient")  # ours first: every ratio is ours / another
+IMPLS = ("ours", "fa3", "flash", "cudnn", "efficient")  # ours first: every ratio is ours / another
 METRICS = ("us", "tflops", "gbs")
 UNITS = {"tflops": "TFLOP/s", "gbs": "GB/s"}
+# ncu's kernel time of the same calls (bench/run.py --ncu), µs per call, beside the events' us.
+NCU = tuple(f"{who}_ncu_us" for who in IMPLS)
 COLUMNS = (*PROBLEM_FIELDS, "dtype", "kernel",
-           *(f"{who}_{metric}" for metric in METRICS for who in IMPLS), "note")
+           *(f"{who}_{metric}" for metric in METRICS for who in IMPLS), "note", *NCU)
 META_PREFIX = "# "
 
 
@@ -42,6 +44,8 @@ def result_row(problem: Problem, dtype: str, us: Mapping[str, float], kernel: st
         row[f"{who}_tflops"] = problem.flop() / t / 1e6 if ok else NAN
         row[f"{who}_gbs"] = problem.bytes(elt) / t / 1e3 if ok else NAN
     row["note"] = "; ".join(n for n in notes if n)
+    for column in NCU:
+        row[column] = NAN
     return row
 
 
@@ -81,6 +85,8 @@ def read_csv(path: Path) -> tuple[dict, list[dict]]:
         for who in IMPLS:
             for metric in METRICS:
                 row[f"{who}_{metric}"] = as_float(raw.get(f"{who}_{metric}"))
+        for column in NCU:
+            row[column] = as_float(raw.get(column))
         row.setdefault("note", "")
         rows.append(row)
     return meta, rows
@@ -129,7 +135,7 @@ def markdown(meta: Mapping[str, str], rows: list[dict]) -> str:
     others = IMPLS[1:]
     lines = [f"### {meta['suite']}: {meta['about']}", "",
              *(f"{line}  " for line in header_lines(meta)),
-             f"SDPA: {meta['sdpa']}  ",
+             f"SDPA and FA3: {meta['sdpa']}  ",
              f"ours: {meta['ours']}", "",
              *([f"device-to-device copy measured in this run: {meta['copy_gbs']} GB/s (read + write); "
                 "ours/copy is our GB/s against it", ""] if meta.get("copy_gbs") else []),
@@ -151,7 +157,23 @@ def markdown(meta: Mapping[str, str], rows: list[dict]) -> str:
         lines.append("| " + " | ".join(map(str, cells)) + f"{mark} |")
     if notes:
         lines += ["", "Notes (— in the table: no measurement):", "", *notes]
+    lines += ncu_table(rows)
     return "\n".join(lines) + "\n"
+
+
+def ncu_table(rows: list[dict]) -> list[str]:
+    """Where --ncu ran: per problem and implementation, µs per call by the events (the table
+    above) and by ncu's kernel durations, and their ratio (events / ncu)."""
+    whos = [w for w in IMPLS if any(math.isfinite(r.get(f"{w}_ncu_us", NAN)) for r in rows)]
+    if not whos:
+        return []
+    lines = ["", "Kernel time, µs per call: CUDA events / ncu gpu__time_duration (events ÷ ncu)", "",
+             "| problem | " + " | ".join(whos) + " |", "|---|" + "---|" * len(whos)]
+    for r in rows:
+        cells = [f"{fmt(r[f'{w}_us'])} / {fmt(r[f'{w}_ncu_us'])} ({fmt(r[f'{w}_us'] / r[f'{w}_ncu_us'], 3)})"
+                 if r[f"{w}_ncu_us"] > 0 and r[f"{w}_us"] > 0 else "—" for w in whos]
+        lines.append(f"| {Problem.from_row(r).label()} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def summary(meta: Mapping[str, str], rows: list[dict]) -> str:

@@ -1,27 +1,32 @@
 #!/usr/bin/env python3
-"""bin/fmha.exe against PyTorch SDPA's FLASH_ATTENTION, CUDNN_ATTENTION and EFFICIENT_ATTENTION
-backends, side by side on one GPU in one run.
+"""bin/fmha.exe against FlashAttention-3's own kernels (the `fa3_fwd` wheel, where installed)
+and PyTorch SDPA's FLASH_ATTENTION, CUDNN_ATTENTION and EFFICIENT_ATTENTION backends, side by
+side on one GPU in one run.
 
-    python3 bench/run.py --suite all [--dtype fp16] [--out DIR] [--tar PATH.tar.gz]
+    python3 bench/run.py --suite all [--dtype fp16] [--out DIR] [--tar PATH.tar.gz] [--ncu]
 
-Per suite it writes <out>/<suite>_<gpu>_<dtype>.csv, .md (with ours/flash, ours/cudnn,
-ours/efficient) and .png (bench/plot.py: TFLOP/s or GB/s against sequence length); the
+Per suite it writes <out>/<suite>_<gpu>_<dtype>.csv, .md (with ours/fa3, ours/flash,
+ours/cudnn, ours/efficient) and .png (bench/plot.py: TFLOP/s or GB/s against sequence length); the
 markdown tables and a one-line summary per suite are printed last. The CSV and markdown open
 with the GPU, driver, torch/CUDA/cuDNN versions and nvidia-smi's SM and memory clocks at the
 suite's start and end.
 
 Timing: fmha.exe times itself (-skip-checks, -runs back-to-back launches after
 -warm-up-runs, one input set, CUDA events); ours is the median of --ours-repeats such runs.
-SDPA: CUDA events around back-to-back launches after warm-up ones, the median of --repeats
-measurements. Both take the same burst: about
+SDPA and FA3: CUDA events around back-to-back launches after warm-up ones, the median of
+--repeats measurements. All take the same burst: about
 MEASURE_MS (--measure-ms) of timed launches (at most --runs) after warm-up ones that stop past WARM_UP_MS
 (`burst`); for ours a one-launch probe run gives the call's length where it may be long
 (a GPU at its power limit clocks down within tens of ms, so a longer burst reads slower:
 bench/NOTES.md §24); inputs randn [b, h, s, d],
 rotated over 3 sets when small enough to stay in L2. GQA goes to SDPA with enable_gqa=True;
 a backend that refuses it gets K and V expanded to h heads beforehand (repeat_interleave,
-outside the timing; the row's note says so, and GB/s still counts the GQA bytes). A backend
-that refuses a problem, fails or runs out of memory leaves NaN and a note, never a crash.
+outside the timing; the row's note says so, and GB/s still counts the GQA bytes). FA3 takes
+[b, s, h, d] inputs, GQA, windows and softcapping natively (decode through
+flash_attn_with_kvcache with num_splits=0, its own split heuristic); e4m3 is FA3's alone. A
+backend that refuses a problem, fails or runs out of memory leaves NaN and a note, never a
+crash. --ncu then profiles the same calls under Nsight Compute (bench/ncu.py: every side's
+kernel durations, clocks and caches as in the timed run) and adds them beside the events.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ from typing import Callable
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # `bench` and `tests` as packages
 
-from bench import report  # noqa: E402
+from bench import fa3 as fa3_wheel, ncu, report  # noqa: E402
 from bench.suites import ALL, DTYPES, SUITES, Problem, Suite, only, select  # noqa: E402
 from bench.perf_baseline import gpu_slug  # noqa: E402  (results and baselines share one name rule)
 from tests.gpu import driver  # noqa: E402  (the one parser of fmha.exe's output, tests/gpu/contract.py)
@@ -199,11 +204,20 @@ def refusal(who: str, error: Exception, caught: list) -> str:
     return " / ".join(reasons)[:240]
 
 
-def sdpa_timer(torch, who: str, runs: int, repeats: int, warm_up: int, measure_ms: float = MEASURE_MS) -> Timer:
+Measure = Callable[[Callable[[int], None]], float]  # launch(i) -> µs per call
+
+
+def burst_measure(torch, runs: int, repeats: int, warm_up: int, measure_ms: float = MEASURE_MS) -> Measure:
+    return lambda launch: median_us_per_call(torch, launch, runs, repeats, warm_up, measure_ms)
+
+
+def sdpa_timer(torch, who: str, runs: int, repeats: int, warm_up: int, measure_ms: float = MEASURE_MS,
+               measure: Measure | None = None) -> Timer:
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     backend = getattr(SDPBackend, BACKENDS[who])
+    measure = measure or burst_measure(torch, runs, repeats, warm_up, measure_ms)
 
     def attempt(sets, **kw) -> tuple[float, str]:
         def launch(i):
@@ -213,7 +227,7 @@ def sdpa_timer(torch, who: str, runs: int, repeats: int, warm_up: int, measure_m
             warnings.simplefilter("always")
             try:
                 with sdpa_kernel([backend]):
-                    return median_us_per_call(torch, launch, runs, repeats, warm_up, measure_ms), ""
+                    return measure(launch), ""
             except torch.cuda.OutOfMemoryError:
                 return NAN, "out of memory"
             except RuntimeError as error:  # refused shape, dtype or GPU; a failed launch
@@ -222,6 +236,8 @@ def sdpa_timer(torch, who: str, runs: int, repeats: int, warm_up: int, measure_m
     def time_sdpa(p: Problem, dtype: str) -> Timing:
         if p.variant:
             return Timing(NAN, f"{who}: SDPA has no sliding window, softcapping or paged KV cache")
+        if DTYPES[dtype].bytes == 1:
+            return Timing(NAN, f"{who}: SDPA has no fp8 attention")
         tdtype = getattr(torch, DTYPES[dtype].torch)
         n_sets = 1 if p.bytes(DTYPES[dtype].bytes) > ROTATE_BELOW_BYTES else 3
         try:
@@ -258,6 +274,112 @@ def sdpa_timer(torch, who: str, runs: int, repeats: int, warm_up: int, measure_m
         return Timing(us, f"{who}: K/V expanded to {p.h} heads (enable_gqa refused: {why})")
 
     return time_sdpa
+
+
+def fa3_timer(torch, fa3, why_not: str, runs: int, repeats: int, warm_up: int, measure_ms: float = MEASURE_MS,
+              measure: Measure | None = None) -> Timer:
+    """FlashAttention-3's forward (fa3_fwd_interface, None: not installed, `why_not` says why),
+    timed as SDPA is; fp8 (e4m3) inputs with unit descales."""
+    measure = measure or burst_measure(torch, runs, repeats, warm_up, measure_ms)
+
+    def time_fa3(p: Problem, dtype: str) -> Timing:
+        if fa3 is None:
+            return Timing(NAN, f"fa3: {why_not}")
+        if p.bias or p.custom:
+            return Timing(NAN, "fa3: no bias or custom mask")
+        if p.paged:
+            return Timing(NAN, "fa3: its paged cache is not timed here (the dense row is the comparison)")
+        fp8 = DTYPES[dtype].bytes == 1
+        make = getattr(torch, "bfloat16" if fp8 else DTYPES[dtype].torch)
+        n_sets = 1 if p.bytes(DTYPES[dtype].bytes) > ROTATE_BELOW_BYTES else 3
+        try:
+            sets = []
+            for _ in range(n_sets):
+                q = torch.randn(p.b, p.s_q, p.h, p.d, device="cuda", dtype=make)
+                k, v = (torch.randn(p.b, p.s, p.h_kv, p.d, device="cuda", dtype=make) for _ in range(2))
+                sets.append(tuple(t.to(torch.float8_e4m3fn) for t in (q, k, v)) if fp8 else (q, k, v))
+        except torch.cuda.OutOfMemoryError:
+            return Timing(NAN, "fa3: out of memory for the inputs")
+        kw = {"causal": p.causal}
+        if p.window:
+            kw["window_size"] = (p.window - 1, 0)  # ours: W keys up to the row's own
+        if p.softcap:
+            kw["softcap"] = p.softcap
+        if fp8:
+            ones = torch.ones(p.b, p.h_kv, device="cuda", dtype=torch.float32)
+            kw.update(q_descale=ones, k_descale=ones, v_descale=ones)
+        if p.s_q == 1 and not p.causal:  # decode: FA3's kvcache path chooses its splits
+            kw.pop("causal")
+
+            def launch(i):
+                q, k, v = sets[i % len(sets)]
+                fa3.flash_attn_with_kvcache(q, k, v, num_splits=0, **kw)
+        else:
+            def launch(i):
+                fa3.flash_attn_func(*sets[i % len(sets)], **kw)
+        try:
+            return Timing(measure(launch))
+        except torch.cuda.OutOfMemoryError:
+            return Timing(NAN, "fa3: out of memory")
+        except (RuntimeError, TypeError, ValueError) as error:  # a refused head size, dtype or GPU
+            lines = str(error).strip().splitlines()
+            return Timing(NAN, f"fa3: {lines[0] if lines else type(error).__name__}"[:200])
+
+    return time_fa3
+
+
+# ---------------------------------------------------------------------------------------------
+# Nsight Compute: the same calls, kernel durations (--ncu)
+
+def torch_sides(torch, args, measure_for: Callable[[str], Measure] | None = None) -> dict[str, Timer]:
+    """FA3 and SDPA's backends; `measure_for(who)` replaces the burst timing (the ncu child)."""
+    pick = (lambda who: measure_for(who)) if measure_for else (lambda who: None)
+    fa3, why = fa3_wheel.load()
+    return {"fa3": fa3_timer(torch, fa3, why, args.runs, args.repeats, args.warm_up_runs, args.measure_ms,
+                             pick("fa3")),
+            **{who: sdpa_timer(torch, who, args.runs, args.repeats, args.warm_up_runs, args.measure_ms, pick(who))
+               for who in BACKENDS}}
+
+
+def ncu_child(torch, work: list[tuple[Suite, str]], args) -> int:
+    """Runs under ncu (bench/ncu.py): every torch side's calls of every problem, each a marked
+    range of ncu.CALLS calls after two unprofiled ones."""
+    current = [""]
+
+    def measure_for(who: str) -> Measure:
+        def measure(launch) -> float:
+            launch(0)
+            launch(1)
+            with ncu.marked_range(f"{current[0]}|{who}"):
+                for i in range(ncu.CALLS):
+                    launch(i)
+            return 0.0
+        return measure
+
+    timers = torch_sides(torch, args, measure_for)
+    for suite, dtype in work:
+        for p in suite.problems:
+            current[0] = f"{suite.name}|{dtype}|{p.label()}"
+            for timer in timers.values():
+                timer(p, dtype)
+            torch.cuda.empty_cache()
+    return 0
+
+
+def add_ncu(results: list[tuple[dict, list[dict]]], work: list[tuple[Suite, str]], args, argv: list[str]) -> None:
+    """ncu's µs per call of every side beside the events' (rows' <who>_ncu_us): ours from
+    fmha.exe's own launches, the torch sides from a child run of this script."""
+    child = [sys.executable, str(Path(__file__).resolve()), "--ncu-child", *argv]
+    torch_us = ncu.profile(child, args.out / "ncu_torch_sides.csv")
+    for (meta, rows), (suite, dtype) in zip(results, work):
+        for row, p in zip(rows, suite.problems):
+            cmd = [str(args.exe), *p.fmha_args(), DTYPES[dtype].flag, *shlex.split(args.fmha_args), "-skip-checks",
+                   "-v", "0", "-runs", str(ncu.CALLS), "-warm-up-runs", "1"]
+            row["ours_ncu_us"] = ncu.fmha_exe_us(cmd) if math.isfinite(row["ours_us"]) else NAN
+            for who in ("fa3", *BACKENDS):
+                row[f"{who}_ncu_us"] = torch_us.get(f"{suite.name}|{dtype}|{p.label()}|{who}", NAN)
+        meta["ncu"] = "ncu gpu__time_duration (--clock-control none --cache-control none), median of " \
+                      f"{ncu.CALLS} calls after one (fmha.exe) or two (torch) unprofiled ones"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -468,6 +590,9 @@ def parse_args(argv):
     parser.add_argument("--repeats", type=int, default=10, help="SDPA: measurements, median taken")
     parser.add_argument("--ours-repeats", type=int, default=3,
                         help="ours: fmha.exe runs (one measurement each), median taken")
+    parser.add_argument("--ncu", action="store_true",
+                        help="then every side's kernel durations under Nsight Compute, beside the events' times")
+    parser.add_argument("--ncu-child", action="store_true", help=argparse.SUPPRESS)
     return parser, parser.parse_args(argv)
 
 
@@ -493,12 +618,15 @@ def main(argv=None) -> int:
         print("no CUDA GPU visible to torch", file=sys.stderr)
         return 3
 
+    if args.ncu_child:
+        return ncu_child(torch, work, args)
+    if args.ncu and not ncu.available():
+        parser.error("--ncu: ncu (Nsight Compute) is not on PATH")
     context = run_context(torch, args)
     deadline = began + args.time_budget if args.time_budget else None
     timers = {"ours": fmha_timer(args.exe, shlex.split(args.fmha_args), args.runs, args.warm_up_runs, deadline,
                                  args.ours_repeats, args.measure_ms),
-              **{who: sdpa_timer(torch, who, args.runs, args.repeats, args.warm_up_runs, args.measure_ms)
-                 for who in BACKENDS}}
+              **torch_sides(torch, args)}
     args.out.mkdir(parents=True, exist_ok=True)
     total = sum(len(suite.problems) for suite, _ in work)
     print(f"{context['gpu']}, driver {context['driver']}, torch {context['torch']}, cuDNN {context['cudnn']}; "
@@ -517,6 +645,11 @@ def main(argv=None) -> int:
         results.append((meta, rows))
         torch.cuda.empty_cache()
     progress.close()
+    if args.ncu:
+        print("ncu: the same calls again, kernel durations", file=sys.stderr, flush=True)
+        add_ncu(results, work, args, [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--ncu"])
+        for meta, rows in results:  # rewritten with the ncu columns
+            written += [w for w in write_suite(args.out, meta, rows) if w not in written]
 
     for meta, rows in results:
         print("\n" + report.markdown(meta, rows))

@@ -173,9 +173,8 @@ struct Params {
 
     // True only where every sequence has s_q_max queries and s_kv_max keys, stored back to
     // back (q_offsets[i] == i * s_q_max, kv_offsets[i] == i * s_kv_max; the driver checks the
-    // arrays): a kernel may then take them from the sequence's index instead of reading them
-    // (decode's mma path: no dependent load before a CTA's first copies). The arrays are filled
-    // either way.
+    // arrays): kernels then take them from the sequence's index (fmha/seq_lens.h), and the C
+    // API does not fill the arrays (one launch a call). fmha.exe fills them either way.
     bool uniform_lengths = false;
 };
 

@@ -269,13 +269,26 @@ def test_markdown_columns_ratios_and_notes():
     assert "NVIDIA H200, driver 580.159.04" in text and "clocks at start: SM 345 MHz" in text
     header = next(line for line in lines if line.startswith("| b |"))
     cells = [c.strip() for c in header.strip("|").split("|")]
-    assert cells == ["b", "h/h_kv", "s_q/s", "d", "causal", "ours", "flash", "cudnn", "efficient",
-                     "ours/flash", "ours/cudnn", "ours/efficient"]
+    assert cells == ["b", "h/h_kv", "s_q/s", "d", "causal", "ours", "fa3", "flash", "cudnn", "efficient",
+                     "ours/fa3", "ours/flash", "ours/cudnn", "ours/efficient"]
     first = [c.strip() for c in lines[lines.index(header) + 2].strip("|").split("|")]
-    assert first == ["32", "32/32", "512/512", "64", "no", "300", "270", "400", "200", "1.11", "0.75", "1.50"]
+    assert first == ["32", "32/32", "512/512", "64", "no", "300", "—", "270", "400", "200", "—", "1.11", "0.75",
+                     "1.50"]
     causal = [c.strip() for c in lines[lines.index(header) + 8].strip("|").split("|")]
-    assert causal[8] == "—" and causal[11] == "— [1]"
+    assert causal[9] == "—" and causal[13] == "— [1]"
     assert "1. row 7 (b=32 h=32 s=512 d=64 causal): efficient: refused" in text
+    assert "ncu" not in text  # no --ncu figures: no second table
+
+
+def test_markdown_ncu_table_beside_the_events():
+    rows = synthetic_rows()
+    rows[0]["ours_ncu_us"] = rows[0]["ours_us"] / 1.05
+    rows[0]["cudnn_ncu_us"] = rows[0]["cudnn_us"]
+    lines = report.markdown(META, rows).splitlines()
+    header = lines.index("| problem | ours | cudnn |")
+    first = [c.strip() for c in lines[header + 2].strip("|").split("|")]
+    assert first[0] == "b=32 h=32 s=512 d=64" and first[1].endswith("(1.050)") and first[2].endswith("(1.000)")
+    assert lines[header + 3].count("—") == 2  # a row ncu did not measure
 
 
 def test_summary_is_a_geometric_mean():

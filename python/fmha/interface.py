@@ -9,6 +9,7 @@ allocator and never synchronises the host.
 
 from __future__ import annotations
 
+import ctypes
 import math
 from typing import Optional, Union
 
@@ -96,12 +97,12 @@ def _ptr(t: Optional[torch.Tensor]) -> Optional[int]:
 _workspaces: dict[tuple[bool, int, int], torch.Tensor] = {}
 
 
-def _workspace(device: torch.device, stream: torch.cuda.Stream, nbytes: int) -> torch.Tensor:
+def _workspace(device: torch.device, stream: int, nbytes: int) -> torch.Tensor:
     """Zero-filled scratch for the library. The parts that must start at zero (tile counter,
     split counters) are left at zero by every call, so a stream keeps one and its calls reuse
     it. One made during a graph capture is zeroed by the graph (a memset node) and serves only
     captures: eager calls never see it before a replay has zeroed it."""
-    key = (torch.cuda.is_current_stream_capturing(), device.index, stream.cuda_stream)
+    key = (torch.cuda.is_current_stream_capturing(), device.index, stream)
     ws = _workspaces.get(key)
     if ws is None or ws.numel() < nbytes:
         ws = torch.zeros(max(nbytes, 4096), dtype=torch.uint8, device=device)
@@ -109,56 +110,103 @@ def _workspace(device: torch.device, stream: torch.cuda.Stream, nbytes: int) -> 
     return ws
 
 
-def _fwd_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Optional[torch.Tensor],
-         cu_seqlens_k: Optional[torch.Tensor], seqused_k: Optional[torch.Tensor], page_table: Optional[torch.Tensor],
-         max_seqlen_q: int, max_seqlen_k: int, scale: float, mask: int, window: int, chunk: int, softcap: float,
-         alibi_slopes: Optional[torch.Tensor], sinks: Optional[torch.Tensor], bias: Optional[torch.Tensor],
-         mask_bits: Optional[torch.Tensor], want_lse: bool) -> tuple[torch.Tensor, torch.Tensor]:
+# Pointer fields of fmha_problem_t that change from call to call, as 64-bit word indices (the
+# four tensors' data pointers lead their fmha_tensor_t): a prepared call rewrites only these.
+_WORD = ctypes.sizeof(ctypes.c_uint64)
+_Words = ctypes.c_uint64 * (ctypes.sizeof(_lib.Problem) // _WORD)
+_INPUT_WORDS = tuple((getattr(_lib.Problem, f).offset + (_lib.Tensor.data.offset if f in ("q", "k", "v") else 0)) // _WORD
+                     for f in ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "seqused_k", "block_table",
+                               "alibi_slopes", "sinks", "bias", "custom_mask"))
+_O_WORD = (_lib.Problem.o.offset + _lib.Tensor.data.offset) // _WORD
+_LSE_WORD = _lib.Problem.lse.offset // _WORD
+
+
+class _Prepared:
+    """One call's problem (pointers aside) and plan. A call whose tensors have the same shapes,
+    strides, dtypes and device and whose options are the same reuses it: it only allocates
+    the output, writes the pointers and launches (the host cost of a small call)."""
+
+    __slots__ = ("problem", "plan", "out_shape", "lse_shape", "dtype", "device", "inputs")
+
+    def __init__(self, problem, plan, out_shape, lse_shape, dtype, device, inputs):
+        self.problem, self.plan = problem, plan
+        self.out_shape, self.lse_shape, self.dtype, self.device = out_shape, lse_shape, dtype, device
+        self.inputs = inputs  # (word, position in the op's tensor arguments) of each tensor given
+
+    def run(self, tensors) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        out = torch.empty(self.out_shape, dtype=self.dtype, device=self.device)
+        p = _lib.Problem.from_buffer_copy(self.problem)  # a copy per call: threads may share this
+        words = _Words.from_buffer(p)
+        for word, i in self.inputs:
+            words[word] = tensors[i].data_ptr()
+        words[_O_WORD] = out.data_ptr()
+        lse = None
+        if self.lse_shape is not None:
+            lse = torch.empty(self.lse_shape, dtype=torch.float32, device=self.device)
+            words[_LSE_WORD] = lse.data_ptr()
+        index = self.device.index
+        stream = torch._C._cuda_getCurrentRawStream(index)
+        workspace = _workspace(self.device, stream, self.plan.workspace_bytes)
+        status = _so.fmha_forward(p, self.plan, workspace.data_ptr(), workspace.numel(), stream)
+        _lib.raise_for(_so, status, "fmha")
+        return out, lse
+
+
+def _prepare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Optional[torch.Tensor],
+             cu_seqlens_k: Optional[torch.Tensor], seqused_k: Optional[torch.Tensor], page_table: Optional[torch.Tensor],
+             max_seqlen_q: int, max_seqlen_k: int, scale: float, mask: int, window: int, chunk: int, softcap: float,
+             alibi_slopes: Optional[torch.Tensor], sinks: Optional[torch.Tensor], bias: Optional[torch.Tensor],
+             mask_bits: Optional[torch.Tensor], want_lse: bool) -> _Prepared:
+    """The problem of the op's arguments, planned (a NotImplementedError or ValueError with the
+    library's reason where no kernel serves it)."""
     so = _library()
     varlen = cu_seqlens_q is not None
     paged = page_table is not None
     b = cu_seqlens_q.shape[0] - 1 if varlen else q.shape[0]
     h, d = q.shape[-2], q.shape[-1]
     h_kv, dv = k.shape[-2], v.shape[-1]
-    out = torch.empty(q.shape[:-1] + (dv,), dtype=q.dtype, device=q.device)
-    lse = torch.empty((b, h, max_seqlen_q) if want_lse else (0,), dtype=torch.float32, device=q.device)
+    out_shape = q.shape[:-1] + (dv,)
 
     p = _lib.Problem()
     so.fmha_problem_init(p)
     p.dtype = _DTYPES[q.dtype]
     p.b, p.h, p.h_kv, p.d, p.dv = b, h, h_kv, d, dv
     p.max_s_q, p.max_s_kv = max_seqlen_q, max_seqlen_k
-    p.q, p.o = _tensor(q, not varlen), _tensor(out, not varlen)
+    p.q = _tensor(q, not varlen)
+    # The output is a fresh contiguous tensor: [b, s_q, h, dv] or [total_q, h, dv].
+    p.o = _lib.Tensor(0, q.shape[1] * h * dv if not varlen else 0, h * dv, dv)
     if varlen:
-        p.cu_seqlens_q = cu_seqlens_q.data_ptr()
         p.q_tokens = q.shape[0]
     if paged:  # k, v: [blocks, block_size, h_kv, d]
         p.k = _lib.Tensor(k.data_ptr(), 0, k.stride(1), k.stride(2))
         p.v = _lib.Tensor(v.data_ptr(), 0, v.stride(1), v.stride(2))
-        p.block_table = page_table.data_ptr()
         p.block_table_stride = page_table.stride(0)
         p.block_size = k.shape[1]
         p.num_blocks = k.shape[0]
         p.k_block_stride, p.v_block_stride = k.stride(0), v.stride(0)
     elif cu_seqlens_k is not None:
         p.k, p.v = _tensor(k, False), _tensor(v, False)
-        p.cu_seqlens_k = cu_seqlens_k.data_ptr()
         p.kv_tokens = k.shape[0]
     else:
         p.k, p.v = _tensor(k, True), _tensor(v, True)
-    p.seqused_k = _ptr(seqused_k)
     p.mask, p.window, p.chunk = mask, window, chunk
     p.scale, p.softcap = scale, softcap
-    p.alibi_slopes, p.sinks = _ptr(alibi_slopes), _ptr(sinks)
     if bias is not None:  # [b or 1, h or 1, s_q, s_k]; a dimension of size 1 broadcasts
-        p.bias = bias.data_ptr()
         p.bias_batch_stride = bias.stride(0) if bias.shape[0] > 1 else 0
         p.bias_head_stride = bias.stride(1) if bias.shape[1] > 1 else 0
         p.bias_row_stride = bias.stride(2)
     if mask_bits is not None:  # [b, s_q, words] int32: bit j % 32 of word j / 32, key j visible
-        p.custom_mask = mask_bits.data_ptr()
         p.custom_mask_row_words = mask_bits.shape[2]
-    p.lse = lse.data_ptr() if want_lse else None
+    tensors = (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, alibi_slopes, sinks, bias, mask_bits)
+    inputs = tuple((word, i) for i, (word, t) in enumerate(zip(_INPUT_WORDS, tensors)) if t is not None)
+    # Planning looks at which pointers are set (a variant's kernel), not where they point: an
+    # aligned stand-in until run() writes the call's own (and fmha_forward checks those).
+    words = _Words.from_buffer(p)
+    for word, _ in inputs:
+        words[word] = 256
+    words[_O_WORD] = 256
+    if want_lse:
+        words[_LSE_WORD] = 256
 
     sm, num_sms = _device(q)
     plan = _lib.Plan()
@@ -171,29 +219,79 @@ def _fwd_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: O
             p.acc = _lib.FP32
             status = so.fmha_plan(p, sm, num_sms, plan)
     _lib.raise_for(so, status, "fmha")
-    stream = torch.cuda.current_stream(q.device)
-    workspace = _workspace(q.device, stream, plan.workspace_bytes)
-    status = so.fmha_forward(p, plan, workspace.data_ptr(), workspace.numel(), stream.cuda_stream)
-    _lib.raise_for(so, status, "fmha")
-    return out, lse
+    return _Prepared(p, plan, out_shape, (b, h, max_seqlen_q) if want_lse else None, q.dtype, q.device, inputs)
+
+
+def _tensors(args) -> tuple:
+    """The op's tensor arguments in _INPUT_WORDS order."""
+    return args[:7] + args[14:18]
+
+
+def _fwd_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Optional[torch.Tensor],
+              cu_seqlens_k: Optional[torch.Tensor], seqused_k: Optional[torch.Tensor], page_table: Optional[torch.Tensor],
+              max_seqlen_q: int, max_seqlen_k: int, scale: float, mask: int, window: int, chunk: int, softcap: float,
+              alibi_slopes: Optional[torch.Tensor], sinks: Optional[torch.Tensor], bias: Optional[torch.Tensor],
+              mask_bits: Optional[torch.Tensor], want_lse: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    args = (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, max_seqlen_q, max_seqlen_k, scale, mask,
+            window, chunk, softcap, alibi_slopes, sinks, bias, mask_bits, want_lse)
+    out, lse = _prepare(*args).run(_tensors(args))
+    return out, lse if lse is not None else q.new_empty((0,), dtype=torch.float32)
 
 
 _fwd = torch.library.custom_op("fmha::fwd", _fwd_impl, mutates_args=(), device_types="cuda")
 
+# Prepared calls by their key (the arguments' shapes, strides, dtypes, devices and options,
+# as each function spells them); cleared when it grows past _MAX_PREPARED.
+_prepared: dict[tuple, _Prepared] = {}
+_MAX_PREPARED = 1024
 
-def _call(*args):
+
+_PLAIN = (type(None), bool, int, float, str)
+
+
+def _plain(options: tuple) -> bool:
+    """Whether a key's options are plain values (numbers, strings, tuples of them): only such a
+    key is kept (a tensor as softmax_scale, say, hashes by identity, not by value)."""
+    return all(type(o) in _PLAIN or (type(o) is tuple and all(type(x) in _PLAIN for x in o)) for o in options)
+
+
+def _lookup(key_of, *args) -> tuple[Optional[tuple], Optional["_Prepared"]]:
+    """(key, prepared call) of an eager call; (None, None) under torch.compile or where the
+    arguments make no key (not tensors, unhashable: the full path says what is wrong)."""
+    if torch.compiler.is_compiling():
+        return None, None
+    try:
+        key = key_of(*args)
+        return key, _prepared.get(key)
+    except (AttributeError, TypeError):
+        return None, None
+
+
+def _ready(prepared: Optional[_Prepared], q, k, v) -> bool:
+    """Whether the inputs may take a prepared call: on the current device, and not requiring a
+    gradient (the full path refuses those with the reason)."""
+    if prepared is None or (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
+        return False
+    return prepared.device.index == torch._C._cuda_getDevice()
+
+
+def _call(key: Optional[tuple], *args):
     """The op under torch.compile (which needs its fake implementation); in eager mode its
-    body directly, without the dispatcher's ~30 µs (bench/NOTES.md §41), on the inputs' device."""
+    body directly, without the dispatcher's ~30 µs (bench/NOTES.md §41), on the inputs' device,
+    and the prepared call kept under `key` (None: not kept)."""
     if torch.compiler.is_compiling():
         return torch.ops.fmha.fwd(*args)
     q, k, v = args[:3]
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         raise NotImplementedError("fmha: forward only, no backward pass yet; call it under torch.no_grad() "
                                   "or torch.inference_mode()")
-    if q.device.index is not None and q.device.index != torch.cuda.current_device():
-        with torch.cuda.device(q.device):
-            return _fwd_impl(*args)
-    return _fwd_impl(*args)
+    with torch.cuda.device(q.device):
+        prepared = _prepare(*args)
+        if key is not None:
+            if len(_prepared) >= _MAX_PREPARED:
+                _prepared.clear()
+            _prepared[key] = prepared
+        return prepared.run(_tensors(args))
 
 
 @_fwd.register_fake
@@ -228,6 +326,11 @@ def _common(q, k, v, softmax_scale, softcap, alibi_slopes, sinks):
     return scale
 
 
+def _func_key(q, k, v, *options):
+    return ("func", *options, q.shape, q.stride(), q.dtype, q.get_device(), k.shape, k.stride(), k.dtype,
+            k.get_device(), v.shape, v.stride(), v.dtype, v.get_device())
+
+
 def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descale=None, k_descale=None,
                     v_descale=None, window_size=(-1, -1), attention_chunk=0, softcap=0.0, num_splits=1,
                     pack_gqa=None, deterministic=False, sm_margin=0, return_attn_probs=False, *,
@@ -237,6 +340,14 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
     return_attn_probs. Extras: alibi_slopes [h] and sinks [h] (fp32); attn_bias, added to the
     scaled logits, [b or 1, h or 1, s_q, s_k] in q's dtype; attn_mask, bool [b or 1, s_q, s_k]
     (True: attend), the same for every head, instead of causal or a window."""
+    key = None
+    if qv is None and q_descale is None and k_descale is None and v_descale is None and alibi_slopes is None and \
+            sinks is None and attn_bias is None and attn_mask is None:
+        key, prepared = _lookup(_func_key, q, k, v, softmax_scale, causal, window_size, attention_chunk, softcap,
+                                return_attn_probs)
+        if _ready(prepared, q, k, v):
+            out, lse = prepared.run((q, k, v) + (None,) * 8)
+            return (out, lse) if return_attn_probs else out
     _unsupported(qv=qv, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
     for name, t in (("q", q), ("k", k), ("v", v)):
         _check_tensor(name, t, 4)
@@ -255,9 +366,12 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
             raise NotImplementedError("fmha: attn_mask with causal, a window or attention_chunk (fold them into the mask)")
         bits = _pack_mask(attn_mask, q.shape[0], q.shape[1], k.shape[1])
         mask = _lib.MASK_CUSTOM
-    q, k, v = _batch_views(q, k, v)
-    out, lse = _call(q, k, v, None, None, None, None, q.shape[1], k.shape[1], scale, mask, window,
-                                  chunk, float(softcap), alibi_slopes, sinks, attn_bias, bits, bool(return_attn_probs))
+    views = _batch_views(q, k, v)
+    if any(a is not b for a, b in zip(views, (q, k, v))) or (key is not None and not _plain(key[1:7])):
+        key = None  # copies were made (the prepared call describes them, not the inputs), or odd options
+    q, k, v = views
+    out, lse = _call(key, q, k, v, None, None, None, None, q.shape[1], k.shape[1], scale, mask, window, chunk,
+                     float(softcap), alibi_slopes, sinks, attn_bias, bits, bool(return_attn_probs))
     return (out, lse) if return_attn_probs else out
 
 
@@ -285,6 +399,11 @@ def _varlen_lse(lse: torch.Tensor, cu_seqlens_q: torch.Tensor, total_q: int) -> 
     return lse[batch.long(), :, row.long()].t().contiguous()
 
 
+def _varlen_key(q, k, v, cu_q, cu_k, *options):
+    return ("varlen", *options, cu_q.shape, cu_q.stride(), cu_q.dtype, cu_q.get_device(), cu_k.shape, cu_k.stride(),
+            cu_k.dtype, cu_k.get_device()) + _func_key(q, k, v)
+
+
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q=None,
                            seqused_k=None, softmax_scale=None, causal=False, qv=None, q_descale=None,
                            k_descale=None, v_descale=None, window_size=(-1, -1), attention_chunk=0, softcap=0.0,
@@ -292,6 +411,14 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            *, alibi_slopes=None, sinks=None):
     """Attention over packed [total, heads, headdim] tensors with cu_seqlens, as FA3's:
     returns out [total_q, h, dv], and softmax_lse [h, total_q] with return_attn_probs."""
+    key = None
+    if qv is None and q_descale is None and k_descale is None and v_descale is None and seqused_q is None and \
+            seqused_k is None and alibi_slopes is None and sinks is None:
+        key, prepared = _lookup(_varlen_key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                softmax_scale, causal, window_size, attention_chunk, softcap, return_attn_probs)
+        if _ready(prepared, q, k, v):
+            out, lse = prepared.run((q, k, v, cu_seqlens_q, cu_seqlens_k) + (None,) * 6)
+            return (out, _varlen_lse(lse, cu_seqlens_q, q.shape[0])) if return_attn_probs else out
     _unsupported(qv=qv, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, seqused_q=seqused_q)
     for name, t in (("q", q), ("k", k), ("v", v)):
         _check_tensor(name, t, 3)
@@ -305,12 +432,37 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         raise ValueError(f"fmha: k has {k.shape[0]} tokens, v {v.shape[0]}")
     scale = _common(q, k, v, softmax_scale, softcap, alibi_slopes, sinks)
     mask, window, chunk = _mask(causal, window_size, attention_chunk)
-    out, lse = _call(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, None, int(max_seqlen_q),
-                                  int(max_seqlen_k), scale, mask, window, chunk, float(softcap), alibi_slopes, sinks, None, None,
-                                  bool(return_attn_probs))
+    if key is not None and not _plain(key[1:9]):
+        key = None
+    out, lse = _call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, None, int(max_seqlen_q),
+                     int(max_seqlen_k), scale, mask, window, chunk, float(softcap), alibi_slopes, sinks, None, None,
+                     bool(return_attn_probs))
     if return_attn_probs:
         return out, _varlen_lse(lse, cu_seqlens_q, q.shape[0])
     return out
+
+
+_fixed: dict[tuple[int, int, int], torch.Tensor] = {}
+
+
+def _fixed_lens(b: int, n: int, device: torch.device) -> torch.Tensor:
+    """cache_seqlens given as an int: [b] int32 of n, kept for the next call (except one made
+    in a graph capture, whose memory only the replays fill)."""
+    key = (b, n, device.index)
+    lens = _fixed.get(key)
+    if lens is None:
+        lens = torch.full((b,), n, dtype=torch.int32, device=device)
+        if not torch.cuda.is_current_stream_capturing():
+            if len(_fixed) >= _MAX_PREPARED:
+                _fixed.clear()
+            _fixed[key] = lens
+    return lens
+
+
+def _kvcache_key(q, k_cache, v_cache, lens, table, *options):
+    lens = (lens.shape, lens.stride(), lens.dtype, lens.get_device()) if isinstance(lens, torch.Tensor) else lens
+    table = (table.shape, table.stride(), table.dtype, table.get_device()) if table is not None else None
+    return ("kvcache", *options, lens, table) + _func_key(q, k_cache, v_cache)
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary_cos=None, rotary_sin=None,
@@ -324,6 +476,19 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     k_cache/v_cache [b, s_cache, h_kv, d] or, with page_table [b, max_blocks] (int32), a paged
     pool [num_blocks, block_size, h_kv, d]; cache_seqlens (int or [b] int32) keys each. Returns
     out, and softmax_lse [b, h, s_q] with return_softmax_lse."""
+    key = None
+    if k is None and v is None and qv is None and rotary_cos is None and rotary_sin is None and \
+            cache_batch_idx is None and cache_leftpad is None and cu_seqlens_q is None and \
+            cu_seqlens_k_new is None and rotary_seqlens is None and q_descale is None and k_descale is None and \
+            v_descale is None and alibi_slopes is None and sinks is None:
+        key, prepared = _lookup(_kvcache_key, q, k_cache, v_cache, cache_seqlens, page_table, softmax_scale, causal,
+                                window_size, attention_chunk, softcap, return_softmax_lse, alibi_slopes, sinks)
+        if _ready(prepared, q, k_cache, v_cache):
+            lens = cache_seqlens
+            if lens is not None and not isinstance(lens, torch.Tensor):
+                lens = _fixed_lens(q.shape[0], lens, q.device)
+            out, lse = prepared.run((q, k_cache, v_cache, None, None, lens, page_table) + (None,) * 4)
+            return (out, lse) if return_softmax_lse else out
     _unsupported(k=k, v=v, qv=qv, rotary_cos=rotary_cos, rotary_sin=rotary_sin, cache_batch_idx=cache_batch_idx,
                  cache_leftpad=cache_leftpad, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k_new=cu_seqlens_k_new,
                  rotary_seqlens=rotary_seqlens, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
@@ -348,7 +513,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     if isinstance(cache_seqlens, int):
         if not 0 <= cache_seqlens <= max_seqlen_k:
             raise ValueError(f"fmha: cache_seqlens={cache_seqlens} outside [0, {max_seqlen_k}]")
-        cache_seqlens = torch.full((b,), cache_seqlens, dtype=torch.int32, device=q.device)
+        cache_seqlens = _fixed_lens(b, cache_seqlens, q.device)
     elif cache_seqlens is not None:
         _check_tensor("cache_seqlens", cache_seqlens, 1, torch.int32)
         if cache_seqlens.shape[0] != b:
@@ -356,12 +521,16 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     scale = _common(q, k_cache, v_cache, softmax_scale, softcap, alibi_slopes, sinks)
     mask, window, chunk = _mask(causal, window_size, attention_chunk)
     if page_table is None:
-        q, k_cache, v_cache = _batch_views(q, k_cache, v_cache)
-    elif q.shape[0] > 1 and _steps(q) != q.shape[1]:
-        q = q.contiguous()
-    out, lse = _call(q, k_cache, v_cache, None, None, cache_seqlens, page_table, q.shape[1],
-                                  max_seqlen_k, scale, mask, window, chunk, float(softcap), alibi_slopes, sinks, None, None,
-                                  bool(return_softmax_lse))
+        views = _batch_views(q, k_cache, v_cache)
+    else:
+        views = (q.contiguous() if q.shape[0] > 1 and _steps(q) != q.shape[1] else q, k_cache, v_cache)
+    if any(a is not b for a, b in zip(views, (q, k_cache, v_cache))) or \
+            (key is not None and not _plain(key[1:9] + (key[9] if not isinstance(key[9], tuple) else None,))):
+        key = None  # copies were made (the prepared call describes them, not the inputs), or odd options
+    q, k_cache, v_cache = views
+    out, lse = _call(key, q, k_cache, v_cache, None, None, cache_seqlens, page_table, q.shape[1], max_seqlen_k,
+                     scale, mask, window, chunk, float(softcap), alibi_slopes, sinks, None, None,
+                     bool(return_softmax_lse))
     return (out, lse) if return_softmax_lse else out
 
 

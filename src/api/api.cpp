@@ -372,7 +372,9 @@ fmha_status_t fmha_forward(const fmha_problem_t* problem, const fmha_plan_t* pla
         p.workspace = ws + api::family_offset(p.b);
         p.workspace_bytes = workspace_bytes - api::family_offset(p.b);
     }
-    cudaError_t err = api::launch_lengths(len, lengths, stream);
+    // Sequences back to back and all full: the kernels take their lengths from the index
+    // (fmha/seq_lens.h), and one launch is the whole call.
+    cudaError_t err = p.uniform_lengths ? cudaSuccess : api::launch_lengths(len, lengths, stream);
     if (err != cudaSuccess)
         return api::fail(FMHA_ERROR_CUDA, std::string("launch of the lengths kernel: ") + cudaGetErrorString(err));
     err = k.launch(p, stream);

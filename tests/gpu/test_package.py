@@ -253,3 +253,36 @@ def test_bias_and_custom_mask():
         fmha.flash_attn_func(q, k, v, attn_mask=allowed, causal=True)
     with pytest.raises(ValueError, match="attn_bias is"):
         fmha.flash_attn_func(q, k, v, attn_bias=rand(2, 8, 100, 299))
+
+
+def test_prepared_calls_are_reused_and_still_checked():
+    """A second call of the same shapes takes the prepared problem (only pointers change): it
+    must read the new inputs, and refuse what the first call's checks would have refused."""
+    from fmha import interface
+    torch.manual_seed(23)
+    interface._prepared.clear()
+    q, k, v = rand(2, 77, 8, 64), rand(2, 77, 8, 64), rand(2, 77, 8, 64)
+    first = fmha.flash_attn_func(q, k, v, causal=True)
+    q2, k2, v2 = rand(2, 77, 8, 64), rand(2, 77, 8, 64), rand(2, 77, 8, 64)
+    second, lse = fmha.flash_attn_func(q2, k2, v2, causal=True, return_attn_probs=True)
+    again = fmha.flash_attn_func(q2, k2, v2, causal=True)
+    assert len(interface._prepared) == 2  # the LSE makes another key; the third call reuses the first
+    want, want_lse = reference(q2, k2, v2, causal=True)
+    close(second, want, q.dtype)
+    close(again, want, q.dtype)
+    close(lse, want_lse, torch.float32, "lse")
+    close(first, reference(q, k, v, causal=True)[0], q.dtype)
+    with pytest.raises(NotImplementedError, match="no backward pass"):
+        fmha.flash_attn_func(q2.clone().requires_grad_(), k2, v2, causal=True)
+    with pytest.raises(ValueError, match="is on cpu"):
+        fmha.flash_attn_func(q2.cpu(), k2, v2, causal=True)
+    # The same shapes and strides, but a view 2 bytes off 16-byte alignment: the library refuses it.
+    wide = rand(2, 77, 8, 72)
+    fmha.flash_attn_func(wide[..., :64], k2, v2)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        fmha.flash_attn_func(wide[..., 1:65], k2, v2)
+    # Decode with an int cache length, twice: the [b] lengths tensor is kept, the answer right.
+    qd, kc, vc = rand(2, 1, 8, 128), rand(2, 300, 2, 128), rand(2, 300, 2, 128)
+    for n in (200, 200, 300):
+        out = fmha.flash_attn_with_kvcache(qd, kc, vc, cache_seqlens=n)
+        close(out, reference(qd, kc[:, :n], vc[:, :n])[0], qd.dtype)

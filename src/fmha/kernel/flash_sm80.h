@@ -40,6 +40,7 @@
 #include "fmha/memory/smem_layout.h"
 #include "fmha/mma/warp_gemm.h"
 #include "fmha/sched/tile_scheduler.h"
+#include "fmha/seq_lens.h"
 #include "fmha/softmax/online_softmax.h"
 #include "fmha/softmax/score_mod.h"
 #include "fmha/softmax/score_tensor.h"
@@ -118,11 +119,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
     const int warp = tid / kWarpSize;
     const sched::Tile tile = sched::static_tile<kMask == mask::Kind::kCausal>();
 
-    const int q_len = p.q_lens[tile.batch];
+    const int q_len = seq_q_len(p, tile.batch);
     const int m0 = tile.m_block * Tr::kBlockM;
     if (m0 >= q_len) return;
-    const int kv_len = p.kv_lens[tile.batch];
-    const int q_off = p.q_offsets[tile.batch];
+    const int kv_len = seq_kv_len(p, tile.batch);
+    const int q_off = seq_q_offset(p, tile.batch);
     const int kv_head = tile.head / (p.h / p.h_kv);
     const int q_rows = min_int(q_len - m0, Tr::kBlockM);
 

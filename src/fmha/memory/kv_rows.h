@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "fmha/seq_lens.h"
 #include "fmha/utils.h"
 #include "params.h"
 
@@ -43,7 +44,7 @@ FMHA_DEVICE KvRows<Element, kIsV> kv_rows(const Params& p, int batch, int kv_hea
     const int64_t head = int64_t(kv_head) * (kIsV ? p.v_head_stride : p.k_head_stride);
     // (the arithmetic of kv_rows_from, kept apart: the flash family's SASS stays as it was)
     const int64_t first =
-        p.kv_block_table != nullptr ? 0 : int64_t(p.kv_offsets[batch]) * (kIsV ? p.v_row_stride : p.k_row_stride);
+        int64_t(seq_kv_offset(p, batch)) * (kIsV ? p.v_row_stride : p.k_row_stride);
     return KvRows<Element, kIsV>{t + first + head, batch};
 }
 

@@ -11,6 +11,7 @@
 #include "fmha/kernel/decode/shape.h"
 #include "fmha/kernel/decode/store.h"
 #include "fmha/memory/cluster_sm90.h"
+#include "fmha/seq_lens.h"
 #include "fmha/utils.h"
 #include "params.h"
 
@@ -127,8 +128,8 @@ __global__ void __launch_bounds__(256) combine_kernel(const __grid_constant__ Pa
     const int item = item_row / tile_rows;
     const int row = item_row - item * tile_rows;
     const int b = static_cast<int>(item / p.h_kv);
-    if (row >= shape.group * p.q_lens[b]) return;
-    combine_chunk<Tr>(p, shape, splits, item, row, chunk, live_splits(p, shape, b), p.q_offsets[b]);  // 0: zero rows
+    if (row >= shape.group * seq_q_len(p, b)) return;
+    combine_chunk<Tr>(p, shape, splits, item, row, chunk, live_splits(p, shape, b), seq_q_offset(p, b));  // 0: zero rows
 }
 
 }  // namespace decode

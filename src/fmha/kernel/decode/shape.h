@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "fmha/mask/mask.h"
+#include "fmha/seq_lens.h"
 #include "fmha/utils.h"
 #include "params.h"
 
@@ -65,7 +66,7 @@ FMHA_DEVICE int live_splits(const Shape& shape, const mask::KeyRange& keys) {
 }
 
 FMHA_DEVICE int live_splits(const Params& p, const Shape& shape, int b) {
-    return live_splits(shape, mask::sequence_keys(p, p.q_lens[b], p.kv_lens[b]));
+    return live_splits(shape, mask::sequence_keys(p, seq_q_len(p, b), seq_kv_len(p, b)));
 }
 
 }  // namespace decode

@@ -11,6 +11,7 @@
 
 #include "fmha/kernel/decode/shape.h"
 #include "fmha/mask/mask.h"
+#include "fmha/seq_lens.h"
 #include "fmha/utils.h"
 #include "params.h"
 
@@ -74,15 +75,15 @@ FMHA_DEVICE WarpUnit warp_unit(const Params& p, const Shape& shape, const UnitDi
     u.item = item;
     u.b = divs.h_kv.div(item);
     u.g = divs.h_kv.mod(item, u.b);
-    u.q_len = p.q_lens[u.b];
-    u.kv_len = p.kv_lens[u.b];
+    u.q_len = seq_q_len(p, u.b);
+    u.kv_len = seq_kv_len(p, u.b);
     u.rows = shape.group * u.q_len;
     u.row0 = row_tile * Tr::kRows;
     const mask::KeyRange keys = mask::sequence_keys<kMask>(p, u.q_len, u.kv_len);
     u.key_begin = keys.first + u.split * shape.keys_per_split;
     u.key_end = min_int(keys.last, u.key_begin + shape.keys_per_split);
-    u.q_off = p.q_offsets[u.b];
-    u.kv_off = p.kv_block_table != nullptr ? 0 : p.kv_offsets[u.b];  // paged: not read
+    u.q_off = seq_q_offset(p, u.b);
+    u.kv_off = seq_kv_offset(p, u.b);
     // A split past the sequence's keys writes nothing; the combine reads only live splits.
     // (With one split the unit always runs: a sequence without keys gets zero rows.)
     u.live = u.row0 < u.rows && !(shape.splits > 1 && u.key_begin >= keys.last);

@@ -4,6 +4,7 @@
 
 #include "fmha/mask/mask.h"
 #include "fmha/sched/tile_scheduler.h"
+#include "fmha/seq_lens.h"
 #include "fmha/utils.h"
 #include "params.h"
 
@@ -42,11 +43,11 @@ FMHA_DEVICE TileWork tile_work(const Params& p, int t, int m_blocks, int section
     w.head = tile.head;
     w.kv_head = tile.head / (p.h / p.h_kv);
     w.m0 = tile.m_block * Tr::kBlockM;
-    w.q_len = p.q_lens[tile.batch];
+    w.q_len = seq_q_len(p, tile.batch);
     w.active = w.m0 < w.q_len;
-    w.kv_len = p.kv_lens[tile.batch];
-    w.q_off = p.q_offsets[tile.batch];
-    w.kv_off = p.kv_block_table != nullptr ? 0 : p.kv_offsets[tile.batch];  // paged: not read
+    w.kv_len = seq_kv_len(p, tile.batch);
+    w.q_off = seq_q_offset(p, tile.batch);
+    w.kv_off = seq_kv_offset(p, tile.batch);
     // Blocks no row of the tile sees (above the diagonal, outside a window) are skipped.
     const mask::Blocks blk =
         w.active ? mask::blocks(mask::Rows<kMask>::make(p, w.q_len, w.kv_len), w.m0,
