@@ -1,15 +1,16 @@
 """FlashAttention-3's forward functions over libfmha.so, on torch tensors.
 
 The names, signatures and return values are flash_attn_interface's (FA3), so that
-`from fmha import flash_attn_func` replaces `from flash_attn_interface import ...`. One custom
-op, torch.ops.fmha.fwd, does the work: it has a fake (meta) implementation for
-torch.compile, launches on the current stream, takes its output and workspace from torch's
-allocator and never synchronises the host.
+`from fmha import flash_attn_func` replaces `from flash_attn_interface import ...`. Each
+function checks its arguments, maps them onto the library's problem and calls the one custom
+op (_op.py: torch.ops.fmha.fwd, with a fake implementation for torch.compile; it launches on
+the current stream, takes its output and workspace from torch's allocator and never
+synchronises the host). A call that repeats an earlier one's shapes, strides, dtypes, devices
+and options skips the checks: it is keyed here (_func_key, ...) and run by _op._Prepared.
 """
 
 from __future__ import annotations
 
-import ctypes
 import math
 from typing import Optional, Union
 
@@ -17,26 +18,7 @@ import torch
 
 from . import _lib
 from ._masks import fa3_mask as _mask
-
-_so = None
-_devices: dict[int, tuple[int, int]] = {}
-_DTYPES = {torch.float16: _lib.FP16, torch.bfloat16: _lib.BF16}
-
-
-def _library():
-    global _so
-    if _so is None:
-        _so = _lib.load()
-    return _so
-
-
-def _device(t: torch.Tensor) -> tuple[int, int]:
-    """(sm, SM count) of a tensor's device, asked once per device."""
-    index = t.device.index if t.device.index is not None else torch.cuda.current_device()
-    if index not in _devices:
-        props = torch.cuda.get_device_properties(index)
-        _devices[index] = (props.major * 10 + props.minor, props.multi_processor_count)
-    return _devices[index]
+from ._op import _DTYPES, _MAX_PREPARED, _call, _lookup, _plain, _ready, _strides
 
 
 def _unsupported(**args) -> None:
@@ -58,22 +40,6 @@ def _check_tensor(name: str, t: torch.Tensor, dims: int, dtype=None) -> None:
         raise ValueError(f"fmha: {name}'s last dimension must be contiguous (stride 1)")
 
 
-def _strides(t: torch.Tensor) -> tuple[int, int, int]:
-    """(batch, token, head) strides of a [b, s, h, d] view. A dimension of size 1 has no
-    stride of its own (torch may report any): a lone token steps like a whole sequence, and a
-    lone sequence is s tokens long."""
-    b, s = t.shape[0], t.shape[1]
-    token = t.stride(1) if s > 1 else (t.stride(0) if b > 1 else t.stride(2) * t.shape[2])
-    batch = t.stride(0) if b > 1 else token * s
-    return batch, token, t.stride(2)
-
-
-def _tensor(t: torch.Tensor, batch: bool) -> _lib.Tensor:
-    if batch:  # [b, s, h, d]
-        return _lib.Tensor(t.data_ptr(), *_strides(t))
-    return _lib.Tensor(t.data_ptr(), 0, t.stride(0), t.stride(1))  # [tokens, h, d]
-
-
 def _steps(t: torch.Tensor) -> Optional[int]:
     """Tokens from one sequence to the next of a [b, s, h, d] view, None when not whole."""
     batch, token, _ = _strides(t)
@@ -88,219 +54,6 @@ def _batch_views(q, k, v):
     if k.shape[0] > 1 and (_steps(k) is None or _steps(k) != _steps(v) or _steps(k) < k.shape[1]):
         k, v = k.contiguous(), v.contiguous()
     return q, k, v
-
-
-def _ptr(t: Optional[torch.Tensor]) -> Optional[int]:
-    return t.data_ptr() if t is not None else None
-
-
-_workspaces: dict[tuple[bool, int, int], torch.Tensor] = {}
-
-
-def _workspace(device: torch.device, stream: int, nbytes: int) -> torch.Tensor:
-    """Zero-filled scratch for the library. The parts that must start at zero (tile counter,
-    split counters) are left at zero by every call, so a stream keeps one and its calls reuse
-    it. One made during a graph capture is zeroed by the graph (a memset node) and serves only
-    captures: eager calls never see it before a replay has zeroed it."""
-    key = (torch.cuda.is_current_stream_capturing(), device.index, stream)
-    ws = _workspaces.get(key)
-    if ws is None or ws.numel() < nbytes:
-        ws = torch.zeros(max(nbytes, 4096), dtype=torch.uint8, device=device)
-        _workspaces[key] = ws
-    return ws
-
-
-# Pointer fields of fmha_problem_t that change from call to call, as 64-bit word indices (the
-# four tensors' data pointers lead their fmha_tensor_t): a prepared call rewrites only these.
-_WORD = ctypes.sizeof(ctypes.c_uint64)
-_Words = ctypes.c_uint64 * (ctypes.sizeof(_lib.Problem) // _WORD)
-_INPUT_WORDS = tuple((getattr(_lib.Problem, f).offset + (_lib.Tensor.data.offset if f in ("q", "k", "v") else 0)) // _WORD
-                     for f in ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "seqused_k", "block_table",
-                               "alibi_slopes", "sinks", "bias", "custom_mask"))
-_O_WORD = (_lib.Problem.o.offset + _lib.Tensor.data.offset) // _WORD
-_LSE_WORD = _lib.Problem.lse.offset // _WORD
-
-
-class _Prepared:
-    """One call's problem (pointers aside) and plan. A call whose tensors have the same shapes,
-    strides, dtypes and device and whose options are the same reuses it: it only allocates
-    the output, writes the pointers and launches (the host cost of a small call)."""
-
-    __slots__ = ("problem", "plan", "out_shape", "lse_shape", "dtype", "device", "inputs")
-
-    def __init__(self, problem, plan, out_shape, lse_shape, dtype, device, inputs):
-        self.problem, self.plan = problem, plan
-        self.out_shape, self.lse_shape, self.dtype, self.device = out_shape, lse_shape, dtype, device
-        self.inputs = inputs  # (word, position in the op's tensor arguments) of each tensor given
-
-    def run(self, tensors) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-        out = torch.empty(self.out_shape, dtype=self.dtype, device=self.device)
-        p = _lib.Problem.from_buffer_copy(self.problem)  # a copy per call: threads may share this
-        words = _Words.from_buffer(p)
-        for word, i in self.inputs:
-            words[word] = tensors[i].data_ptr()
-        words[_O_WORD] = out.data_ptr()
-        lse = None
-        if self.lse_shape is not None:
-            lse = torch.empty(self.lse_shape, dtype=torch.float32, device=self.device)
-            words[_LSE_WORD] = lse.data_ptr()
-        index = self.device.index
-        stream = torch._C._cuda_getCurrentRawStream(index)
-        workspace = _workspace(self.device, stream, self.plan.workspace_bytes)
-        status = _so.fmha_forward(p, self.plan, workspace.data_ptr(), workspace.numel(), stream)
-        _lib.raise_for(_so, status, "fmha")
-        return out, lse
-
-
-def _prepare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Optional[torch.Tensor],
-             cu_seqlens_k: Optional[torch.Tensor], seqused_k: Optional[torch.Tensor], page_table: Optional[torch.Tensor],
-             max_seqlen_q: int, max_seqlen_k: int, scale: float, mask: int, window: int, chunk: int, softcap: float,
-             alibi_slopes: Optional[torch.Tensor], sinks: Optional[torch.Tensor], bias: Optional[torch.Tensor],
-             mask_bits: Optional[torch.Tensor], want_lse: bool) -> _Prepared:
-    """The problem of the op's arguments, planned (a NotImplementedError or ValueError with the
-    library's reason where no kernel serves it)."""
-    so = _library()
-    varlen = cu_seqlens_q is not None
-    paged = page_table is not None
-    b = cu_seqlens_q.shape[0] - 1 if varlen else q.shape[0]
-    h, d = q.shape[-2], q.shape[-1]
-    h_kv, dv = k.shape[-2], v.shape[-1]
-    out_shape = q.shape[:-1] + (dv,)
-
-    p = _lib.Problem()
-    so.fmha_problem_init(p)
-    p.dtype = _DTYPES[q.dtype]
-    p.b, p.h, p.h_kv, p.d, p.dv = b, h, h_kv, d, dv
-    p.max_s_q, p.max_s_kv = max_seqlen_q, max_seqlen_k
-    p.q = _tensor(q, not varlen)
-    # The output is a fresh contiguous tensor: [b, s_q, h, dv] or [total_q, h, dv].
-    p.o = _lib.Tensor(0, q.shape[1] * h * dv if not varlen else 0, h * dv, dv)
-    if varlen:
-        p.q_tokens = q.shape[0]
-    if paged:  # k, v: [blocks, block_size, h_kv, d]
-        p.k = _lib.Tensor(k.data_ptr(), 0, k.stride(1), k.stride(2))
-        p.v = _lib.Tensor(v.data_ptr(), 0, v.stride(1), v.stride(2))
-        p.block_table_stride = page_table.stride(0)
-        p.block_size = k.shape[1]
-        p.num_blocks = k.shape[0]
-        p.k_block_stride, p.v_block_stride = k.stride(0), v.stride(0)
-    elif cu_seqlens_k is not None:
-        p.k, p.v = _tensor(k, False), _tensor(v, False)
-        p.kv_tokens = k.shape[0]
-    else:
-        p.k, p.v = _tensor(k, True), _tensor(v, True)
-    p.mask, p.window, p.chunk = mask, window, chunk
-    p.scale, p.softcap = scale, softcap
-    if bias is not None:  # [b or 1, h or 1, s_q, s_k]; a dimension of size 1 broadcasts
-        p.bias_batch_stride = bias.stride(0) if bias.shape[0] > 1 else 0
-        p.bias_head_stride = bias.stride(1) if bias.shape[1] > 1 else 0
-        p.bias_row_stride = bias.stride(2)
-    if mask_bits is not None:  # [b, s_q, words] int32: bit j % 32 of word j / 32, key j visible
-        p.custom_mask_row_words = mask_bits.shape[2]
-    tensors = (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, alibi_slopes, sinks, bias, mask_bits)
-    inputs = tuple((word, i) for i, (word, t) in enumerate(zip(_INPUT_WORDS, tensors)) if t is not None)
-    # Planning looks at which pointers are set (a variant's kernel), not where they point: an
-    # aligned stand-in until run() writes the call's own (and fmha_forward checks those).
-    words = _Words.from_buffer(p)
-    for word, _ in inputs:
-        words[word] = 256
-    words[_O_WORD] = 256
-    if want_lse:
-        words[_LSE_WORD] = 256
-
-    sm, num_sms = _device(q)
-    plan = _lib.Plan()
-    status = so.fmha_plan(p, sm, num_sms, plan)
-    if status == _lib.NOT_SUPPORTED and p.dtype == _lib.FP16:
-        # A build without ENABLE_HMMA_FP32 has fp16 kernels that accumulate P V in fp16 only.
-        p.acc = _lib.FP16
-        status = so.fmha_plan(p, sm, num_sms, plan)
-        if status != _lib.SUCCESS:
-            p.acc = _lib.FP32
-            status = so.fmha_plan(p, sm, num_sms, plan)
-    _lib.raise_for(so, status, "fmha")
-    return _Prepared(p, plan, out_shape, (b, h, max_seqlen_q) if want_lse else None, q.dtype, q.device, inputs)
-
-
-def _tensors(args) -> tuple:
-    """The op's tensor arguments in _INPUT_WORDS order."""
-    return args[:7] + args[14:18]
-
-
-def _fwd_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Optional[torch.Tensor],
-              cu_seqlens_k: Optional[torch.Tensor], seqused_k: Optional[torch.Tensor], page_table: Optional[torch.Tensor],
-              max_seqlen_q: int, max_seqlen_k: int, scale: float, mask: int, window: int, chunk: int, softcap: float,
-              alibi_slopes: Optional[torch.Tensor], sinks: Optional[torch.Tensor], bias: Optional[torch.Tensor],
-              mask_bits: Optional[torch.Tensor], want_lse: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    args = (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, max_seqlen_q, max_seqlen_k, scale, mask,
-            window, chunk, softcap, alibi_slopes, sinks, bias, mask_bits, want_lse)
-    out, lse = _prepare(*args).run(_tensors(args))
-    return out, lse if lse is not None else q.new_empty((0,), dtype=torch.float32)
-
-
-_fwd = torch.library.custom_op("fmha::fwd", _fwd_impl, mutates_args=(), device_types="cuda")
-
-# Prepared calls by their key (the arguments' shapes, strides, dtypes, devices and options,
-# as each function spells them); cleared when it grows past _MAX_PREPARED.
-_prepared: dict[tuple, _Prepared] = {}
-_MAX_PREPARED = 1024
-
-
-_PLAIN = (type(None), bool, int, float, str)
-
-
-def _plain(options: tuple) -> bool:
-    """Whether a key's options are plain values (numbers, strings, tuples of them): only such a
-    key is kept (a tensor as softmax_scale, say, hashes by identity, not by value)."""
-    return all(type(o) in _PLAIN or (type(o) is tuple and all(type(x) in _PLAIN for x in o)) for o in options)
-
-
-def _lookup(key_of, *args) -> tuple[Optional[tuple], Optional["_Prepared"]]:
-    """(key, prepared call) of an eager call; (None, None) under torch.compile or where the
-    arguments make no key (not tensors, unhashable: the full path says what is wrong)."""
-    if torch.compiler.is_compiling():
-        return None, None
-    try:
-        key = key_of(*args)
-        return key, _prepared.get(key)
-    except (AttributeError, TypeError):
-        return None, None
-
-
-def _ready(prepared: Optional[_Prepared], q, k, v) -> bool:
-    """Whether the inputs may take a prepared call: on the current device, and not requiring a
-    gradient (the full path refuses those with the reason)."""
-    if prepared is None or (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
-        return False
-    return prepared.device.index == torch._C._cuda_getDevice()
-
-
-def _call(key: Optional[tuple], *args):
-    """The op under torch.compile (which needs its fake implementation); in eager mode its
-    body directly, without the dispatcher's ~30 µs (bench/NOTES.md §41), on the inputs' device,
-    and the prepared call kept under `key` (None: not kept)."""
-    if torch.compiler.is_compiling():
-        return torch.ops.fmha.fwd(*args)
-    q, k, v = args[:3]
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        raise NotImplementedError("fmha: forward only, no backward pass yet; call it under torch.no_grad() "
-                                  "or torch.inference_mode()")
-    with torch.cuda.device(q.device):
-        prepared = _prepare(*args)
-        if key is not None:
-            if len(_prepared) >= _MAX_PREPARED:
-                _prepared.clear()
-            _prepared[key] = prepared
-        return prepared.run(_tensors(args))
-
-
-@_fwd.register_fake
-def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, max_seqlen_q, max_seqlen_k, scale, mask,
-      window, chunk, softcap, alibi_slopes, sinks, bias, mask_bits, want_lse):
-    b = cu_seqlens_q.shape[0] - 1 if cu_seqlens_q is not None else q.shape[0]
-    out = q.new_empty(q.shape[:-1] + (v.shape[-1],))
-    lse = q.new_empty((b, q.shape[-2], max_seqlen_q) if want_lse else (0,), dtype=torch.float32)
-    return out, lse
 
 
 def _common(q, k, v, softmax_scale, softcap, alibi_slopes, sinks):

@@ -258,15 +258,15 @@ def test_bias_and_custom_mask():
 def test_prepared_calls_are_reused_and_still_checked():
     """A second call of the same shapes takes the prepared problem (only pointers change): it
     must read the new inputs, and refuse what the first call's checks would have refused."""
-    from fmha import interface
+    from fmha import _op
     torch.manual_seed(23)
-    interface._prepared.clear()
+    _op._prepared.clear()
     q, k, v = rand(2, 77, 8, 64), rand(2, 77, 8, 64), rand(2, 77, 8, 64)
     first = fmha.flash_attn_func(q, k, v, causal=True)
     q2, k2, v2 = rand(2, 77, 8, 64), rand(2, 77, 8, 64), rand(2, 77, 8, 64)
     second, lse = fmha.flash_attn_func(q2, k2, v2, causal=True, return_attn_probs=True)
     again = fmha.flash_attn_func(q2, k2, v2, causal=True)
-    assert len(interface._prepared) == 2  # the LSE makes another key; the third call reuses the first
+    assert len(_op._prepared) == 2  # the LSE makes another key; the third call reuses the first
     want, want_lse = reference(q2, k2, v2, causal=True)
     close(second, want, q.dtype)
     close(again, want, q.dtype)
