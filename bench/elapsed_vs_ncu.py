@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import ncu  # noqa: E402
-from tests.gpu.contract import parse_output  # noqa: E402
+from bench.ab import run  # noqa: E402  (one fmha.exe run, parsed; exits with the reason on a failure)
 
 # (b, h, s, d, causal): the FA3 grid's s = 8k rows, and one short kernel
 PROBLEMS = [(2, 32, 8192, 64, False), (16, 16, 1024, 128, False), (2, 16, 8192, 128, False),
@@ -27,12 +26,8 @@ PROBLEMS = [(2, 32, 8192, 64, False), (16, 16, 1024, 128, False), (2, 16, 8192, 
 
 def elapsed(exe: str, args: list[str], runs: int, warm: int, repeats: int = 3) -> float:
     """Median of `repeats` processes' Elapsed µs."""
-    out = []
-    for _ in range(repeats):
-        proc = subprocess.run([exe, *args, "-runs", str(runs), "-warm-up-runs", str(warm)], capture_output=True,
-                              text=True, timeout=300)
-        out.append(float(parse_output(proc.stdout)["us"]))
-    return statistics.median(out)
+    return statistics.median(run(exe, [*args, "-runs", str(runs), "-warm-up-runs", str(warm)])[0]
+                             for _ in range(repeats))
 
 
 def main(argv=None) -> int:

@@ -49,6 +49,16 @@ def marked_range(name: str, calls: int = CALLS):
         torch.cuda.profiler.stop()
 
 
+def profile_calls(name: str, launch, calls: int = CALLS) -> None:
+    """launch(i) makes call i: two unprofiled calls (plans, handles, lazy loading), then a
+    marked range of `calls` calls."""
+    launch(0)
+    launch(1)
+    with marked_range(name, calls):
+        for i in range(calls):
+            launch(i)
+
+
 def kernels(text: str) -> list[tuple[str, float]]:
     """(kernel name, gpu__time_duration in ns) of each profiled kernel in ncu's --csv output,
     in launch order; other lines (==PROF==, the program's own) are skipped."""

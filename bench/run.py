@@ -348,11 +348,7 @@ def ncu_child(torch, work: list[tuple[Suite, str]], args) -> int:
 
     def measure_for(who: str) -> Measure:
         def measure(launch) -> float:
-            launch(0)
-            launch(1)
-            with ncu.marked_range(f"{current[0]}|{who}"):
-                for i in range(ncu.CALLS):
-                    launch(i)
+            ncu.profile_calls(f"{current[0]}|{who}", launch)
             return 0.0
         return measure
 

@@ -57,3 +57,17 @@ def test_fmha_exe_median_of_its_launches(monkeypatch):
     assert ncu.fmha_exe_us(["bin/fmha.exe"]) == pytest.approx(2.55)
     monkeypatch.setattr(ncu.subprocess, "run", lambda cmd, **kwargs: Done(1, ""))
     assert math.isnan(ncu.fmha_exe_us(["bin/fmha.exe"]))
+
+
+def test_profile_calls_warms_up_then_marks_its_calls(monkeypatch, capsys):
+    import sys
+    import types
+    events = []
+    fake = types.ModuleType("torch")
+    fake.cuda = types.SimpleNamespace(
+        synchronize=lambda: events.append("sync"), _sleep=lambda n: events.append("marker"),
+        profiler=types.SimpleNamespace(start=lambda: events.append("start"), stop=lambda: events.append("stop")))
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    ncu.profile_calls("fa3|b=1|ours", lambda i: events.append(f"call {i}"), calls=2)
+    assert events == ["call 0", "call 1", "sync", "start", "marker", "call 0", "call 1", "sync", "stop"]
+    assert capsys.readouterr().out == f"{ncu.MARK}\tfa3|b=1|ours\t2\n"

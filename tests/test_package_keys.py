@@ -57,3 +57,16 @@ def test_pointer_words_land_on_the_problem_fields():
     got = [getattr(p, f).data if f in ("q", "k", "v") else getattr(p, f) for f in fields]
     assert got == [4096 * (n + 1) for n in range(len(fields))]
     assert (p.o.data, p.lse) == (1 << 40, 1 << 41)
+
+
+def test_kvcache_lengths_key_by_value_or_by_tensor():
+    q = torch.randn(2, 1, 8, 64, dtype=torch.bfloat16)
+    cache = torch.randn(2, 64, 2, 64, dtype=torch.bfloat16)
+
+    def kv_key(lens):
+        return _op._lookup(interface._kvcache_key, q, cache, cache, lens, None, *OPTIONS)[0]
+
+    assert kv_key(5) != kv_key(6) and kv_key(5) == kv_key(5)  # an int is the value itself
+    a, b = torch.tensor([5, 6], dtype=torch.int32), torch.tensor([7, 8], dtype=torch.int32)
+    assert kv_key(a) == kv_key(b) != kv_key(5)  # a tensor by its shape, strides, dtype, device
+    assert _op._plain(kv_key(5)[1]) and _op._plain(kv_key(a)[1])

@@ -206,8 +206,8 @@ _PLAIN = (type(None), bool, int, float, str)
 
 
 def _plain(options: tuple) -> bool:
-    """Whether a key's options are plain values (numbers, strings, tuples of them): only such a
-    key is kept (a tensor as softmax_scale, say, hashes by identity, not by value)."""
+    """Whether a key's options (key[1]) are plain values (numbers, strings, tuples of them):
+    only such a key is kept (a tensor as softmax_scale, say, hashes by identity, not value)."""
     return all(type(o) in _PLAIN or (type(o) is tuple and all(type(x) in _PLAIN for x in o)) for o in options)
 
 
@@ -243,7 +243,7 @@ def _call(key: Optional[tuple], *args):
                                   "or torch.inference_mode()")
     with torch.cuda.device(q.device):
         prepared = _prepare(*args)
-        if key is not None:
+        if key is not None and _plain(key[1]):  # key[1]: the call's options
             if len(_prepared) >= _MAX_PREPARED:
                 _prepared.clear()
             _prepared[key] = prepared

@@ -18,7 +18,7 @@ import torch
 
 from . import _lib
 from ._masks import fa3_mask as _mask
-from ._op import _DTYPES, _MAX_PREPARED, _call, _lookup, _plain, _ready, _strides
+from ._op import _DTYPES, _MAX_PREPARED, _call, _lookup, _ready, _strides
 
 
 def _unsupported(**args) -> None:
@@ -80,7 +80,8 @@ def _common(q, k, v, softmax_scale, softcap, alibi_slopes, sinks):
 
 
 def _func_key(q, k, v, *options):
-    return ("func", *options, q.shape, q.stride(), q.dtype, q.get_device(), k.shape, k.stride(), k.dtype,
+    """A prepared call's key: (kind, options, each tensor's shape, strides, dtype, device)."""
+    return ("func", options, q.shape, q.stride(), q.dtype, q.get_device(), k.shape, k.stride(), k.dtype,
             k.get_device(), v.shape, v.stride(), v.dtype, v.get_device())
 
 
@@ -120,8 +121,8 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
         bits = _pack_mask(attn_mask, q.shape[0], q.shape[1], k.shape[1])
         mask = _lib.MASK_CUSTOM
     views = _batch_views(q, k, v)
-    if any(a is not b for a, b in zip(views, (q, k, v))) or (key is not None and not _plain(key[1:7])):
-        key = None  # copies were made (the prepared call describes them, not the inputs), or odd options
+    if any(a is not b for a, b in zip(views, (q, k, v))):
+        key = None  # copies were made: the prepared call describes them, not the inputs
     q, k, v = views
     out, lse = _call(key, q, k, v, None, None, None, None, q.shape[1], k.shape[1], scale, mask, window, chunk,
                      float(softcap), alibi_slopes, sinks, attn_bias, bits, bool(return_attn_probs))
@@ -153,8 +154,8 @@ def _varlen_lse(lse: torch.Tensor, cu_seqlens_q: torch.Tensor, total_q: int) -> 
 
 
 def _varlen_key(q, k, v, cu_q, cu_k, *options):
-    return ("varlen", *options, cu_q.shape, cu_q.stride(), cu_q.dtype, cu_q.get_device(), cu_k.shape, cu_k.stride(),
-            cu_k.dtype, cu_k.get_device()) + _func_key(q, k, v)
+    return ("varlen", options, cu_q.shape, cu_q.stride(), cu_q.dtype, cu_q.get_device(), cu_k.shape, cu_k.stride(),
+            cu_k.dtype, cu_k.get_device()) + _func_key(q, k, v)[2:]
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q=None,
@@ -185,8 +186,6 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         raise ValueError(f"fmha: k has {k.shape[0]} tokens, v {v.shape[0]}")
     scale = _common(q, k, v, softmax_scale, softcap, alibi_slopes, sinks)
     mask, window, chunk = _mask(causal, window_size, attention_chunk)
-    if key is not None and not _plain(key[1:9]):
-        key = None
     out, lse = _call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, None, int(max_seqlen_q),
                      int(max_seqlen_k), scale, mask, window, chunk, float(softcap), alibi_slopes, sinks, None, None,
                      bool(return_attn_probs))
@@ -213,9 +212,13 @@ def _fixed_lens(b: int, n: int, device: torch.device) -> torch.Tensor:
 
 
 def _kvcache_key(q, k_cache, v_cache, lens, table, *options):
-    lens = (lens.shape, lens.stride(), lens.dtype, lens.get_device()) if isinstance(lens, torch.Tensor) else lens
+    """cache_seqlens as an int is an option (its value); as a tensor, keyed as the others."""
+    if isinstance(lens, torch.Tensor):
+        lens, lens_sig = None, (lens.shape, lens.stride(), lens.dtype, lens.get_device())
+    else:
+        lens_sig = None
     table = (table.shape, table.stride(), table.dtype, table.get_device()) if table is not None else None
-    return ("kvcache", *options, lens, table) + _func_key(q, k_cache, v_cache)
+    return ("kvcache", options + (lens,), lens_sig, table) + _func_key(q, k_cache, v_cache)[2:]
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary_cos=None, rotary_sin=None,
@@ -235,7 +238,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
             cu_seqlens_k_new is None and rotary_seqlens is None and q_descale is None and k_descale is None and \
             v_descale is None and alibi_slopes is None and sinks is None:
         key, prepared = _lookup(_kvcache_key, q, k_cache, v_cache, cache_seqlens, page_table, softmax_scale, causal,
-                                window_size, attention_chunk, softcap, return_softmax_lse, alibi_slopes, sinks)
+                                window_size, attention_chunk, softcap, return_softmax_lse)
         if _ready(prepared, q, k_cache, v_cache):
             lens = cache_seqlens
             if lens is not None and not isinstance(lens, torch.Tensor):
@@ -277,9 +280,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         views = _batch_views(q, k_cache, v_cache)
     else:
         views = (q.contiguous() if q.shape[0] > 1 and _steps(q) != q.shape[1] else q, k_cache, v_cache)
-    if any(a is not b for a, b in zip(views, (q, k_cache, v_cache))) or \
-            (key is not None and not _plain(key[1:9] + (key[9] if not isinstance(key[9], tuple) else None,))):
-        key = None  # copies were made (the prepared call describes them, not the inputs), or odd options
+    if any(a is not b for a, b in zip(views, (q, k_cache, v_cache))):
+        key = None  # copies were made: the prepared call describes them, not the inputs
     q, k_cache, v_cache = views
     out, lse = _call(key, q, k_cache, v_cache, None, None, cache_seqlens, page_table, q.shape[1], max_seqlen_k,
                      scale, mask, window, chunk, float(softcap), alibi_slopes, sinks, None, None,
