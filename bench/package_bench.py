@@ -155,6 +155,25 @@ def ncu_child(suites, fa3) -> int:
     return 0
 
 
+def host_costs(fa3) -> dict[str, dict[str, float]]:
+    """Host µs per call of each function on a tiny problem, ours and FA3's."""
+    q = torch.randn(1, 128, 8, 64, device="cuda", dtype=torch.bfloat16)
+    flat = torch.randn(128, 8, 64, device="cuda", dtype=torch.bfloat16)
+    cu = torch.tensor([0, 64, 128], dtype=torch.int32, device="cuda")
+    qd = torch.randn(1, 1, 32, 128, device="cuda", dtype=torch.bfloat16)
+    cache = torch.randn(1, 4096, 8, 128, device="cuda", dtype=torch.bfloat16)
+    lens = torch.tensor([4096], dtype=torch.int32, device="cuda")
+    sides = {"ours": fmha} if fa3 is None else {"ours": fmha, "fa3": fa3}
+    calls = {
+        "flash_attn_func b=1 s=128 h=8 d=64": lambda m: m.flash_attn_func(q, q, q),
+        "flash_attn_varlen_func 2 x 64 tokens h=8 d=64": lambda m: m.flash_attn_varlen_func(flat, flat, flat, cu, cu,
+                                                                                              64, 64),
+        "flash_attn_with_kvcache b=1 h=32/8 d=128 4k, cache_seqlens tensor":
+            lambda m: m.flash_attn_with_kvcache(qd, cache, cache, cache_seqlens=lens),
+    }
+    return {label: {name: host_us(lambda: call(m)) for name, m in sides.items()} for label, call in calls.items()}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--suite", nargs="+", default=["fa3", "decode", "tiny"], choices=["fa3", "decode", "tiny"])
@@ -196,11 +215,9 @@ def main(argv=None) -> int:
             print(f"{row['suite']:6s} {row['problem']:32s} " + " ".join(
                 f"{n} {row[n + '_ncu']:9.1f} ({row[n] / row[n + '_ncu']:.3f})" for n in ("ours", "fa3", "cudnn")
                 if n + "_ncu" in row))
-    q = torch.randn(1, 128, 8, 64, device="cuda", dtype=torch.bfloat16)
-    host = {"ours": host_us(lambda: fmha.flash_attn_func(q, q, q))}
-    if fa3 is not None:
-        host["fa3"] = host_us(lambda: fa3.flash_attn_func(q, q, q))
-    print("host cost per call, b=1 s=128 h=8 d=64 bf16 (µs): " + ", ".join(f"{n} {t:.1f}" for n, t in host.items()))
+    host = host_costs(fa3)
+    for label, costs in host.items():
+        print(f"host cost per call, {label} (µs): " + ", ".join(f"{n} {t:.1f}" for n, t in costs.items()))
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"package_{gpu.lower().replace(' ', '-')}.csv"
     with path.open("w", newline="") as f:
@@ -209,8 +226,9 @@ def main(argv=None) -> int:
         writer.writeheader()
         for row in rows:
             writer.writerow({k: (f"{v:.2f}" if isinstance(v, float) else v) for k, v in row.items()})
-        for name, t in host.items():
-            writer.writerow({"suite": "host", "problem": "b=1 s=128 h=8 d=64 (µs a call)", name: f"{t:.2f}"})
+        for label, costs in host.items():
+            writer.writerow({"suite": "host", "problem": f"{label} (µs a call)",
+                             **{name: f"{t:.2f}" for name, t in costs.items()}})
     print(f"wrote {path}")
     return 0
 

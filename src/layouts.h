@@ -29,7 +29,8 @@ struct SeqLens {
 // or sequence i at token i * s (i * s_q) with -pad-s.
 SeqLens make_seqlens(const Problem& p);
 
-// Params::uniform_lengths: every sequence s_q_max x s_kv_max long, back to back.
+// Every sequence s_q_max x s_kv_max long, back to back: Params then carries no length arrays
+// (the kernels take offsets and lengths from the index, fmha/seq_lens.h).
 inline bool uniform_lengths(const SeqLens& l) {
     const size_t b = l.q_lens.size();
     if (l.kv_lens.size() != b || l.q_offsets.size() != b || l.kv_offsets.size() != b) return false;

@@ -68,13 +68,19 @@ struct Params {
     int64_t v_row_stride = 0, v_head_stride = 0;
     int64_t o_row_stride = 0, o_head_stride = 0;
 
-    // Per-sequence token offset of the first row and the real length, device arrays of b.
-    // Packed (var-len) storage: offsets are the prefix sums of the lengths.
-    // Padded storage (-pad-s): offsets are i * s, lengths still the real ones.
+    // Where each sequence's rows start and how many there are (fmha/seq_lens.h reads them):
+    //   offset of sequence i: q_offsets[i], or i * q_step where q_offsets is null;
+    //   length: q_lens[i], or q_offsets[i + 1] - q_offsets[i] where only q_offsets is given
+    //   (cu_seqlens: b + 1 prefix sums), or s_q_max where neither is.
+    // K/V alike (kv_*; kv_lens is seqused_k in the C API), except that a paged cache has no
+    // offsets. fmha.exe passes its own arrays (packed, or -pad-s: offsets i * s with the real
+    // lengths) and null ones with the steps where every sequence is full and back to back.
     const int* q_offsets = nullptr;
     const int* q_lens = nullptr;
     const int* kv_offsets = nullptr;
     const int* kv_lens = nullptr;
+    int q_step = 0;
+    int kv_step = 0;
 
     // Rows each storage holds, padding included: Q/O and K/V (packed QKV: both are the one
     // buffer's rows). What a TMA tensor map spans (the ws family refuses a launch where either
@@ -170,12 +176,6 @@ struct Params {
     // stream share it. A launch given fewer bytes runs fewer splits (never fails for lack of it).
     void* workspace = nullptr;
     size_t workspace_bytes = 0;
-
-    // True only where every sequence has s_q_max queries and s_kv_max keys, stored back to
-    // back (q_offsets[i] == i * s_q_max, kv_offsets[i] == i * s_kv_max; the driver checks the
-    // arrays): kernels then take them from the sequence's index (fmha/seq_lens.h), and the C
-    // API does not fill the arrays (one launch a call). fmha.exe fills them either way.
-    bool uniform_lengths = false;
 };
 
 }  // namespace fmha

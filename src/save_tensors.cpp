@@ -120,18 +120,21 @@ void prepare_save_dir(const std::string& dir) {
 void save_tensors(const Problem& p, const SeqLens& lens, const DeviceTensors& t, const float* o_ref,
                   const float* lse_ref, const KernelMeta& kernel, cudaStream_t stream) {
     const Params& q = t.logical;  // K and V in token storage, also with -paged-kv
+    // The offsets and lengths as arrays (Params leaves them null where the sequences are full).
+    const int *q_off = t.q_offsets.get(), *q_len = t.q_lens.get(), *kv_off = t.kv_offsets.get(),
+              *kv_len = t.kv_lens.get();
     const std::string& dir = p.save_dir;
-    save_one(dir, "q.npy", q.q, p.dtype, q.q_row_stride, q.q_head_stride, p.h, p.d, q.q_offsets,
-             q.q_lens, p.b, p.s_q, stream);
+    save_one(dir, "q.npy", q.q, p.dtype, q.q_row_stride, q.q_head_stride, p.h, p.d, q_off,
+             q_len, p.b, p.s_q, stream);
     save_one(dir, "k.npy", q.k, p.dtype, q.k_row_stride, q.k_head_stride, p.h_kv, p.d,
-             q.kv_offsets, q.kv_lens, p.b, p.s, stream);
+             kv_off, kv_len, p.b, p.s, stream);
     save_one(dir, "v.npy", q.v, p.dtype, q.v_row_stride, q.v_head_stride, p.h_kv, p.dv,
-             q.kv_offsets, q.kv_lens, p.b, p.s, stream);
-    save_one(dir, "o.npy", q.o, p.dtype, q.o_row_stride, q.o_head_stride, p.h, p.dv, q.q_offsets,
-             q.q_lens, p.b, p.s_q, stream);
+             kv_off, kv_len, p.b, p.s, stream);
+    save_one(dir, "o.npy", q.o, p.dtype, q.o_row_stride, q.o_head_stride, p.h, p.dv, q_off,
+             q_len, p.b, p.s_q, stream);
     if (o_ref != nullptr)  // dense [q storage tokens, h, dv]
         save_one(dir, "o_ref.npy", o_ref, DataType::kFp32, int64_t(p.h) * p.dv, p.dv, p.h, p.dv,
-                 q.q_offsets, q.q_lens, p.b, p.s_q, stream);
+                 q_off, q_len, p.b, p.s_q, stream);
     write_array(dir, "seqlens_q.npy", lens.q_lens.data(), {p.b});
     write_array(dir, "seqlens_kv.npy", lens.kv_lens.data(), {p.b});
     const std::vector<float>& sinks = t.variants.sinks_host;

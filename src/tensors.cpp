@@ -25,11 +25,15 @@ Params tensor_params(const Problem& p, const SeqLens& lens, const DeviceTensors&
     prm.v_head_stride = v.head_stride;
     prm.o_row_stride = h * dv;
     prm.o_head_stride = dv;
-    prm.q_offsets = t.q_offsets.get();
-    prm.q_lens = t.q_lens.get();
-    prm.kv_offsets = t.kv_offsets.get();
-    prm.kv_lens = t.kv_lens.get();
-    prm.uniform_lengths = uniform_lengths(lens);
+    if (uniform_lengths(lens)) {  // the kernels take offsets and lengths from the index
+        prm.q_step = lens.s_q_max;
+        prm.kv_step = lens.s_kv_max;
+    } else {
+        prm.q_offsets = t.q_offsets.get();
+        prm.q_lens = t.q_lens.get();
+        prm.kv_offsets = t.kv_offsets.get();
+        prm.kv_lens = t.kv_lens.get();
+    }
     prm.tile_counter = t.tile_counter.get();
     prm.q_tokens = lens.q_storage_tokens;  // packed QKV: q_tokens == kv_tokens, the qkv buffer's rows
     prm.kv_tokens = lens.kv_storage_tokens;

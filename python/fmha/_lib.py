@@ -74,6 +74,14 @@ def load(path: Path | None = None) -> ctypes.CDLL:
     return so
 
 
+def forward_by_address(so: ctypes.CDLL):
+    """fmha_forward taking the problem and plan as addresses (or ctypes arrays): the package's
+    call path, where converting Structure arguments would cost more than the call itself."""
+    proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                             ctypes.c_void_p)
+    return proto(ctypes.cast(so.fmha_forward, ctypes.c_void_p).value)
+
+
 class FmhaError(RuntimeError):
     """A status from the library with its one-line reason."""
 

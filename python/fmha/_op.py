@@ -14,14 +14,16 @@ import torch
 from . import _lib
 
 _so = None
+_forward = None  # fmha_forward over plain addresses (no ctypes structs to convert on the call path)
 _devices: dict[int, tuple[int, int]] = {}
 _DTYPES = {torch.float16: _lib.FP16, torch.bfloat16: _lib.BF16}
 
 
 def _library():
-    global _so
+    global _so, _forward
     if _so is None:
         _so = _lib.load()
+        _forward = _lib.forward_by_address(_so)
     return _so
 
 
@@ -58,7 +60,7 @@ def _workspace(device: torch.device, stream: int, nbytes: int) -> torch.Tensor:
     split counters) are left at zero by every call, so a stream keeps one and its calls reuse
     it. One made during a graph capture is zeroed by the graph (a memset node) and serves only
     captures: eager calls never see it before a replay has zeroed it."""
-    key = (torch.cuda.is_current_stream_capturing(), device.index, stream)
+    key = (torch._C._cuda_isCurrentStreamCapturing(), device.index, stream)
     ws = _workspaces.get(key)
     if ws is None or ws.numel() < nbytes:
         ws = torch.zeros(max(nbytes, 4096), dtype=torch.uint8, device=device)
@@ -82,17 +84,22 @@ class _Prepared:
     strides, dtypes and device and whose options are the same reuses it: it only allocates
     the output, writes the pointers and launches (the host cost of a small call)."""
 
-    __slots__ = ("problem", "plan", "out_shape", "lse_shape", "dtype", "device", "inputs")
+    __slots__ = ("problem", "words", "plan", "plan_address", "out_shape", "lse_shape", "dtype", "device", "index",
+                 "inputs", "like_q")
 
-    def __init__(self, problem, plan, out_shape, lse_shape, dtype, device, inputs):
+    def __init__(self, problem, plan, out_shape, lse_shape, dtype, device, inputs, like_q):
         self.problem, self.plan = problem, plan
+        self.words = _Words.from_buffer_copy(problem)  # the problem as words, the copy run() starts from
+        self.plan_address = ctypes.addressof(plan)
         self.out_shape, self.lse_shape, self.dtype, self.device = out_shape, lse_shape, dtype, device
+        self.index = device.index
         self.inputs = inputs  # (word, position in the op's tensor arguments) of each tensor given
+        self.like_q = like_q  # the output is q's shape and q is contiguous: empty_like, the cheap allocation
 
     def run(self, tensors) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-        out = torch.empty(self.out_shape, dtype=self.dtype, device=self.device)
-        p = _lib.Problem.from_buffer_copy(self.problem)  # a copy per call: threads may share this
-        words = _Words.from_buffer(p)
+        out = torch.empty_like(tensors[0]) if self.like_q else \
+            torch.empty(self.out_shape, dtype=self.dtype, device=self.device)
+        words = _Words.from_buffer_copy(self.words)  # a copy per call: threads may share this
         for word, i in self.inputs:
             words[word] = tensors[i].data_ptr()
         words[_O_WORD] = out.data_ptr()
@@ -100,11 +107,13 @@ class _Prepared:
         if self.lse_shape is not None:
             lse = torch.empty(self.lse_shape, dtype=torch.float32, device=self.device)
             words[_LSE_WORD] = lse.data_ptr()
-        index = self.device.index
-        stream = torch._C._cuda_getCurrentRawStream(index)
-        workspace = _workspace(self.device, stream, self.plan.workspace_bytes)
-        status = _so.fmha_forward(p, self.plan, workspace.data_ptr(), workspace.numel(), stream)
-        _lib.raise_for(_so, status, "fmha")
+        stream = torch._C._cuda_getCurrentRawStream(self.index)
+        workspace = _workspaces.get((torch._C._cuda_isCurrentStreamCapturing(), self.index, stream))
+        if workspace is None or workspace.numel() < self.plan.workspace_bytes:
+            workspace = _workspace(self.device, stream, self.plan.workspace_bytes)
+        status = _forward(words, self.plan_address, workspace.data_ptr(), workspace.numel(), stream)
+        if status:
+            _lib.raise_for(_so, status, "fmha")
         return out, lse
 
 
@@ -175,7 +184,9 @@ def _prepare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Op
             p.acc = _lib.FP32
             status = so.fmha_plan(p, sm, num_sms, plan)
     _lib.raise_for(so, status, "fmha")
-    return _Prepared(p, plan, out_shape, (b, h, max_seqlen_q) if want_lse else None, q.dtype, q.device, inputs)
+    like_q = tuple(out_shape) == tuple(q.shape) and q.is_contiguous()
+    return _Prepared(p, plan, out_shape, (b, h, max_seqlen_q) if want_lse else None, q.dtype, q.device, inputs,
+                     like_q)
 
 
 def _tensors(args) -> tuple:
@@ -228,7 +239,7 @@ def _ready(prepared: Optional[_Prepared], q, k, v) -> bool:
     gradient (the full path refuses those with the reason)."""
     if prepared is None or (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
         return False
-    return prepared.device.index == torch._C._cuda_getDevice()
+    return prepared.index == torch._C._cuda_getDevice()
 
 
 def _call(key: Optional[tuple], *args):

@@ -10,7 +10,6 @@
 #include <cstring>
 #include <string>
 
-#include "api/prep.h"
 #include "api/select.h"
 #include "kernel_meta.h"
 #include "params.h"
@@ -26,12 +25,12 @@ fmha_status_t fail(fmha_status_t status, const std::string& why) {
     return status;
 }
 
-// The workspace: a tile counter (persistent kernels), the sequences' offsets and lengths
-// (prep.h), then the family's own (decode's split partials), each 256-byte aligned.
+// The workspace: a tile counter (persistent kernels), then the family's own (decode's split
+// partials), 256-byte aligned. The sequences' lengths need none: kernels read cu_seqlens and
+// seqused_k themselves (fmha/seq_lens.h), so a call is one launch.
 constexpr size_t kAlign = 256;
 size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-size_t lengths_offset() { return kAlign; }
-size_t family_offset(int b) { return kAlign + align_up(size_t(4) * b * sizeof(int)); }
+constexpr size_t kFamilyOffset = kAlign;
 
 bool is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
 
@@ -61,9 +60,9 @@ fmha_status_t fixed_storage(const fmha_tensor_t& a, const fmha_tensor_t& b, cons
     return FMHA_SUCCESS;
 }
 
-// Everything that can be checked without the device; fills params (no workspace yet),
-// the request and the lengths' description.
-fmha_status_t check(const fmha_problem_t* pr, Params& p, Request& r, Lengths& len) {
+// Everything that can be checked without the device; fills params (no workspace yet) and
+// the request.
+fmha_status_t check(const fmha_problem_t* pr, Params& p, Request& r) {
     if (pr == nullptr) return fail(FMHA_ERROR_INVALID_VALUE, "problem is NULL");
     if (pr->struct_size != sizeof(fmha_problem_t))
         return fail(FMHA_ERROR_INVALID_VALUE, "problem.struct_size = " + std::to_string(pr->struct_size) +
@@ -101,16 +100,10 @@ fmha_status_t check(const fmha_problem_t* pr, Params& p, Request& r, Lengths& le
     const bool paged = pr->block_table != nullptr;
 
     // Sequences: packed by cu_seqlens, or fixed lengths batch_stride apart.
-    len.b = pr->b;
-    len.cu_q = pr->cu_seqlens_q;
-    len.cu_k = paged ? nullptr : pr->cu_seqlens_k;
-    len.seqused_k = pr->seqused_k;
-    len.s_q = pr->max_s_q;
-    len.s_kv = pr->max_s_kv;
-    len.paged = paged;
+    int64_t q_step = 0, kv_step = 0;  // fixed lengths: tokens from one sequence to the next
     int64_t q_tokens = pr->q_tokens, kv_tokens = pr->kv_tokens;
     if (pr->cu_seqlens_q == nullptr) {
-        const fmha_status_t st = fixed_storage(pr->q, pr->o, "q", "o", pr->b, pr->max_s_q, "max_s_q", &len.q_step,
+        const fmha_status_t st = fixed_storage(pr->q, pr->o, "q", "o", pr->b, pr->max_s_q, "max_s_q", &q_step,
                                                &q_tokens);
         if (st != FMHA_SUCCESS) return st;
     } else if (q_tokens < 1) {
@@ -129,7 +122,7 @@ fmha_status_t check(const fmha_problem_t* pr, Params& p, Request& r, Lengths& le
             return fail(FMHA_ERROR_INVALID_VALUE, "k_block_stride, v_block_stride: positive multiples of 8 elements");
         kv_tokens = pr->num_blocks;  // the paged maps span the pool (Params::kv_pool_blocks)
     } else if (pr->cu_seqlens_k == nullptr) {
-        const fmha_status_t st = fixed_storage(pr->k, pr->v, "k", "v", pr->b, pr->max_s_kv, "max_s_kv", &len.kv_step,
+        const fmha_status_t st = fixed_storage(pr->k, pr->v, "k", "v", pr->b, pr->max_s_kv, "max_s_kv", &kv_step,
                                                &kv_tokens);
         if (st != FMHA_SUCCESS) return st;
     } else if (kv_tokens < 1) {
@@ -206,9 +199,14 @@ fmha_status_t check(const fmha_problem_t* pr, Params& p, Request& r, Lengths& le
         p.k_block_stride = pr->k_block_stride;
         p.v_block_stride = pr->v_block_stride;
     }
-    // Back to back, every sequence full: kernels may take offsets from the index.
-    p.uniform_lengths = pr->cu_seqlens_q == nullptr && pr->cu_seqlens_k == nullptr && pr->seqused_k == nullptr &&
-                        !paged && len.q_step == pr->max_s_q && len.kv_step == pr->max_s_kv;
+    // Where each sequence starts and how long it is, read by the kernels (fmha/seq_lens.h):
+    // cu_seqlens are the offsets (their differences the lengths), else sequence i starts at
+    // i * step; seqused_k, where given, are the key lengths. A paged cache has no offsets.
+    p.q_offsets = pr->cu_seqlens_q;
+    p.q_step = static_cast<int>(q_step);
+    p.kv_offsets = paged ? nullptr : pr->cu_seqlens_k;
+    p.kv_step = static_cast<int>(kv_step);
+    p.kv_lens = pr->seqused_k;
 
     r = Request{};
     r.dtype = static_cast<DataType>(pr->dtype);
@@ -293,7 +291,7 @@ fmha_status_t plan_checked(const Params& params, const Request& r, int sm, int n
     *plan = fmha_plan_t{};
     const std::string tile = tile_that_runs(k, p);
     std::snprintf(plan->kernel, sizeof(plan->kernel), "%s", tile.c_str());
-    plan->workspace_bytes = family_offset(params.b) + align_up(family);
+    plan->workspace_bytes = kFamilyOffset + align_up(family);
     plan->sm = sm;
     plan->num_sms = num_sms;
     plan->index = row;
@@ -326,8 +324,7 @@ fmha_status_t fmha_plan(const fmha_problem_t* problem, int sm, int num_sms, fmha
     if (plan == nullptr) return api::fail(FMHA_ERROR_INVALID_VALUE, "plan is NULL");
     Params p;
     api::Request r;
-    api::Lengths len;
-    fmha_status_t s = api::check(problem, p, r, len);
+    fmha_status_t s = api::check(problem, p, r);
     if (s == FMHA_SUCCESS) s = api::device_of(&sm, &num_sms);
     if (s == FMHA_SUCCESS) s = api::plan_checked(p, r, sm, num_sms, plan);
     return s;
@@ -338,8 +335,7 @@ fmha_status_t fmha_forward(const fmha_problem_t* problem, const fmha_plan_t* pla
     api::t_error.clear();
     Params p;
     api::Request r;
-    api::Lengths len;
-    fmha_status_t s = api::check(problem, p, r, len);
+    fmha_status_t s = api::check(problem, p, r);
     if (s != FMHA_SUCCESS) return s;
     fmha_plan_t here;
     if (plan == nullptr) {
@@ -356,28 +352,18 @@ fmha_status_t fmha_forward(const fmha_problem_t* problem, const fmha_plan_t* pla
     p.num_sms = plan->num_sms;
     // What this problem needs (a plan made for another batch size would under-count it).
     const size_t family = k.workspace != nullptr ? k.workspace(p) : 0;
-    const size_t needed = api::family_offset(p.b) + api::align_up(family);
+    const size_t needed = api::kFamilyOffset + api::align_up(family);
     if (workspace == nullptr || workspace_bytes < needed || reinterpret_cast<uintptr_t>(workspace) % api::kAlign != 0)
         return api::fail(FMHA_ERROR_WORKSPACE, "workspace: " + std::to_string(needed) +
                                                    " bytes, 256-byte aligned, needed; got " +
                                                    std::to_string(workspace_bytes) + (workspace ? "" : " at NULL"));
     char* ws = static_cast<char*>(workspace);
-    int* lengths = reinterpret_cast<int*>(ws + api::lengths_offset());
-    p.q_offsets = lengths;
-    p.q_lens = lengths + p.b;
-    p.kv_offsets = lengths + 2 * p.b;
-    p.kv_lens = lengths + 3 * p.b;
     p.tile_counter = reinterpret_cast<int*>(ws);
     if (family > 0) {
-        p.workspace = ws + api::family_offset(p.b);
-        p.workspace_bytes = workspace_bytes - api::family_offset(p.b);
+        p.workspace = ws + api::kFamilyOffset;
+        p.workspace_bytes = workspace_bytes - api::kFamilyOffset;
     }
-    // Sequences back to back and all full: the kernels take their lengths from the index
-    // (fmha/seq_lens.h), and one launch is the whole call.
-    cudaError_t err = p.uniform_lengths ? cudaSuccess : api::launch_lengths(len, lengths, stream);
-    if (err != cudaSuccess)
-        return api::fail(FMHA_ERROR_CUDA, std::string("launch of the lengths kernel: ") + cudaGetErrorString(err));
-    err = k.launch(p, stream);
+    cudaError_t     err = k.launch(p, stream);
     if (err == cudaErrorInvalidValue) {
         cudaGetLastError();
         return api::fail(FMHA_ERROR_INVALID_VALUE, std::string(k.name) +

@@ -23,6 +23,8 @@
 // anywhere in [o_ref - o_amb, o_ref + o_amb] before it applies epsilon (check.cpp).
 #include "reference/reference.h"
 
+#include "fmha/seq_lens.h"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -33,7 +35,6 @@ namespace {
 
 constexpr double kLog2eD = 1.4426950408889634074;
 constexpr double kLn2D = 0.6931471805599453094;
-constexpr int kWarpSize = 32;
 constexpr int kKeysPerTile = kWarpSize;  // one key per lane in the score step
 constexpr int kRowsPerWarp = 4;          // query rows that share each K/V smem read
 constexpr int kMaxWarps = 8;
@@ -107,7 +108,7 @@ template <class T, int kColChunks>
 __global__ void __launch_bounds__(kMaxWarps * kWarpSize)
 reference_kernel(Params p, Smem geo, float* o_ref, float* o_amb, float* lse) {
     const int seq = blockIdx.z, head = blockIdx.y;
-    const int q_len = p.q_lens[seq], kv_len = p.kv_lens[seq];
+    const int q_len = seq_q_len(p, seq), kv_len = seq_kv_len(p, seq);
     const int row0 = blockIdx.x * geo.rows;
     if (row0 >= q_len) return;  // whole CTA: no barrier is skipped by part of it
 
@@ -124,11 +125,11 @@ reference_kernel(Params p, Smem geo, float* o_ref, float* o_amb, float* lse) {
                                                                      : int64_t(last_row) + shift + 1;
     const int key_end = int(reach < kv_len ? reach : kv_len);
 
-    const T* q = static_cast<const T*>(p.q) + int64_t(p.q_offsets[seq]) * p.q_row_stride +
+    const T* q = static_cast<const T*>(p.q) + int64_t(seq_q_offset(p, seq)) * p.q_row_stride +
                  int64_t(head) * p.q_head_stride;
-    const T* k = static_cast<const T*>(p.k) + int64_t(p.kv_offsets[seq]) * p.k_row_stride +
+    const T* k = static_cast<const T*>(p.k) + int64_t(seq_kv_offset(p, seq)) * p.k_row_stride +
                  int64_t(kv_head) * p.k_head_stride;
-    const T* v = static_cast<const T*>(p.v) + int64_t(p.kv_offsets[seq]) * p.v_row_stride +
+    const T* v = static_cast<const T*>(p.v) + int64_t(seq_kv_offset(p, seq)) * p.v_row_stride +
                  int64_t(kv_head) * p.v_head_stride;
 
     extern __shared__ float4 smem4[];
@@ -242,7 +243,7 @@ reference_kernel(Params p, Smem geo, float* o_ref, float* o_amb, float* lse) {
         // Attention sinks: one more term of the denominator (none for a row without keys).
         if (p.sinks != nullptr && m[i] != -INFINITY) l[i] += exp2(double(p.sinks[head]) * kLog2eD - m[i]);
         const float inv = l[i] > 0.0 ? static_cast<float>(out_scale / l[i]) : 0.f;
-        const int64_t row_off = (int64_t(p.q_offsets[seq]) + r) * (int64_t(p.h) * p.dv) + int64_t(head) * p.dv;
+        const int64_t row_off = (int64_t(seq_q_offset(p, seq)) + r) * (int64_t(p.h) * p.dv) + int64_t(head) * p.dv;
 #pragma unroll
         for (int c = 0; c < kColChunks; ++c) {
             const int col = lane + c * kWarpSize;

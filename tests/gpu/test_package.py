@@ -286,3 +286,36 @@ def test_prepared_calls_are_reused_and_still_checked():
     for n in (200, 200, 300):
         out = fmha.flash_attn_with_kvcache(qd, kc, vc, cache_seqlens=n)
         close(out, reference(qd, kc[:, :n], vc[:, :n])[0], qd.dtype)
+
+
+def _kernels_launched(fn) -> list[str]:
+    """Names of the GPU kernels one call of fn launches (torch.profiler, CUPTI)."""
+    fn()  # warm: the stream's workspace, a kept lengths tensor
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+            and not e.name.startswith(("Memset", "Memcpy"))]
+
+
+def test_every_call_is_one_launch():
+    """SPEC: one launch a forward, var-len, seqused_k (cache_seqlens) and paged caches included:
+    the kernels read cu_seqlens and seqused_k themselves."""
+    torch.manual_seed(29)
+    q, k, v = rand(2, 77, 8, 64), rand(2, 77, 8, 64), rand(2, 77, 8, 64)
+    cu = torch.tensor([0, 5, 77, 154], dtype=torch.int32, device=DEV)
+    flat = rand(154, 8, 128), rand(154, 2, 128), rand(154, 2, 128)
+    qd, kc, vc = rand(3, 1, 32, 128), rand(3, 1024, 8, 128), rand(3, 1024, 8, 128)
+    lens = torch.tensor([1, 500, 1024], dtype=torch.int32, device=DEV)
+    table = torch.randperm(48, device=DEV).view(3, 16).to(torch.int32)
+    pool = rand(48, 64, 8, 128)
+    calls = {
+        "fixed": lambda: fmha.flash_attn_func(q, k, v, causal=True),
+        "varlen": lambda: fmha.flash_attn_varlen_func(*flat, cu, cu, 77, 77, causal=True),
+        "cache_seqlens": lambda: fmha.flash_attn_with_kvcache(qd, kc, vc, cache_seqlens=lens),
+        "paged": lambda: fmha.flash_attn_with_kvcache(qd, pool, pool, cache_seqlens=lens, page_table=table),
+    }
+    for name, fn in calls.items():
+        launched = _kernels_launched(fn)
+        assert len(launched) == 1, f"{name}: {launched}"

@@ -1,5 +1,7 @@
-// src/layouts.h, host side: uniform_lengths, which sets Params::uniform_lengths (kernels may
-// then take each sequence's lengths and offsets from its index instead of reading them).
+// src/layouts.h, host side: uniform_lengths, where fmha.exe gives the kernels no length
+// arrays; and src/fmha/seq_lens.h on the host: each source of a sequence's offset and length
+// (arrays, cu_seqlens, seqused_k, fixed steps, a paged cache).
+#include "fmha/seq_lens.h"
 #include "layouts.h"
 #include "unit_test.h"
 
@@ -40,3 +42,42 @@ TEST(SeqLens, UniformOnlyWhereEverySequenceIsTheLongestBackToBack) {
 }
 
 }  // namespace
+
+TEST(SeqLens, FromArraysCuSeqlensSequsedOrTheIndex) {
+    fmha::Params p;
+    p.s_q_max = 7;
+    p.s_kv_max = 9;
+    p.q_step = 10;  // fixed lengths in storage with room between sequences
+    p.kv_step = 12;
+    EXPECT_EQ(fmha::seq_q_offset(p, 3), 30);
+    EXPECT_EQ(fmha::seq_q_len(p, 3), 7);
+    EXPECT_EQ(fmha::seq_kv_offset(p, 3), 36);
+    EXPECT_EQ(fmha::seq_kv_len(p, 3), 9);
+
+    const int cu_q[] = {0, 5, 5, 12};  // var-len: prefix sums, an empty sequence included
+    const int cu_k[] = {0, 9, 10, 30};
+    p.q_offsets = cu_q;
+    p.kv_offsets = cu_k;
+    EXPECT_EQ(fmha::seq_q_offset(p, 2), 5);
+    EXPECT_EQ(fmha::seq_q_len(p, 1), 0);
+    EXPECT_EQ(fmha::seq_q_len(p, 2), 7);
+    EXPECT_EQ(fmha::seq_kv_offset(p, 2), 10);
+    EXPECT_EQ(fmha::seq_kv_len(p, 2), 20);
+
+    const int used[] = {3, 1, 4};  // seqused_k: fewer keys than stored
+    p.kv_lens = used;
+    EXPECT_EQ(fmha::seq_kv_len(p, 2), 4);
+    EXPECT_EQ(fmha::seq_kv_offset(p, 2), 10);
+
+    const int q_lens[] = {1, 2, 3};  // fmha.exe's arrays: offsets and lengths both given
+    const int q_off[] = {0, 16, 32};
+    p.q_lens = q_lens;
+    p.q_offsets = q_off;
+    EXPECT_EQ(fmha::seq_q_offset(p, 2), 32);
+    EXPECT_EQ(fmha::seq_q_len(p, 2), 3);
+
+    int table = 0;  // a paged cache: tokens through the block table, no offset
+    p.kv_block_table = &table;
+    EXPECT_EQ(fmha::seq_kv_offset(p, 2), 0);
+    EXPECT_EQ(fmha::seq_kv_len(p, 2), 4);
+}

@@ -14,6 +14,7 @@
 #include "fmha/kernel/decode/merge.h"
 #include "fmha/kernel/decode/mma_tile.h"
 #include "fmha/kernel/decode/shape.h"
+#include "fmha/seq_lens.h"
 #include "fmha/kernel/decode/store.h"
 #include "fmha/kernel/dependent_launch.h"
 #include "fmha/mask/mask.h"
@@ -196,10 +197,9 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtas)
     const bool clustered = Tr::kFusedMerge && splits > 1 && memory::cluster_size() > 1;
     MmaTile t = mma_tile<Tr>(p, shape, splits, clustered);
 
-    // Uniform lengths: from b, so the first copies do not wait on a load.
-    const bool uniform = p.uniform_lengths;
-    t.q_len = uniform ? p.s_q_max : p.q_lens[t.b];
-    t.kv_len = uniform ? p.s_kv_max : p.kv_lens[t.b];
+    // Full, back-to-back sequences: from b, so the first copies do not wait on a load.
+    t.q_len = seq_q_len(p, t.b);
+    t.kv_len = seq_kv_len(p, t.b);
     t.rows = shape.group * t.q_len;
     t.row0 = t.row_tile * Tr::kRows;
     if (t.row0 >= t.rows) return;  // the tile is past this sequence's rows
@@ -210,14 +210,14 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtas)
     // keys, which stands for all of them (the tile's merge then writes zero rows), and a
     // cluster's CTA, which streams no keys but takes its share of the merge.
     if (splits > 1 && t.key_begin >= t.keys.last && t.split > 0 && !clustered) return;
-    t.q_off = uniform ? t.b * p.s_q_max : p.q_offsets[t.b];
+    t.q_off = seq_q_offset(p, t.b);
 
     const uint32_t smem_q = smem_u32(smem);
     const uint32_t smem_k = smem_q + Tr::kSmemQ;                // kStages x [kBlockN, d]
     const uint32_t smem_v = smem_k + Tr::kStages * Tr::kSmemK;  // kStages x [kBlockN, dv]
     load_q_tile<Tr>(smem_q, p, shape, t, tid);
 
-    const int kv_off = p.kv_block_table != nullptr ? 0 : uniform ? t.b * p.s_kv_max : p.kv_offsets[t.b];
+    const int kv_off = seq_kv_offset(p, t.b);
     const auto k_rows = memory::kv_rows_from<Element, false>(p, t.b, t.g0, kv_off);
     const auto v_rows = memory::kv_rows_from<Element, true>(p, t.b, t.g0, kv_off);
     const int n_blocks = t.key_end > t.key_begin ? ceil_div(t.key_end - t.key_begin, Tr::kBlockN) : 0;
