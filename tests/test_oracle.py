@@ -6,7 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from tests.gpu.oracle import alibi_slopes_fp64, attention_fp64, round_to, spec_error, visible_fp64
+from tests.gpu.oracle import (E4M3_MAX, alibi_slopes_fp64, attention_fp64, rms_error, round_p, round_to, spec_error,
+                              visible_fp64)
 
 
 def test_alibi_slopes_are_the_papers():
@@ -21,6 +22,48 @@ def test_round_to_rounds_once_to_nearest_even():
     assert round_to(1 + 3 * 2.0 ** -8, "bf16") == 1 + 2.0 ** -6            # a tie: to the even 1 + 2^-6
     assert round_to(1 + 2.0 ** -8 + 2.0 ** -30, "bf16") == 1 + 2.0 ** -7   # just past it: up
     assert round_to(1 + 2.0 ** -11, "fp16") == 1.0 and round_to(1 + 3 * 2.0 ** -11, "fp16") == 1 + 2.0 ** -9
+
+
+def test_round_to_e4m3_is_the_ocp_grid():
+    """e4m3 (OCP FP8 "fn"): 3 mantissa bits, exponents down to -6, subnormals 2^-9 apart,
+    448 the largest value; to nearest even, saturating."""
+    assert round_to(1 + 2.0 ** -4, "e4m3") == 1.0                       # a tie: to the even 1.0
+    assert round_to(1 + 3 * 2.0 ** -4, "e4m3") == 1 + 2.0 ** -2          # a tie: to the even 1.25
+    assert round_to(1 + 2.0 ** -4 + 2.0 ** -20, "e4m3") == 1 + 2.0 ** -3  # just past it: up
+    assert round_to(2.0 ** -6 * 1.0625, "e4m3") == 2.0 ** -6             # the smallest normal's tie
+    assert round_to(3 * 2.0 ** -10, "e4m3") == 2 * 2.0 ** -9             # subnormal tie 1.5 -> 2 steps
+    assert round_to(2.0 ** -10, "e4m3") == 0.0                           # half the smallest: to 0
+    assert round_to(2.0 ** -10 + 2.0 ** -30, "e4m3") == 2.0 ** -9
+    assert round_to(-300.0, "e4m3") == -288.0 and round_to(1e6, "e4m3") == E4M3_MAX
+    assert round_to(464.0, "e4m3") == E4M3_MAX                           # past 448: saturates
+    with pytest.raises(ValueError):
+        round_to(1.0, "e5m2")
+
+
+def test_round_to_e4m3_agrees_with_torch():
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip(f"torch {torch.__version__} has no float8_e4m3fn")
+    rng = np.random.default_rng(9)
+    x = np.concatenate([rng.standard_normal(20000) * 10.0 ** rng.uniform(-4, 2, 20000), [0.0, 448.0, -448.0]])
+    x = x[np.abs(x) <= E4M3_MAX]
+    # float32 first is exact enough here: e4m3's ties are far from float32's rounding.
+    want = torch.from_numpy(x.astype(np.float32)).to(torch.float8_e4m3fn).to(torch.float64).numpy()
+    assert np.array_equal(round_to(x, "e4m3"), want)
+
+
+def test_round_p_scales_e4m3_by_a_power_of_two():
+    p = np.array([1.0, 0.5, 0.3, 2.0 ** -12, 2.0 ** -20])
+    got = round_p(p, "e4m3")
+    assert got[0] == 1.0 and got[1] == 0.5 and got[2] == 0.3125          # 76.8 -> 80 at the scale 256
+    assert got[3] == 2.0 ** -12                                          # 2^-4 at the scale: normal
+    assert got[4] == 0.0                                                 # 2^-12 at the scale: below 2^-10
+    assert np.array_equal(round_p(p, "bf16"), round_to(p, "bf16"))
+
+
+def test_rms_error():
+    assert rms_error(np.array([1.0, 2.0]), np.array([1.0, 4.0])) == pytest.approx(math.sqrt(2.0))
+    assert rms_error(np.zeros(0), np.zeros(0)) == 0.0
 
 
 def test_spec_error():

@@ -23,15 +23,43 @@ def spec_error(found: np.ndarray, expected: np.ndarray, eps: float) -> np.ndarra
     return np.where(np.isnan(a) | np.isnan(b), np.inf, err)
 
 
+E4M3_MAX = 448.0  # the largest finite e4m3 (OCP FP8, "fn": no infinities)
+# P's power-of-two scale before it is rounded to e4m3 (FA3's and fmha_v2's convention): P in
+# [0, 1] becomes [0, 256], below e4m3's 448, and small probabilities keep their mantissa
+# instead of falling into its subnormals (2^-9 apart below 2^-6).
+P_SCALE_E4M3 = 256.0
+
+
 def round_to(x, dtype):
-    """x (float64) rounded once, to nearest even, to fp16 or bf16, returned as float64. (Through
-    float32 first would round twice: a value just off a bf16 midpoint can land on it and tie
-    the other way; the driver's reference rounds float64 P once.)"""
+    """x (float64) rounded once, to nearest even, to fp16, bf16 or e4m3 (saturating at +-448,
+    as cvt.rn.satfinite does), returned as float64. (Through float32 first would round twice:
+    a value just off a bf16 midpoint can land on it and tie the other way; the driver's
+    reference rounds float64 P once.)"""
     x = np.asarray(x, dtype=np.float64)
     if dtype == "fp16":
         return x.astype(np.float16).astype(np.float64)  # numpy rounds float64 -> half directly
-    mant, exp = np.frexp(x)  # x = mant * 2^exp, 0.5 <= |mant| < 1: bf16 keeps 8 significant bits
-    return np.ldexp(np.round(mant * 256.0) / 256.0, exp)  # np.round: ties to even
+    mant, exp = np.frexp(x)  # x = mant * 2^exp, 0.5 <= |mant| < 1
+    if dtype == "bf16":  # 8 significant bits
+        return np.ldexp(np.round(mant * 256.0) / 256.0, exp)  # np.round: ties to even
+    if dtype == "e4m3":  # 4 significant bits down to 2^-6, then a fixed step of 2^-9
+        step = np.ldexp(1.0, np.maximum(exp - 1, -6) - 3)
+        return np.clip(np.round(x / step) * step, -E4M3_MAX, E4M3_MAX)
+    raise ValueError(f"round_to: no dtype {dtype!r}")
+
+
+def round_p(p, dtype):
+    """P (float64, in [0, 1]) as a tensor-core kernel feeds it to P V: rounded to the input
+    dtype, e4m3 at P_SCALE_E4M3 (and scaled back), 16-bit types at any power of two alike."""
+    if dtype == "e4m3":
+        return round_to(p * P_SCALE_E4M3, "e4m3") / P_SCALE_E4M3
+    return round_to(p, dtype)
+
+
+def rms_error(found: np.ndarray, expected: np.ndarray) -> float:
+    """Root-mean-square of found - expected (float64), the FP8 checks' second measure beside
+    the largest SPEC.md error."""
+    diff = found.astype(np.float64) - expected.astype(np.float64)
+    return float(np.sqrt(np.mean(diff * diff))) if diff.size else 0.0
 
 
 def visible_fp64(meta: dict, lq: int, lk: int, custom=None) -> np.ndarray:
@@ -78,8 +106,8 @@ def attention_fp64(q, k, v, q_lens, kv_lens, scale_bmm1, scale_out, visible, dty
     sinks): a logit per query head that joins each row's denominator, exp(sink), and nothing
     else. alibi [h]: ALiBi slopes, the logit of query row r and key j less slope *
     |r + lk - lq - j|. bias [b or 1, h or 1, s_q, s]: added to the logits.
-    The probabilities that multiply V are rounded to the input dtype, as a tensor-core
-    kernel feeds them to P·V (the normaliser uses them unrounded): otherwise a row that
+    The probabilities that multiply V are rounded to the input dtype (round_p), as a
+    tensor-core kernel feeds them to P·V (the normaliser uses them unrounded): otherwise a row that
     averages a few nearly cancelling values fails bf16's relative check on that alone.
     Rounding at a power-of-two scale gives the same bits whatever the scale, so this is the
     same P as the kernel's and the driver's reference, computed independently.
@@ -117,8 +145,8 @@ def attention_fp64(q, k, v, q_lens, kv_lens, scale_bmm1, scale_out, visible, dty
             m_int = np.ceil(np.where(np.isfinite(m), m, 0))
             norm = norm + np.where(np.isfinite(m), np.exp2(sinks[:, None, None] * np.log2(np.e) - m_int), 0)
         norm = np.where(norm > 0, norm, 1)
-        out[i, :lq] = scale_out * np.einsum("hqk,khd->qhd", round_to(p, dtype) / norm, vi)
-        edge = round_to(p * (1 + AMBIGUITY), dtype) - round_to(p * (1 - AMBIGUITY), dtype)
+        out[i, :lq] = scale_out * np.einsum("hqk,khd->qhd", round_p(p, dtype) / norm, vi)
+        edge = round_p(p * (1 + AMBIGUITY), dtype) - round_p(p * (1 - AMBIGUITY), dtype)
         amb[i, :lq] = abs(scale_out) * np.einsum("hqk,khd->qhd", edge / norm, np.abs(vi))
         # The LSE straight from the logits (no 2^-M scale): a log-sum-exp about the true max.
         terms = [scores] if sinks is None else [scores, np.broadcast_to(sinks[:, None, None], (h, lq, 1))]
