@@ -152,6 +152,7 @@ endif
 #             system's into .gtest/ for machines without it: make test GTEST_ROOT=.gtest
 
 UNIT_DIR := tests/unit
+UNIT_COMMA := ,
 UNIT_BIN := $(BIN_DIR)/unit_tests
 UNIT_FLAGS ?= -O2
 # Sources one level below tests/unit/, like src/fmha/<layer>/.
@@ -185,6 +186,9 @@ ifneq ($(filter test check $(UNIT_BIN),$(MAKECMDGOALS)),)
   ifeq ($(UNIT_GENCODE),)
     $(error no -gencode flags for the unit tests: see the TORCH_CUDA_ARCH_LIST message above)
   endif
+  # sm_90 as sm_90a: the wgmma (QGMMA) unit tests need the arch-specific features, and the
+  # sm_90a image runs every other test on Hopper as well.
+  UNIT_GENCODE := $(subst arch=compute_90$(UNIT_COMMA)code=sm_90,arch=compute_90a$(UNIT_COMMA)code=sm_90a,$(UNIT_GENCODE))
   $(shell mkdir -p $(dir $(UNIT_STAMP)) && echo '$(UNIT_GENCODE)' | cmp -s - $(UNIT_STAMP) \
       || echo '$(UNIT_GENCODE)' > $(UNIT_STAMP))
 endif

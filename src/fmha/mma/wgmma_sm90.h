@@ -157,6 +157,45 @@ FMHA_DEVICE void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t de
 #undef FMHA_WGMMA_SS
 #undef FMHA_WGMMA_RS
 
+// e4m3 (QGMMA): k32 per instruction, both shared operands K-major (the fp8 forms have no
+// transpose immediates: V must be made K-major first, mma/fp8_sm90.h). A K-major SW128 row is
+// 128 e4m3, so a k32 step adds 32 bytes, as a k16 step of the 16-bit forms does.
+#define FMHA_QGMMA_SS(N, R, A, B, S)                                                              \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" S ", 0;\n"                               \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 " FMHA_WGMMA_D##R          \
+                 ", %" A ", %" B ", p, 1, 1;\n}\n"                                                \
+                 : FMHA_WGMMA_OP##R(d, 0)                                                         \
+                 : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)))
+
+// A from registers: 4 registers of 4 e4m3 each, the mma.sync m16n8k32 A layout per warp.
+#define FMHA_QGMMA_RS(N, R, A0, A1, A2, A3, B, S)                                                 \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" S ", 0;\n"                               \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 " FMHA_WGMMA_D##R          \
+                 ", {%" A0 ", %" A1 ", %" A2 ", %" A3 "}, %" B ", p, 1, 1;\n}\n"                   \
+                 : FMHA_WGMMA_OP##R(d, 0)                                                         \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<int>(accumulate)))
+
+template <int N>
+FMHA_DEVICE void wgmma_ss_e4m3(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+    static_assert(N == 64 || N == 128 || N == 192 || N == 256, "wgmma_ss_e4m3: N in {64, 128, 192, 256}");
+    if constexpr (N == 64) FMHA_QGMMA_SS(64, 32, "32", "33", "34");
+    else if constexpr (N == 128) FMHA_QGMMA_SS(128, 64, "64", "65", "66");
+    else if constexpr (N == 192) FMHA_QGMMA_SS(192, 96, "96", "97", "98");
+    else FMHA_QGMMA_SS(256, 128, "128", "129", "130");
+}
+
+template <int N>
+FMHA_DEVICE void wgmma_rs_e4m3(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b, bool accumulate) {
+    static_assert(N == 64 || N == 128 || N == 192 || N == 256, "wgmma_rs_e4m3: N in {64, 128, 192, 256}");
+    if constexpr (N == 64) FMHA_QGMMA_RS(64, 32, "32", "33", "34", "35", "36", "37");
+    else if constexpr (N == 128) FMHA_QGMMA_RS(128, 64, "64", "65", "66", "67", "68", "69");
+    else if constexpr (N == 192) FMHA_QGMMA_RS(192, 96, "96", "97", "98", "99", "100", "101");
+    else FMHA_QGMMA_RS(256, 128, "128", "129", "130", "131", "132", "133");
+}
+
+#undef FMHA_QGMMA_SS
+#undef FMHA_QGMMA_RS
+
 // Flat view of a [1][N/8][4] accumulator as the N/2 floats wgmma takes.
 template <int kNTiles>
 FMHA_DEVICE float (&flat(float (&acc)[1][kNTiles][4]))[kNTiles * 4] {

@@ -1,0 +1,104 @@
+// FP8 (e4m3) operands of the QGMMA forms (mma/wgmma_sm90.h, sm_90a): P from the f32
+// accumulator of S = Q K^T into wgmma A fragments, and V made K-major in shared memory.
+//
+// P without moving values between lanes. The accumulator's thread (g = lane / 4, t = lane % 4)
+// holds, of each 8 keys, keys 2t and 2t + 1 of rows g and g + 8; an e4m3 A fragment of k32
+// wants 4 consecutive k per register (k 4t .. 4t + 3, then 16 + 4t ..). Each register takes
+// the thread's own keys of two adjacent n8 tiles instead, which fixes the order of the keys
+// inside every 16: k slot 4t + j holds key key_of_slot(4t + j), 2t + j for j < 2 and
+// 8 + 2t + j - 2 for j >= 2. P V sums over keys, so it is the same product when V^T's k axis is
+// written in that order, which costs the transpose below nothing.
+//
+// V^T. V lands as TMA writes it: [keys, dv] e4m3 in panels of 128 columns (rows of 128 bytes,
+// row = key, its 16-byte chunk c at (c ^ key % 8) * 16: SW128; panel p at p * keys * 128).
+// The B operand of P V must be K-major: [dv, keys] in panels of 128 key slots (panel q at
+// q * dv * 128), SW128 alike. One ldmatrix.x4.trans, reading 16-bit elements (pairs of d),
+// gives lane (r = l / 4, c = l % 4) the bytes V[2c][2r], V[2c][2r+1], V[2c+1][2r],
+// V[2c+1][2r+1] of an [8 keys, 16 d] block, and the same of the block 8 keys further; two byte
+// permutes make the words (V[2c][d], V[2c+1][d], V[8+2c][d], V[9+2c][d]) for d = 2r and
+// 2r + 1, which are slots 4c .. 4c + 3 of rows d of V^T, and one stmatrix.x4 puts them there.
+#pragma once
+
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+#include "fmha/mma/mma_sm80.h"
+#include "fmha/utils.h"
+
+namespace fmha {
+namespace mma {
+
+constexpr int kE4m3PanelCols = 128;  // e4m3 elements in one 128-byte SW128 row
+
+// The key that k slot `slot` of a P fragment (and of V^T's rows) holds; a permutation inside
+// every 16.
+FMHA_HOST_DEVICE constexpr int key_of_slot(int slot) {
+    const int t = (slot & 15) >> 2, j = slot & 3;
+    return (slot & ~15) + (j < 2 ? 2 * t + j : 8 + 2 * t + j - 2);
+}
+
+// Four floats as e4m3 (round to nearest even, saturating at +-448), x0 in the lowest byte.
+FMHA_DEVICE uint32_t pack_e4m3x4(float x0, float x1, float x2, float x3) {
+    const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(x0, x1), __NV_SATFINITE, __NV_E4M3);
+    const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(x2, x3), __NV_SATFINITE, __NV_E4M3);
+    return lo | (hi << 16);
+}
+
+// A warpgroup's P [64 rows, 8 * kNTiles keys] (the f32 accumulator layout of S) as e4m3 A
+// fragments, one per k32: frag[kk] covers keys 32 kk .. 32 kk + 31 in key_of_slot order.
+template <int kNTiles>
+FMHA_DEVICE void p_to_e4m3(uint32_t (&frag)[kNTiles / 4][4], const float (&acc)[1][kNTiles][4]) {
+    static_assert(kNTiles % 4 == 0, "whole k32 slices of keys");
+#pragma unroll
+    for (int kk = 0; kk < kNTiles / 4; ++kk) {
+        const float(&t0)[4] = acc[0][4 * kk];
+        const float(&t1)[4] = acc[0][4 * kk + 1];
+        const float(&t2)[4] = acc[0][4 * kk + 2];
+        const float(&t3)[4] = acc[0][4 * kk + 3];
+        frag[kk][0] = pack_e4m3x4(t0[0], t0[1], t1[0], t1[1]);  // row g, slots 4t .. 4t + 3
+        frag[kk][1] = pack_e4m3x4(t0[2], t0[3], t1[2], t1[3]);  // row g + 8
+        frag[kk][2] = pack_e4m3x4(t2[0], t2[1], t3[0], t3[1]);  // row g, slots 16 + 4t ..
+        frag[kk][3] = pack_e4m3x4(t2[2], t2[3], t3[2], t3[3]);  // row g + 8
+    }
+}
+
+FMHA_DEVICE void stmatrix_x4(uint32_t smem_addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+    asm volatile("stmatrix.sync.aligned.x4.m8n8.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr), "r"(r0),
+                 "r"(r1), "r"(r2), "r"(r3)
+                 : "memory");
+}
+
+// Shared-memory address of byte (row, col) of SW128 panels of 128-byte rows, `rows` rows a panel.
+FMHA_HOST_DEVICE constexpr uint32_t sw128_offset(int row, int col, int rows) {
+    return uint32_t((col / kE4m3PanelCols) * rows * 128 + row * 128 +
+                    ((((col % kE4m3PanelCols) / 16) ^ (row & 7)) * 16) + col % 16);
+}
+
+// V^T of one stage: raw [kBlockN keys, kDimV] into vt [kDimV, kBlockN slots], slots in
+// key_of_slot order (layouts above). Whole warps share it: warp `warp` of `warps` takes every
+// warps-th step of 16 keys x 32 d. The caller fences (fence.proxy.async) and synchronises
+// before a wgmma reads vt.
+template <int kBlockN, int kDimV>
+FMHA_DEVICE void transpose_v_e4m3(uint32_t raw, uint32_t vt, int warp, int warps, int lane) {
+    static_assert(kBlockN % 16 == 0 && kDimV % 32 == 0, "whole 16-key, 32-column steps");
+    constexpr int kKeyGroups = kBlockN / 16;
+    constexpr int kSteps = kKeyGroups * (kDimV / 32);
+    const int m = lane >> 3;  // the matrix this lane addresses: keys + 8 * (m & 1), d + 16 * (m >> 1)
+    for (int step = warp; step < kSteps; step += warps) {
+        const int kg = step % kKeyGroups, d0 = 32 * (step / kKeyGroups);
+        const int key = 16 * kg + 8 * (m & 1) + (lane & 7);
+        uint32_t r[4];
+        ldmatrix_x4_trans(r, raw + sw128_offset(key, d0 + 16 * (m >> 1), kBlockN));
+        // r[0], r[1]: keys 0-7, 8-15 of d0 .. d0 + 15; r[2], r[3]: of d0 + 16 .. d0 + 31.
+        const uint32_t w0 = __byte_perm(r[0], r[1], 0x6420);  // row d0 + 2 (lane / 4)
+        const uint32_t w1 = __byte_perm(r[0], r[1], 0x7531);  // row d0 + 2 (lane / 4) + 1
+        const uint32_t w2 = __byte_perm(r[2], r[3], 0x6420);  // row d0 + 16 + 2 (lane / 4)
+        const uint32_t w3 = __byte_perm(r[2], r[3], 0x7531);
+        const int row = d0 + 16 * (m >> 1) + 2 * (lane & 7) + (m & 1);
+        stmatrix_x4(vt + sw128_offset(row, 16 * kg, kDimV), w0, w1, w2, w3);
+    }
+}
+
+}  // namespace mma
+}  // namespace fmha

@@ -1,0 +1,178 @@
+// src/fmha/mma/wgmma_sm90.h's e4m3 forms and src/fmha/mma/fp8_sm90.h on an SM90 GPU (one
+// warpgroup): S = Q K^T from SW128 shared tiles (QGMMA SS), V made K-major by
+// transpose_v_e4m3 (checked byte for byte against key_of_slot), and O = P V with P converted
+// from the f32 accumulator layout by p_to_e4m3 (QGMMA RS). Inputs are small dyadic values,
+// exact in e4m3 and in every product and sum, so results are compared bit for bit. Also, on
+// the host, that key_of_slot permutes each 16 keys.
+#include <cuda_fp8.h>
+
+#include <vector>
+
+#include "fmha/mma/fp8_sm90.h"
+#include "fmha/mma/wgmma_sm90.h"
+#include "fmha/memory/tma_sm90.h"
+#include "unit_test.h"
+
+namespace {
+
+using fmha::mma::key_of_slot;
+using fmha::mma::sw128_offset;
+
+constexpr int kRows = 64;   // one warpgroup's wgmma M
+constexpr int kD = 128;     // head size: one 128-byte panel of e4m3
+constexpr int kKeys = 128;  // keys of S, and of P V
+
+__device__ void fill_sw128(uint8_t* smem, const uint8_t* src, int rows, int cols) {
+    for (int i = threadIdx.x; i < rows * cols; i += blockDim.x) smem[sw128_offset(i / cols, i % cols, rows)] = src[i];
+}
+
+// Element e of accumulator n8 tile nt of this thread: row and column of a [64, N] result.
+__device__ int acc_row(int e) { return (threadIdx.x / 32) * 16 + (threadIdx.x % 32) / 4 + 8 * (e / 2); }
+__device__ int acc_col(int nt, int e) { return nt * 8 + 2 * (threadIdx.x % 4) + e % 2; }
+
+// q [64, 128], k [128, 128] e4m3 row-major; s [64, 128] = Q K^T.
+__global__ void qk_kernel(const uint8_t* q, const uint8_t* k, float* s) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    __shared__ __align__(1024) uint8_t smem[kRows * kD + kKeys * kD];
+    fill_sw128(smem, q, kRows, kD);
+    fill_sw128(smem + kRows * kD, k, kKeys, kD);
+    fmha::memory::fence_proxy_async_smem();
+    __syncthreads();
+    const uint64_t desc_q = fmha::mma::make_smem_desc_sw128(fmha::smem_u32(smem), 16, fmha::mma::kSw128AtomBytes);
+    const uint64_t desc_k =
+        fmha::mma::make_smem_desc_sw128(fmha::smem_u32(smem + kRows * kD), 16, fmha::mma::kSw128AtomBytes);
+    float acc[1][kKeys / 8][4];
+    fmha::mma::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kD / 32; ++kk)
+        fmha::mma::wgmma_ss_e4m3<kKeys>(fmha::mma::flat(acc), desc_q + (kk * 32 >> 4), desc_k + (kk * 32 >> 4), kk > 0);
+    fmha::mma::wgmma_commit();
+    fmha::mma::wgmma_wait<0>();
+    fmha::mma::fence_operands(acc);
+    for (int nt = 0; nt < kKeys / 8; ++nt)
+        for (int e = 0; e < 4; ++e) s[acc_row(e) * kKeys + acc_col(nt, e)] = acc[0][nt][e];
+#endif
+}
+
+// p [64, 128] f32 (values exact in e4m3), v [128 keys, 128] e4m3; o [64, 128] = P V, and vt
+// [128, 128] V^T as transpose_v_e4m3 left it, read back in logical (row, slot) order.
+__global__ void pv_kernel(const float* p, const uint8_t* v, float* o, uint8_t* vt_out) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    __shared__ __align__(1024) uint8_t smem[2 * kKeys * kD];
+    uint8_t* raw = smem;
+    uint8_t* vt = smem + kKeys * kD;
+    fill_sw128(raw, v, kKeys, kD);
+    __syncthreads();
+    fmha::mma::transpose_v_e4m3<kKeys, kD>(fmha::smem_u32(raw), fmha::smem_u32(vt), threadIdx.x / 32, 4,
+                                           threadIdx.x % 32);
+    fmha::memory::fence_proxy_async_smem();
+    __syncthreads();
+    for (int i = threadIdx.x; i < kD * kKeys; i += blockDim.x) vt_out[i] = vt[sw128_offset(i / kKeys, i % kKeys, kD)];
+
+    float acc_s[1][kKeys / 8][4];
+    for (int nt = 0; nt < kKeys / 8; ++nt)
+        for (int e = 0; e < 4; ++e) acc_s[0][nt][e] = p[acc_row(e) * kKeys + acc_col(nt, e)];
+    uint32_t frag[kKeys / 32][4];
+    fmha::mma::p_to_e4m3<kKeys / 8>(frag, acc_s);
+    const uint64_t desc_v = fmha::mma::make_smem_desc_sw128(fmha::smem_u32(vt), 16, fmha::mma::kSw128AtomBytes);
+    float acc_o[1][kD / 8][4];
+    fmha::mma::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 32; ++kk)
+        fmha::mma::wgmma_rs_e4m3<kD>(fmha::mma::flat(acc_o), frag[kk], desc_v + (kk * 32 >> 4), kk > 0);
+    fmha::mma::wgmma_commit();
+    fmha::mma::wgmma_wait<0>();
+    fmha::mma::fence_operands(acc_o);
+    for (int nt = 0; nt < kD / 8; ++nt)
+        for (int e = 0; e < 4; ++e) o[acc_row(e) * kD + acc_col(nt, e)] = acc_o[0][nt][e];
+#endif
+}
+
+class WgmmaFp8 : public unit::DeviceTest {
+  protected:
+    void SetUp() override {
+        unit::DeviceTest::SetUp();
+        if (IsSkipped()) return;
+        cudaDeviceProp prop{};
+        ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+        if (prop.major != 9) GTEST_SKIP() << "QGMMA (wgmma e4m3) needs sm_90, found sm_" << prop.major << prop.minor;
+    }
+};
+
+// n values exact in e4m3 whose products and sums stay exact in f32: {-1, -0.5, 0, 0.5, 1}
+// (signed) or eighths in [0, 1] (probabilities).
+std::vector<float> dyadic(size_t n, bool is_signed, uint32_t seed) {
+    std::vector<float> v = is_signed ? unit::random_ints(n, -2, 2, seed) : unit::random_ints(n, 0, 8, seed);
+    for (float& x : v) x /= is_signed ? 2.f : 8.f;
+    return v;
+}
+
+std::vector<uint8_t> to_e4m3(const std::vector<float>& v) {
+    std::vector<uint8_t> out(v.size());
+    for (size_t i = 0; i < v.size(); ++i) out[i] = __nv_cvt_float_to_fp8(v[i], __NV_SATFINITE, __NV_E4M3);
+    return out;
+}
+
+TEST(KeyOfSlot, PermutesEverySixteenKeys) {
+    for (int base = 0; base < 64; base += 16) {
+        std::vector<int> seen(16, 0);
+        for (int s = base; s < base + 16; ++s) {
+            const int key = key_of_slot(s);
+            ASSERT_GE(key, base);
+            ASSERT_LT(key, base + 16);
+            ++seen[key - base];
+        }
+        for (int n : seen) EXPECT_EQ(n, 1);
+    }
+    EXPECT_EQ(key_of_slot(0), 0);
+    EXPECT_EQ(key_of_slot(2), 8);   // thread 0's second n8 tile
+    EXPECT_EQ(key_of_slot(5), 3);   // thread 1: keys 2, 3, 10, 11
+    EXPECT_EQ(key_of_slot(31), 31);
+}
+
+TEST_F(WgmmaFp8, QKt) {
+    const std::vector<float> q = dyadic(kRows * kD, true, 1), k = dyadic(kKeys * kD, true, 2);
+    unit::DeviceBuffer<uint8_t> dq, dk;
+    unit::DeviceBuffer<float> ds;
+    CUDA_ASSERT(dq.upload(to_e4m3(q)));
+    CUDA_ASSERT(dk.upload(to_e4m3(k)));
+    CUDA_ASSERT(ds.alloc(kRows * kKeys, 0xff));
+    qk_kernel<<<1, 128>>>(dq.get(), dk.get(), ds.get());
+    CUDA_ASSERT_LAUNCH();
+    std::vector<float> s;
+    CUDA_ASSERT(ds.download(&s));
+    for (int r = 0; r < kRows; ++r)
+        for (int j = 0; j < kKeys; ++j) {
+            float want = 0.f;
+            for (int c = 0; c < kD; ++c) want += q[r * kD + c] * k[j * kD + c];
+            ASSERT_EQ(s[r * kKeys + j], want) << "row " << r << ", key " << j;
+        }
+}
+
+TEST_F(WgmmaFp8, TransposedVAndPV) {
+    const std::vector<float> p = dyadic(kRows * kKeys, false, 3), v = dyadic(kKeys * kD, true, 4);
+    const std::vector<uint8_t> v8 = to_e4m3(v);
+    unit::DeviceBuffer<float> dp, dout;
+    unit::DeviceBuffer<uint8_t> dv, dvt;
+    CUDA_ASSERT(dp.upload(p));
+    CUDA_ASSERT(dv.upload(v8));
+    CUDA_ASSERT(dout.alloc(kRows * kD, 0xff));
+    CUDA_ASSERT(dvt.alloc(kD * kKeys));
+    pv_kernel<<<1, 128>>>(dp.get(), dv.get(), dout.get(), dvt.get());
+    CUDA_ASSERT_LAUNCH();
+    std::vector<uint8_t> vt;
+    CUDA_ASSERT(dvt.download(&vt));
+    for (int d = 0; d < kD; ++d)
+        for (int s = 0; s < kKeys; ++s)
+            ASSERT_EQ(vt[d * kKeys + s], v8[key_of_slot(s) * kD + d]) << "V^T row " << d << ", slot " << s;
+    std::vector<float> o;
+    CUDA_ASSERT(dout.download(&o));
+    for (int r = 0; r < kRows; ++r)
+        for (int c = 0; c < kD; ++c) {
+            float want = 0.f;
+            for (int j = 0; j < kKeys; ++j) want += p[r * kKeys + j] * v[j * kD + c];
+            ASSERT_EQ(o[r * kD + c], want) << "row " << r << ", column " << c;
+        }
+}
+
+}  // namespace
