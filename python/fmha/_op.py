@@ -84,11 +84,11 @@ class _Prepared:
     strides, dtypes and device and whose options are the same reuses it: it only allocates
     the output, writes the pointers and launches (the host cost of a small call)."""
 
-    __slots__ = ("problem", "words", "plan", "plan_address", "out_shape", "lse_shape", "dtype", "device", "index",
+    __slots__ = ("words", "plan", "plan_address", "out_shape", "lse_shape", "dtype", "device", "index",
                  "inputs", "like_q")
 
     def __init__(self, problem, plan, out_shape, lse_shape, dtype, device, inputs, like_q):
-        self.problem, self.plan = problem, plan
+        self.plan = plan
         self.words = _Words.from_buffer_copy(problem)  # the problem as words, the copy run() starts from
         self.plan_address = ctypes.addressof(plan)
         self.out_shape, self.lse_shape, self.dtype, self.device = out_shape, lse_shape, dtype, device

@@ -363,7 +363,7 @@ fmha_status_t fmha_forward(const fmha_problem_t* problem, const fmha_plan_t* pla
         p.workspace = ws + api::kFamilyOffset;
         p.workspace_bytes = workspace_bytes - api::kFamilyOffset;
     }
-    cudaError_t     err = k.launch(p, stream);
+    cudaError_t err = k.launch(p, stream);
     if (err == cudaErrorInvalidValue) {
         cudaGetLastError();
         return api::fail(FMHA_ERROR_INVALID_VALUE, std::string(k.name) +
