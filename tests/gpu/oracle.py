@@ -158,6 +158,54 @@ def attention_fp64(q, k, v, q_lens, kv_lens, scale_bmm1, scale_out, visible, dty
     return out, amb, lse
 
 
+def attention_backward_fp64(q, k, v, do, q_lens, kv_lens, scale_bmm1, visible, softcap=0.0, sinks=None,
+                            alibi=None):
+    """Gradients of attention_fp64's output (unrounded P, scale_out 1) with respect to q, k and
+    v, in float64, for the backward pass's checks: do [b, s_q, h, dv] is dL/dO; returns (dq, dk,
+    dv) shaped as q, k, v (a KV head's gradient sums its query heads; zeros past the lengths).
+    Per row, with T the (softcapped) logits over the visible keys and P = softmax(T):
+    dV = P^T dO, dP = dO V^T, dT = P (dP - D) with D = rowsum(dO O) (a sink joins the
+    denominator with no value, so D is unchanged), dS = dT (1 - tanh^2(S / cap)) with
+    softcapping, dQ = scale dS K, dK = scale dS^T Q. A row that sees no key has no gradient."""
+    b, s_q, h, _ = q.shape
+    h_kv = k.shape[2]
+    group = h // h_kv
+    dq, dk, dv = np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
+    for i in range(b):
+        lq, lk = int(q_lens[i]), int(kv_lens[i])
+        qi = q[i, :lq].astype(np.float64)
+        ki = np.repeat(k[i, :lk].astype(np.float64), group, axis=1)
+        vi = np.repeat(v[i, :lk].astype(np.float64), group, axis=1)
+        doi = do[i, :lq].astype(np.float64)
+        raw = scale_bmm1 * np.einsum("qhd,khd->hqk", qi, ki)
+        scores = softcap * np.tanh(raw / softcap) if softcap else raw
+        if alibi is not None:
+            dist = np.abs(np.arange(lq)[:, None] + (lk - lq) - np.arange(lk)[None, :])
+            scores = scores - alibi[:, None, None] * dist[None]
+        seen = np.ones((lq, lk), dtype=bool) if visible is None else visible(i, lq, lk)
+        scores = np.where(seen[None], scores, -np.inf)
+        top = scores.max(axis=-1, keepdims=True)
+        if sinks is not None:
+            top = np.maximum(top, sinks[:, None, None])
+        top = np.where(np.isfinite(top), top, 0)
+        e = np.exp(scores - top)
+        norm = e.sum(axis=-1, keepdims=True)
+        if sinks is not None:
+            norm = norm + np.where(seen.any(axis=-1)[None, :, None], np.exp(sinks[:, None, None] - top), 0)
+        p = e / np.where(norm > 0, norm, 1)  # [h, lq, lk]; 0 where masked or the row sees nothing
+        o = np.einsum("hqk,khd->qhd", p, vi)
+        dp = np.einsum("qhd,khd->hqk", doi, vi)
+        big_d = np.einsum("qhd,qhd->hq", doi, o)[..., None]
+        dt = p * (dp - big_d)
+        ds = dt * (1.0 - np.tanh(raw / softcap) ** 2) if softcap else dt
+        dq[i, :lq] = scale_bmm1 * np.einsum("hqk,khd->qhd", ds, ki)
+        dk_h = scale_bmm1 * np.einsum("hqk,qhd->khd", ds, qi)
+        dv_h = np.einsum("hqk,qhd->khd", p, doi)
+        dk[i, :lk] = dk_h.reshape(lk, h_kv, group, -1).sum(axis=2)
+        dv[i, :lk] = dv_h.reshape(lk, h_kv, group, -1).sum(axis=2)
+    return dq, dk, dv
+
+
 def gather_paged_fp64(path: Path, meta: dict, kv_lens, s: int) -> tuple:
     """K [b, s, h_kv, d] and V [b, s, h_kv, dv] of a -paged-kv run, read from the pool
     (k_pool.npy, v_pool.npy: [blocks, h_kv, tokens_per_block, d|dv]) through the block table
