@@ -25,8 +25,24 @@
 namespace fmha {
 namespace softmax {
 
-struct OnlineSoftmaxSm90 {
-    static constexpr float kMaxSlack = 8.f;  // P <= 256: far from overflow in fp16, bf16 and f32 sums
+// kPOffset: P comes out scaled by 2^kPOffset (e4m3 P keeps its small values out of the
+// subnormals; bench/NOTES.md §53), and the slack shrinks by as much, so P <= 256 either way.
+// The scale cancels in O = P V / l; the sinks' term and the LSE take it out.
+template <int kPOffset>
+struct OnlineSoftmaxScaled {
+    static_assert(kPOffset >= 0 && kPOffset <= 8, "P <= 2^8");
+    static constexpr float kMaxSlack = 8.f - kPOffset;  // P <= 256: far from overflow in fp16, bf16 and f32 sums
+
+    // M in the exponent P carries (M - kPOffset), and back; written out so that kPOffset = 0
+    // compiles to exactly what it did before the offset existed (0 - x is not -x in IEEE).
+    FMHA_DEVICE static float minus_max(float max_scaled) {
+        if constexpr (kPOffset == 0) return -max_scaled;
+        else return float(kPOffset) - max_scaled;
+    }
+    FMHA_DEVICE static float true_max(float row_max) {
+        if constexpr (kPOffset == 0) return row_max;
+        else return row_max - float(kPOffset);
+    }
     float row_max[2];  // running M per row: an integer, at most kMaxSlack below ceil(scale_log2 * max S)
     float row_sum[2];  // this lane's partial running sum
 
@@ -55,7 +71,7 @@ struct OnlineSoftmaxSm90 {
             for (int ni = 0; ni < kNTiles; ++ni) {
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
-                    const float pv = fast_exp2(fmaf(s[0][ni][2 * h + e], scale_log2, -max_scaled));
+                    const float pv = fast_exp2(fmaf(s[0][ni][2 * h + e], scale_log2, minus_max(max_scaled)));
                     s[0][ni][2 * h + e] = pv;
                     sum += pv;
                 }
@@ -83,7 +99,7 @@ struct OnlineSoftmaxSm90 {
     FMHA_DEVICE void finalize(float (&inv)[2], float out_scale, const Params& p, int head) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const float l = quad_sum(row_sum[h]) + sink_term(p, head, row_max[h]);
+            const float l = quad_sum(row_sum[h]) + sink_term(p, head, true_max(row_max[h]));
             row_sum[h] = l;
             inv[h] = l > 0.f ? __fdividef(out_scale, l) : 0.f;
         }
@@ -95,10 +111,14 @@ struct OnlineSoftmaxSm90 {
         if (p.softmax_lse == nullptr || lane % 4 != 0) return;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            if (row0 + 8 * h < q_len) softmax::store_lse(p, seq, head, row0 + 8 * h, row_max[h], row_sum[h]);
+            if (row0 + 8 * h < q_len) {
+                softmax::store_lse(p, seq, head, row0 + 8 * h, true_max(row_max[h]), row_sum[h]);
+            }
         }
     }
 };
+
+using OnlineSoftmaxSm90 = OnlineSoftmaxScaled<0>;
 
 }  // namespace softmax
 }  // namespace fmha

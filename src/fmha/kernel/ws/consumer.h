@@ -11,6 +11,7 @@
 #include "fmha/mask/mask.h"
 #include "fmha/memory/mbarrier_sm90.h"
 #include "fmha/memory/tma_sm90.h"
+#include "fmha/mma/fp8_sm90.h"
 #include "fmha/mma/warp_gemm.h"
 #include "fmha/mma/wgmma_sm90.h"
 #include "fmha/softmax/online_softmax_sm90.h"
@@ -28,9 +29,10 @@ struct Consumer {
     using AccS = float[1][Tr::kNTilesS][4];  // [64 rows, kBlockN]
     static constexpr int S = Tr::kStages;
     static constexpr int kLastConsumer = Tr::kConsumerWarpgroups - 1;
-    static constexpr int kSliceBytesK = 16 * 2;              // k16 inside a 128-byte row
-    static constexpr int kSliceBytesV = 16 * Tr::kRowBytes;  // 16 key rows
-    static constexpr int kSlicesPerPanel = memory::kTmaPanelCols / 16;
+    static constexpr int kSliceBytesK = 32;                  // one wgmma k step inside a 128-byte row
+    static constexpr int kSliceBytesV = 16 * Tr::kRowBytes;  // 16 key rows (16-bit V, MN-major)
+    static constexpr int kSlicesPerPanel = Tr::kRowBytes / kSliceBytesK;
+    static constexpr int kPanelBytesVt = Tr::kDimV * Tr::kRowBytes;  // e4m3 V^T: 128 key slots of every row
 
     const Params& p;
     const Smem<Tr>& smem;
@@ -46,7 +48,8 @@ struct Consumer {
           desc_q(mma::make_smem_desc_sw128(smem_.q + th_.consumer * kWarpgroupRows * Tr::kRowBytes, 16,
                                            mma::kSw128AtomBytes)),
           desc_k(mma::make_smem_desc_sw128(smem_.k, 16, mma::kSw128AtomBytes)),
-          desc_v(mma::make_smem_desc_sw128(smem_.v, Tr::kPanelBytesKV, mma::kSw128AtomBytes)),
+          desc_v(Tr::kFp8 ? mma::make_smem_desc_sw128(smem_.vt, 16, mma::kSw128AtomBytes)
+                          : mma::make_smem_desc_sw128(smem_.v, Tr::kPanelBytesKV, mma::kSw128AtomBytes)),
           scale_log2(p_.scale_bmm1 * kLog2e) {}
 
     // Turns: n_blocks + 1 issue phases per warpgroup and tile, round robin from consumer 0,
@@ -81,19 +84,30 @@ struct Consumer {
             const uint32_t off_q = (kk / kSlicesPerPanel) * Tr::kPanelBytesQ + (kk % kSlicesPerPanel) * kSliceBytesK;
             const uint32_t off_k =
                 st * Tr::kSmemK + (kk / kSlicesPerPanel) * Tr::kPanelBytesKV + (kk % kSlicesPerPanel) * kSliceBytesK;
-            mma::wgmma_ss<Tr::kBf16, Tr::kBlockN>(mma::flat(acc_s), desc_q + (off_q >> 4), desc_k + (off_k >> 4),
-                                                  kk > 0);
+            if constexpr (Tr::kFp8) {
+                mma::wgmma_ss_e4m3<Tr::kBlockN>(mma::flat(acc_s), desc_q + (off_q >> 4), desc_k + (off_k >> 4), kk > 0);
+            } else {
+                mma::wgmma_ss<Tr::kBf16, Tr::kBlockN>(mma::flat(acc_s), desc_q + (off_q >> 4), desc_k + (off_k >> 4),
+                                                      kk > 0);
+            }
         }
         mma::wgmma_commit();
     }
 
-    // O += P V of the ring's stage st, P from registers (wgmma RS).
+    // O += P V of the ring's stage st, P from registers (wgmma RS); e4m3: V^T's stage, K-major,
+    // k32 steps along its rows of 128 key slots.
     FMHA_DEVICE void issue_pv(AccO& acc_o, const uint32_t (&p_frag)[1][Tr::kKSlicesPV][4], int st) const {
         mma::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < Tr::kKSlicesPV; ++kk) {
-            const uint32_t off_v = st * Tr::kSmemV + kk * kSliceBytesV;
-            mma::wgmma_rs<Tr::kBf16, Tr::kDimV>(mma::flat(acc_o), p_frag[0][kk], desc_v + (off_v >> 4), true);
+            if constexpr (Tr::kFp8) {
+                const uint32_t off_v =
+                    st * Tr::kSmemVt + (kk / kSlicesPerPanel) * kPanelBytesVt + (kk % kSlicesPerPanel) * kSliceBytesK;
+                mma::wgmma_rs_e4m3<Tr::kDimV>(mma::flat(acc_o), p_frag[0][kk], desc_v + (off_v >> 4), true);
+            } else {
+                const uint32_t off_v = st * Tr::kSmemV + kk * kSliceBytesV;
+                mma::wgmma_rs<Tr::kBf16, Tr::kDimV>(mma::flat(acc_o), p_frag[0][kk], desc_v + (off_v >> 4), true);
+            }
         }
         mma::wgmma_commit();
     }

@@ -33,6 +33,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     fwd_kernel(const __grid_constant__ Params p, const __grid_constant__ TmaMaps maps) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using Element = typename Tr::Element;
+    using OutElement = typename Tr::OutElement;  // O's type (e4m3 inputs: bf16)
+    using Softmax = softmax::OnlineSoftmaxScaled<Tr::kPOffset>;
     constexpr int S = Tr::kStages;
     extern __shared__ char smem_raw[];
     const Smem<Tr> smem(smem_raw);
@@ -50,6 +52,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 
     setmaxnreg_inc<Tr::kConsumerRegs>();
     const ConsumerThread<Tr> th(tid, warpgroup);
+    // The V stage P V reads, and the barrier that frees it: e4m3 reads the transposed copy.
+    const auto v_ready = [&](int st) { return Tr::kFp8 ? smem.vt_full(st) : smem.v_full(st); };
+    const auto v_done = [&](int st) { return Tr::kFp8 ? smem.vt_empty(st) : smem.v_empty(st); };
     const Consumer<Tr, kMask, kMod> c(p, smem, th);
     const int lane = th.lane, row_g = th.row_g;
 
@@ -87,7 +92,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
             for (int e = 0; e < 4; ++e) acc_o[0][nt][e] = 0.f;
         }
         uint32_t p_frag[1][Tr::kKSlicesPV][4];  // P of the previous block as wgmma A, [64 rows, kBlockN]
-        softmax::OnlineSoftmaxSm90 softmax;
+        const auto to_p = [&](const float(&acc_s)[1][Tr::kNTilesS][4]) {
+            if constexpr (Tr::kFp8) mma::p_to_e4m3<Tr::kNTilesS>(p_frag[0], acc_s);
+            else mma::s_to_p<Element>(p_frag, acc_s);
+        };
+        Softmax softmax;
         softmax.init();
 
         // Bias: this thread's first row's entries.
@@ -147,7 +156,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                 c.release(smem.k_empty(st));
                 if (n_blocks == 1) c.release(smem.q_empty());
                 softmax_block(acc_s, w.blk_end - 1, alpha);  // O is still zero: alpha unused
-                mma::s_to_p<Element>(p_frag, acc_s);
+                to_p(acc_s);
             }
             for (int it = 1; it < n_blocks; ++it) {
                 const int g = g0 + it;
@@ -155,7 +164,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                 float acc_s[1][Tr::kNTilesS][4];
                 float alpha[2];
                 memory::mbar_wait(smem.k_full(st), (g / S) & 1);
-                memory::mbar_wait(smem.v_full(prev), ((g - 1) / S) & 1);
+                memory::mbar_wait(v_ready(prev), ((g - 1) / S) & 1);
                 c.my_turn();
                 c.issue_qk(acc_s, st);
                 mma::fence_operands(acc_o);
@@ -169,20 +178,20 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                 mma::wgmma_wait<0>();
                 mma::fence_operands(acc_o);
                 mma::fence_operands(p_frag);
-                c.release(smem.v_empty(prev));
-                softmax::OnlineSoftmaxSm90::rescale(acc_o, alpha);
-                mma::s_to_p<Element>(p_frag, acc_s);
+                c.release(v_done(prev));
+                Softmax::rescale(acc_o, alpha);
+                to_p(acc_s);
             }
             const int g_last = g0 + n_blocks - 1;
             const int last = g_last % S;
-            memory::mbar_wait(smem.v_full(last), (g_last / S) & 1);
+            memory::mbar_wait(v_ready(last), (g_last / S) & 1);
             mma::fence_operands(acc_o);
             c.my_turn();
             c.issue_pv(acc_o, p_frag, last);
             c.your_turn();
             mma::wgmma_wait<0>();
             mma::fence_operands(acc_o);
-            c.release(smem.v_empty(last));
+            c.release(v_done(last));
             kv_iter += n_blocks;
             ++q_iter;
         }
@@ -200,7 +209,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
             const uint32_t slab = smem.o + th.consumer * (Tr::kSmemO / Tr::kConsumerWarpgroups);
             if (Tr::kOBeside && th.wg_tid == 0) memory::bulk_wait_read<0>();
             if constexpr (Tr::kOBeside) th.wg_barrier();
-            epilogue::stage_o_rows<Element>(acc_o, inv, slab, th.wg_tid / kWarpSize);
+            epilogue::stage_o_rows<OutElement>(acc_o, inv, slab, th.wg_tid / kWarpSize);
             memory::fence_proxy_async_smem();
             th.wg_barrier();
             if (th.wg_tid == 0) {
@@ -213,10 +222,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                 }
             }
         } else {
-            Element* o = static_cast<Element*>(p.o) + static_cast<int64_t>(w.q_off + wg_row0) * p.o_row_stride +
-                         static_cast<int64_t>(w.head) * p.o_head_stride;
-            epilogue::store_o_rows<Element, Tr::kNTilesOut>(acc_o, inv, o, p.o_row_stride, row_g, lane,
-                                                            w.q_len - wg_row0);
+            OutElement* o = static_cast<OutElement*>(p.o) +
+                            static_cast<int64_t>(w.q_off + wg_row0) * p.o_row_stride +
+                            static_cast<int64_t>(w.head) * p.o_head_stride;
+            epilogue::store_o_rows<OutElement, Tr::kNTilesOut>(acc_o, inv, o, p.o_row_stride, row_g, lane,
+                                                               w.q_len - wg_row0);
             if (o_in_v && th.wg_tid == 0) memory::mbar_arrive(smem.o_free());
         }
     }

@@ -47,9 +47,16 @@ cudaError_t allow_smem() {
 // and cudaErrorNotSupported when the driver offers no tensor-map encoder.
 template <class Tr>
 cudaError_t launch_with_extents(const Params& p, int64_t q_tokens, int64_t kv_tokens, cudaStream_t stream) {
-    using Element = typename Tr::Element;
+    // TMA moves e4m3 as 16-bit pairs (Traits::TmaElement): head sizes and strides in pairs.
+    using Element = typename Tr::TmaElement;
+    constexpr int kUnit = 2 / Tr::kElemBytes;
     if (q_tokens < 1 || kv_tokens < 1 || q_tokens > INT32_MAX || kv_tokens > INT32_MAX) return cudaErrorInvalidValue;
     if (!kernel::params_fit(p, Tr::kHeadDim, Tr::kHeadDimV)) return cudaErrorInvalidValue;
+    if constexpr (Tr::kFp8) {  // 16-byte strides for TMA, of e4m3 bytes
+        for (int64_t stride : {p.q_row_stride, p.q_head_stride, p.k_row_stride, p.k_head_stride, p.v_row_stride,
+                               p.v_head_stride, p.k_block_stride, p.v_block_stride})
+            if (stride % 16 != 0) return cudaErrorInvalidValue;
+    }
     if (entry<Tr>(p.mask) == nullptr) return cudaErrorInvalidValue;  // a mask the family does not implement
     if (p.wide_logits) return cudaErrorInvalidValue;  // one FFMA a score: no kVariantWideLogits
     if (Tr::kPersistent && p.tile_counter == nullptr) return cudaErrorInvalidValue;
@@ -62,29 +69,29 @@ cudaError_t launch_with_extents(const Params& p, int64_t q_tokens, int64_t kv_to
     if (grid < 1) return cudaErrorInvalidValue;
 
     TmaMaps maps;
-    cudaError_t err = memory::make_head_tile_map<Element>(&maps.q, p.q, q_tokens, p.h, Tr::kHeadDim, p.q_row_stride,
-                                                          p.q_head_stride, Tr::kBlockM);
+    cudaError_t err = memory::make_head_tile_map<Element>(&maps.q, p.q, q_tokens, p.h, Tr::kTmaHeadDim,
+                                                          p.q_row_stride / kUnit, p.q_head_stride / kUnit, Tr::kBlockM);
     if (err == cudaSuccess && p.kv_block_table != nullptr) {
         const int box_rows = std::min(p.tokens_per_block, kPagedMaxBox<Tr>);
         err = memory::make_paged_tile_map<Element>(&maps.k, p.k, p.kv_pool_blocks, p.tokens_per_block, p.h_kv,
-                                                   Tr::kHeadDim, p.k_row_stride, p.k_head_stride, p.k_block_stride,
-                                                   box_rows);
+                                                   Tr::kTmaHeadDim, p.k_row_stride / kUnit, p.k_head_stride / kUnit,
+                                                   p.k_block_stride / kUnit, box_rows);
         if (err == cudaSuccess) {
             err = memory::make_paged_tile_map<Element>(&maps.v, p.v, p.kv_pool_blocks, p.tokens_per_block, p.h_kv,
-                                                       Tr::kHeadDimV, p.v_row_stride, p.v_head_stride,
-                                                       p.v_block_stride, box_rows);
+                                                       Tr::kTmaHeadDimV, p.v_row_stride / kUnit,
+                                                       p.v_head_stride / kUnit, p.v_block_stride / kUnit, box_rows);
         }
     } else if (err == cudaSuccess) {
-        err = memory::make_head_tile_map<Element>(&maps.k, p.k, kv_tokens, p.h_kv, Tr::kHeadDim, p.k_row_stride,
-                                                  p.k_head_stride, Tr::kBlockN);
+        err = memory::make_head_tile_map<Element>(&maps.k, p.k, kv_tokens, p.h_kv, Tr::kTmaHeadDim,
+                                                  p.k_row_stride / kUnit, p.k_head_stride / kUnit, Tr::kBlockN);
         if (err == cudaSuccess) {
-            err = memory::make_head_tile_map<Element>(&maps.v, p.v, kv_tokens, p.h_kv, Tr::kHeadDimV,
-                                                      p.v_row_stride, p.v_head_stride, Tr::kBlockN);
+            err = memory::make_head_tile_map<Element>(&maps.v, p.v, kv_tokens, p.h_kv, Tr::kTmaHeadDimV,
+                                                      p.v_row_stride / kUnit, p.v_head_stride / kUnit, Tr::kBlockN);
         }
     }
     if (err == cudaSuccess && Tr::kStoreOTma) {
-        err = memory::make_head_tile_map<Element>(&maps.o, p.o, q_tokens, p.h, Tr::kHeadDimV, p.o_row_stride,
-                                                  p.o_head_stride, kWarpgroupRows);
+        err = memory::make_head_tile_map<typename Tr::OutElement>(&maps.o, p.o, q_tokens, p.h, Tr::kHeadDimV,
+                                                                  p.o_row_stride, p.o_head_stride, kWarpgroupRows);
     }
     if (err != cudaSuccess) return err;
     err = kernel::with_variant(

@@ -12,6 +12,7 @@
 #include "fmha/mask/mask.h"
 #include "fmha/memory/mbarrier_sm90.h"
 #include "fmha/memory/tma_sm90.h"
+#include "fmha/mma/fp8_sm90.h"
 #include "params.h"
 
 namespace fmha {
@@ -49,8 +50,8 @@ FMHA_DEVICE void produce(const Params& p, const TmaMaps& maps, const Smem<Tr>& s
             memory::mbar_wait(smem.q_empty(), (q_iter & 1) ^ 1);
             if (leader) {
                 memory::mbar_arrive_expect_tx(smem.q_full(), Tr::kSmemQ);
-                memory::tma_load_head_tile<Tr::kHeadDim, Tr::kPanelBytesQ>(smem.q, &maps.q, smem.q_full(),
-                                                                            w.q_off + w.m0, w.head);
+                memory::tma_load_head_tile<Tr::kTmaHeadDim, Tr::kPanelBytesQ>(smem.q, &maps.q, smem.q_full(),
+                                                                               w.q_off + w.m0, w.head);
             }
             ++q_iter;
             // K and V of each key block into the ring; dim: the tensor's head size.
@@ -71,13 +72,14 @@ FMHA_DEVICE void produce(const Params& p, const TmaMaps& maps, const Smem<Tr>& s
                 };
                 memory::mbar_wait(smem.k_empty(st), phase ^ 1);
                 if (leader) memory::mbar_arrive_expect_tx(smem.k_full(st), Tr::kSmemK);
-                load(smem.k + st * Tr::kSmemK, &maps.k, smem.k_full(st), std::integral_constant<int, Tr::kHeadDim>{});
+                load(smem.k + st * Tr::kSmemK, &maps.k, smem.k_full(st), std::integral_constant<int, Tr::kTmaHeadDim>{});
                 // q_iter counts this tile; the consumers cannot be a tile further on, this one
                 // needs these loads.
                 if (kStageOverV && it == 0 && q_iter > 1) memory::mbar_wait(smem.o_free(), q_iter & 1);
                 memory::mbar_wait(smem.v_empty(st), phase ^ 1);
                 if (leader) memory::mbar_arrive_expect_tx(smem.v_full(st), Tr::kSmemV);
-                load(smem.v + st * Tr::kSmemV, &maps.v, smem.v_full(st), std::integral_constant<int, Tr::kHeadDimV>{});
+                load(smem.v + st * Tr::kSmemV, &maps.v, smem.v_full(st),
+                     std::integral_constant<int, Tr::kTmaHeadDimV>{});
             }
         }
         if constexpr (Tr::kPersistent) {
@@ -97,12 +99,57 @@ FMHA_DEVICE void produce(const Params& p, const TmaMaps& maps, const Smem<Tr>& s
     }
 }
 
+// e4m3: warp `warp` of the producer warpgroup's transposing ones. It walks the tiles as the
+// consumers do (the tile slots) and, for each key block, turns the V stage that TMA filled
+// into its K-major copy (mma/fp8_sm90.h), which the consumers' P V reads; then V's stage is
+// free for the next copy.
+template <class Tr, mask::Kind kMask>
+FMHA_DEVICE void transpose_v(const Params& p, const Smem<Tr>& smem, const Schedule& sched, int warp, int lane) {
+    constexpr int S = Tr::kStages;
+    int kv_iter = 0;
+    int t = blockIdx.x;
+    for (int tile_iter = 0;; ++tile_iter) {
+        TileWork w;
+        if constexpr (Tr::kPersistent) {
+            const int slot = tile_iter & 1;
+            memory::mbar_wait(smem.tile_full(slot), (tile_iter >> 1) & 1);
+            t = load_tile_slot(smem.tile_slot(slot), w);
+            memory::mbar_arrive(smem.tile_empty(slot));
+        } else if (tile_iter > 0) {
+            t = sched.num_tiles;
+        }
+        if (t >= sched.num_tiles) break;
+        if constexpr (!Tr::kPersistent) w = tile_work<Tr, kMask>(p, t, sched.m_blocks, sched.section);
+        for (int it = 0; it < w.n_blocks; ++it, ++kv_iter) {
+            const int st = kv_iter % S;
+            const uint32_t phase = (kv_iter / S) & 1;
+            memory::mbar_wait(smem.v_full(st), phase);
+            memory::mbar_wait(smem.vt_empty(st), phase ^ 1);
+            mma::transpose_v_e4m3<Tr::kBlockN, Tr::kDimV>(smem.v + st * Tr::kSmemV, smem.vt + st * Tr::kSmemVt, warp,
+                                                          Tr::kTransposeWarps, lane);
+            memory::fence_proxy_async_smem();  // V^T's generic writes before the wgmma reads them
+            __syncwarp();
+            if (lane == 0) {
+                memory::mbar_arrive(smem.vt_full(st));
+                memory::mbar_arrive(smem.v_empty(st));
+            }
+        }
+    }
+}
+
 // Warpgroup 0: gives its registers up, then one thread or one warp produces (kPagedOnly:
-// Traits::kSeparatePaged tiles, whose paged loop is a kernel of its own).
+// Traits::kSeparatePaged tiles, whose paged loop is a kernel of its own); e4m3: its other
+// warps transpose V.
 template <class Tr, mask::Kind kMask, bool kStageOverV, bool kPagedOnly>
 FMHA_DEVICE void producer(const Params& p, const TmaMaps& maps, const Smem<Tr>& smem, const Schedule& sched,
                           int tid) {
     setmaxnreg_dec<Tr::kProducerRegs>();
+    if constexpr (Tr::kFp8) {
+        if (tid >= kWarpSize) {
+            transpose_v<Tr, kMask>(p, smem, sched, tid / kWarpSize - 1, tid % kWarpSize);
+            return;
+        }
+    }
     if constexpr (Tr::kSeparatePaged) {
         if constexpr (kPagedOnly) {
             if (tid < kWarpSize) produce<Tr, kMask, kStageOverV, true>(p, maps, smem, sched, tid);

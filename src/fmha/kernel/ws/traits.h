@@ -4,6 +4,9 @@
 #pragma once
 
 #include <cuda.h>
+#include <cuda_fp8.h>
+
+#include <type_traits>
 
 #include "fmha/memory/tma_sm90.h"
 #include "fmha/softmax/score_mod.h"
@@ -32,7 +35,16 @@ template <class Config_, typename Element_, int kHeadDim_, int kHeadDimV_, int k
 struct Traits {
     using Config = Config_;
     using Element = Element_;
-    static constexpr bool kBf16 = ElementTraits<Element>::kIsBf16;
+    // e4m3 inputs (QGMMA, mma/fp8_sm90.h): V made K-major in shared memory by the producer
+    // warpgroup's other warps, P quantised at a power-of-two scale, O written in bf16. TMA
+    // moves e4m3 as 16-bit pairs (TmaElement): the same 128-byte swizzled panels, half the
+    // columns.
+    static constexpr bool kFp8 = std::is_same<Element, __nv_fp8_e4m3>::value;
+    static constexpr bool kBf16 = std::is_same<Element, __nv_bfloat16>::value;
+    using TmaElement = std::conditional_t<kFp8, __half, Element>;
+    using OutElement = std::conditional_t<kFp8, __nv_bfloat16, Element>;
+    static constexpr int kElemBytes = kFp8 ? 1 : 2;
+    static constexpr int kMmaK = 32 / kElemBytes;  // k of one wgmma: 16, or 32 for e4m3
     static constexpr int kHeadDim = kHeadDim_;
     static constexpr int kHeadDimV = kHeadDimV_;
     static constexpr int kBlockM = kBlockM_;
@@ -56,24 +68,34 @@ struct Traits {
     static constexpr int kNTilesS = kBlockN / 8;                   // n8 tiles of S per thread row pair
     static constexpr int kNTilesO = kDimV / 8;                     // n8 tiles of the P V accumulator
     static constexpr int kNTilesOut = kHeadDimV / 8;               // ... of them stored (dv columns)
-    static constexpr int kKSlicesQK = (kHeadDim + 15) / 16;        // k16 steps of Q K^T
-    static constexpr int kKSlicesPV = kBlockN / 16;                // k16 steps of P V
+    static constexpr int kKSlicesQK = (kHeadDim + kMmaK - 1) / kMmaK;  // k steps of Q K^T
+    static constexpr int kKSlicesPV = kBlockN / kMmaK;                 // k steps of P V
+    // Head sizes in TMA elements (e4m3: pairs).
+    static constexpr int kTmaHeadDim = kHeadDim * kElemBytes / 2;
+    static constexpr int kTmaHeadDimV = kHeadDimV * kElemBytes / 2;
 
     static constexpr int kRowBytes = memory::kTmaPanelRowBytes;
-    static constexpr int kPanelBytesQ = kBlockM * kRowBytes;   // one 64-column panel of Q
+    static constexpr int kPanelBytesQ = kBlockM * kRowBytes;   // one 128-byte-wide panel of Q
     static constexpr int kPanelBytesKV = kBlockN * kRowBytes;  // ... of a K or V stage
-    static constexpr int kSmemQ = kBlockM * kDimQK * 2;        // [kBlockM, d]
-    static constexpr int kSmemK = kBlockN * kDimQK * 2;        // [kBlockN, d], one stage
-    static constexpr int kSmemV = kBlockN * kDimV * 2;         // [kBlockN, dv], one stage
-    // Q full/empty; K full/empty, V full/empty per stage; tile slot full/empty x 2; O free.
-    static constexpr int kNumBarriers = 2 + 4 * kStages + 4 + 1;
+    static constexpr int kSmemQ = kBlockM * kDimQK * kElemBytes;  // [kBlockM, d]
+    static constexpr int kSmemK = kBlockN * kDimQK * kElemBytes;  // [kBlockN, d], one stage
+    static constexpr int kSmemV = kBlockN * kDimV * kElemBytes;   // [kBlockN, dv], one stage
+    static constexpr int kSmemVt = kFp8 ? kSmemV : 0;             // e4m3: [dv, kBlockN] K-major, one stage
+    // Q full/empty; K full/empty, V full/empty per stage; tile slot full/empty x 2; O free;
+    // e4m3: V^T full/empty per stage.
+    static constexpr int kNumBarriers = 2 + 4 * kStages + 4 + 1 + (kFp8 ? 2 * kStages : 0);
+    // e4m3: the producer warpgroup's warps that transpose V (all but the one issuing TMA).
+    static constexpr int kTransposeWarps = kFp8 ? 3 : 0;
+    // log2 of P's scale before it is rounded to e4m3, and the running max's slack, which
+    // together keep P <= 2^8 = 256 < 448 (bench/NOTES.md §53); 16-bit P: no scale, slack 8.
+    static constexpr int kPOffset = kFp8 ? 4 : 0;
     // Persistent tiles: two slots, each the next tile's index and TileWork (tile_slot_*).
     static constexpr int kTileSlotBytes = 48;
     static constexpr int kTileSlotsOffset = (8 * kNumBarriers + 15) / 16 * 16;
     static constexpr int kSmemAlign = 1024;                    // SW128 tiles: one swizzle period
     static constexpr int kMaxSmemBytes = Config::kSmemLimit;
     static constexpr int kSmemMain =
-        kSmemAlign + kSmemQ + kStages * (kSmemK + kSmemV) + kTileSlotsOffset + 2 * kTileSlotBytes;
+        kSmemAlign + kSmemQ + kStages * (kSmemK + kSmemV + kSmemVt) + kTileSlotsOffset + 2 * kTileSlotBytes;
     // The two-consumer tiles' O leaves through shared memory and a TMA store: staging a
     // 64-row slab there takes 8 stmatrix per warp (d = 128), where storing it from registers
     // took 32 4-byte stores of 8 rows each (bench/NOTES.md §23). Its [kBlockM, dv] buffer sits
@@ -83,10 +105,10 @@ struct Traits {
     // kernel: kOInVFor). A slab with rows past its sequence's end is stored from registers (a
     // TMA store would write the next sequence's rows), and so are the three-consumer tiles'
     // (d <= 64): there the staging measured 1 % slower.
-    static constexpr int kSmemO = kBlockM * kDimV * 2;
+    static constexpr int kSmemO = kBlockM * kDimV * 2;  // O is 16-bit (e4m3 inputs: bf16)
     static constexpr int kPanelBytesO = kWarpgroupRows * kRowBytes;  // one panel of a warpgroup's slab
     static constexpr bool kOBeside = kConsumerWarpgroups == 2 && kSmemMain + kSmemO <= kMaxSmemBytes;
-    static constexpr bool kOInV = kConsumerWarpgroups == 2 && !kOBeside && kSmemO <= kStages * kSmemV;
+    static constexpr bool kOInV = kConsumerWarpgroups == 2 && !kOBeside && kSmemO <= kStages * kSmemV && !kFp8;
     static constexpr bool kStoreOTma = kOBeside || kOInV;
     // Whether the kernel of score modifier M stages O over the V ring (kOInV but for the bias
     // and custom-mask kernels: their consumers had no registers to spare for it and spilled).
@@ -105,15 +127,20 @@ struct Traits {
     // The score modifiers this tile compiles: logit softcapping where Config says so (the
     // generator leaves it out at 160 consumer registers, where its tanh spilled: bench/NOTES.md
     // §12; the row then lacks kVariantSoftcap and the launch refuses it).
+    // e4m3: no additive bias (a bias tensor in the inputs' dtype has no use at 8 bits).
     template <softmax::ScoreMod M>
-    static constexpr bool kHasMod = M != softmax::ScoreMod::kSoftcap || Config::kSoftcap;
+    static constexpr bool kHasMod =
+        (M != softmax::ScoreMod::kSoftcap || Config::kSoftcap) && !(kFp8 && M == softmax::ScoreMod::kBias);
     // A paged KV cache's producer loop in a kernel of its own (fwd_kernel's kPagedOnly): the
     // three-consumer tile's producer has no register headroom (128 -> 32), and a second loop
     // beside the token-storage one cost its dense path 2-5 % (bench/NOTES.md §16). The
     // two-consumer tiles carry both loops in one kernel, chosen at run time.
     static constexpr bool kSeparatePaged = kConsumerWarpgroups == 3;
 
-    static_assert(kIsSupportedElement<Element>, "Element must be __half or __nv_bfloat16");
+    static_assert(kIsSupportedElement<Element> || kFp8, "Element must be __half, __nv_bfloat16 or __nv_fp8_e4m3");
+    static_assert(!kFp8 || (kHeadDim % 32 == 0 && kHeadDimV % 32 == 0 && kBlockN % 32 == 0 &&
+                            kConsumerWarpgroups == 2),
+                  "ws e4m3: d, dv and kBlockN multiples of 32 (k32 steps, 32-column transposes), two consumers");
     static_assert(!kAccFp16, "ws: f32 accumulation only");
     static_assert(kHeadDim % 8 == 0 && kHeadDim >= 8 && kHeadDim <= 256,
                   "ws: d a multiple of 8 up to 256 (16-byte TMA rows)");
@@ -127,10 +154,10 @@ struct Traits {
     static_assert(kStages >= 2 && kStages <= 4, "kStages: 0 (auto = 2) .. 4");
     static_assert(kSmemBytes <= kMaxSmemBytes, "tiles exceed shared memory");
     static_assert(Config::kPanelCols == memory::kTmaPanelCols, "ws: Config's panels are the TMA panels");
-    static_assert(kDimQK == memory::tma_panels(kHeadDim) * memory::kTmaPanelCols &&
-                      kDimV == memory::tma_panels(kHeadDimV) * memory::kTmaPanelCols,
-                  "ws: Config's kDimQK, kDimV are d, dv in whole panels");
-    static_assert(kSmemMain - kSmemQ - kStages * (kSmemK + kSmemV) <= Config::kSmemReserve,
+    static_assert(kDimQK * kElemBytes == memory::tma_panels(kTmaHeadDim) * kRowBytes &&
+                      kDimV * kElemBytes == memory::tma_panels(kTmaHeadDimV) * kRowBytes,
+                  "ws: Config's kDimQK, kDimV are d, dv in whole 128-byte panels");
+    static_assert(kSmemMain - kSmemQ - kStages * (kSmemK + kSmemV + kSmemVt) <= Config::kSmemReserve,
                   "ws: alignment, barriers and tile slots exceed the generator's reserve");
     static_assert(!Config::kSoftcap || kConsumerWarpgroups == 2,
                   "ws: softcapping only at two consumer warpgroups (its tanh spills at 160 registers)");

@@ -63,15 +63,17 @@ struct Smem {
     uint32_t q;    // [kBlockM, d]
     uint32_t k;    // S x [kBlockN, d]
     uint32_t v;    // S x [kBlockN, dv]
-    uint32_t o;    // [kBlockM, dv] staging of O (kStoreOTma): after the V ring, or over it (kOInV)
+    uint32_t vt;   // e4m3: S x [dv, kBlockN], V made K-major (mma/fp8_sm90.h)
+    uint32_t o;    // [kBlockM, dv] staging of O (kStoreOTma): after the V rings, or over them (kOInV)
     uint32_t bar;  // the mbarriers, then the tile slots
 
     FMHA_DEVICE explicit Smem(const char* raw) {
         q = (smem_u32(raw) + Tr::kSmemAlign - 1) & ~uint32_t(Tr::kSmemAlign - 1);
         k = q + Tr::kSmemQ;
         v = k + S * Tr::kSmemK;
-        o = Tr::kOInV ? v : v + S * Tr::kSmemV;
-        bar = v + S * Tr::kSmemV + (Tr::kOBeside ? Tr::kSmemO : 0);
+        vt = v + S * Tr::kSmemV;
+        o = Tr::kOInV ? v : vt + S * Tr::kSmemVt;
+        bar = vt + S * Tr::kSmemVt + (Tr::kOBeside ? Tr::kSmemO : 0);
     }
     FMHA_DEVICE uint32_t q_full() const { return bar; }
     FMHA_DEVICE uint32_t q_empty() const { return bar + 8u; }
@@ -81,6 +83,8 @@ struct Smem {
     FMHA_DEVICE uint32_t v_empty(int st) const { return bar + 8u * (2 + 3 * S + st); }
     FMHA_DEVICE uint32_t tile_full(int slot) const { return bar + 8u * (2 + 4 * S + slot); }
     FMHA_DEVICE uint32_t tile_empty(int slot) const { return bar + 8u * (2 + 4 * S + 2 + slot); }
+    FMHA_DEVICE uint32_t vt_full(int st) const { return bar + 8u * (2 + 4 * S + 4 + st); }
+    FMHA_DEVICE uint32_t vt_empty(int st) const { return bar + 8u * (2 + 5 * S + 4 + st); }
     // O staged over the V ring (Traits::kOInVFor): completes once per tile with key blocks,
     // when every consumer warpgroup is done with the ring (its O stored from there and read,
     // or stored from registers). The last barrier.
@@ -90,7 +94,8 @@ struct Smem {
     }
 
     // One thread: every barrier's arrival count (empty: one per consumer warp; a tile slot's:
-    // every consumer thread, each of which reads it).
+    // every consumer thread, each of which reads it). e4m3: the transposing warps free V and
+    // fill V^T (one arrival per warp), read the tile slots, and the consumers free V^T.
     FMHA_DEVICE void init_barriers() const {
         memory::mbar_init(q_full(), 1);
         memory::mbar_init(q_empty(), Tr::kConsumerWarps);
@@ -98,11 +103,15 @@ struct Smem {
             memory::mbar_init(k_full(st), 1);
             memory::mbar_init(v_full(st), 1);
             memory::mbar_init(k_empty(st), Tr::kConsumerWarps);
-            memory::mbar_init(v_empty(st), Tr::kConsumerWarps);
+            memory::mbar_init(v_empty(st), Tr::kFp8 ? Tr::kTransposeWarps : Tr::kConsumerWarps);
+            if constexpr (Tr::kFp8) {
+                memory::mbar_init(vt_full(st), Tr::kTransposeWarps);
+                memory::mbar_init(vt_empty(st), Tr::kConsumerWarps);
+            }
         }
         for (int slot = 0; slot < 2; ++slot) {
             memory::mbar_init(tile_full(slot), 1);
-            memory::mbar_init(tile_empty(slot), Tr::kConsumerWarps * kWarpSize);
+            memory::mbar_init(tile_empty(slot), (Tr::kConsumerWarps + Tr::kTransposeWarps) * kWarpSize);
         }
         memory::mbar_init(o_free(), Tr::kConsumerWarpgroups);
         memory::mbar_fence_init();
