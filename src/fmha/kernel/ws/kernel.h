@@ -52,9 +52,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 
     setmaxnreg_inc<Tr::kConsumerRegs>();
     const ConsumerThread<Tr> th(tid, warpgroup);
-    // The V stage P V reads, and the barrier that frees it: e4m3 reads the transposed copy.
-    const auto v_ready = [&](int st) { return Tr::kFp8 ? smem.vt_full(st) : smem.v_full(st); };
-    const auto v_done = [&](int st) { return Tr::kFp8 ? smem.vt_empty(st) : smem.v_empty(st); };
     const Consumer<Tr, kMask, kMod> c(p, smem, th);
     const int lane = th.lane, row_g = th.row_g;
 
@@ -92,10 +89,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
             for (int e = 0; e < 4; ++e) acc_o[0][nt][e] = 0.f;
         }
         uint32_t p_frag[1][Tr::kKSlicesPV][4];  // P of the previous block as wgmma A, [64 rows, kBlockN]
-        const auto to_p = [&](const float(&acc_s)[1][Tr::kNTilesS][4]) {
-            if constexpr (Tr::kFp8) mma::p_to_e4m3<Tr::kNTilesS>(p_frag[0], acc_s);
-            else mma::s_to_p<Element>(p_frag, acc_s);
-        };
         Softmax softmax;
         softmax.init();
 
@@ -156,7 +149,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                 c.release(smem.k_empty(st));
                 if (n_blocks == 1) c.release(smem.q_empty());
                 softmax_block(acc_s, w.blk_end - 1, alpha);  // O is still zero: alpha unused
-                to_p(acc_s);
+                if constexpr (Tr::kFp8) mma::p_to_e4m3<Tr::kNTilesS>(p_frag[0], acc_s);
+                else mma::s_to_p<Element>(p_frag, acc_s);
             }
             for (int it = 1; it < n_blocks; ++it) {
                 const int g = g0 + it;
@@ -164,7 +158,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                 float acc_s[1][Tr::kNTilesS][4];
                 float alpha[2];
                 memory::mbar_wait(smem.k_full(st), (g / S) & 1);
-                memory::mbar_wait(v_ready(prev), ((g - 1) / S) & 1);
+                memory::mbar_wait(smem.pv_full(prev), ((g - 1) / S) & 1);
                 c.my_turn();
                 c.issue_qk(acc_s, st);
                 mma::fence_operands(acc_o);
@@ -178,20 +172,21 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                 mma::wgmma_wait<0>();
                 mma::fence_operands(acc_o);
                 mma::fence_operands(p_frag);
-                c.release(v_done(prev));
+                c.release(smem.pv_empty(prev));
                 Softmax::rescale(acc_o, alpha);
-                to_p(acc_s);
+                if constexpr (Tr::kFp8) mma::p_to_e4m3<Tr::kNTilesS>(p_frag[0], acc_s);
+                else mma::s_to_p<Element>(p_frag, acc_s);
             }
             const int g_last = g0 + n_blocks - 1;
             const int last = g_last % S;
-            memory::mbar_wait(v_ready(last), (g_last / S) & 1);
+            memory::mbar_wait(smem.pv_full(last), (g_last / S) & 1);
             mma::fence_operands(acc_o);
             c.my_turn();
             c.issue_pv(acc_o, p_frag, last);
             c.your_turn();
             mma::wgmma_wait<0>();
             mma::fence_operands(acc_o);
-            c.release(v_done(last));
+            c.release(smem.pv_empty(last));
             kv_iter += n_blocks;
             ++q_iter;
         }

@@ -85,6 +85,15 @@ struct Smem {
     FMHA_DEVICE uint32_t tile_empty(int slot) const { return bar + 8u * (2 + 4 * S + 2 + slot); }
     FMHA_DEVICE uint32_t vt_full(int st) const { return bar + 8u * (2 + 4 * S + 4 + st); }
     FMHA_DEVICE uint32_t vt_empty(int st) const { return bar + 8u * (2 + 5 * S + 4 + st); }
+    // The V stage the consumers' P V reads and frees: e4m3 reads the transposed copy.
+    FMHA_DEVICE uint32_t pv_full(int st) const {
+        if constexpr (Tr::kFp8) return vt_full(st);
+        else return v_full(st);
+    }
+    FMHA_DEVICE uint32_t pv_empty(int st) const {
+        if constexpr (Tr::kFp8) return vt_empty(st);
+        else return v_empty(st);
+    }
     // O staged over the V ring (Traits::kOInVFor): completes once per tile with key blocks,
     // when every consumer warpgroup is done with the ring (its O stored from there and read,
     // or stored from registers). The last barrier.
