@@ -1,0 +1,152 @@
+// The ws family's e4m3 kernel (src/fmha/kernel/ws, Element __nv_fp8_e4m3; d = 128, 128 x 128
+// tile, persistent) launched directly through ws::launch on an SM90 GPU, before the
+// generator, the C API and fmha.exe serve it: fixed-length sequences, GQA, causal and not,
+// s_q < s_kv, against a float64 reference on the dequantised inputs with P rounded to e4m3
+// as the kernel rounds it (at a power-of-two scale: the same bits in e4m3's normal range),
+// and against exact attention. O is bf16.
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "fmha/kernel/ws.h"
+#include "unit_test.h"
+
+namespace {
+
+using Config = fmha::ws::Config<232448, 7168, 64, 128, 128, false>;
+using Traits = fmha::ws::Traits<Config, __nv_fp8_e4m3, 128, 128, 128, 128, 8, 1, false, true>;
+constexpr int kD = 128;
+
+struct Case {
+    const char* name;
+    int b, h, h_kv, s_q, s_kv;
+    bool causal;
+};
+
+class WsFp8 : public unit::DeviceTestP<Case> {
+  protected:
+    void SetUp() override {
+        unit::DeviceTestP<Case>::SetUp();
+        if (IsSkipped()) return;
+        cudaDeviceProp prop{};
+        ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+        if (prop.major != 9) GTEST_SKIP() << "the ws family needs sm_90a, found sm_" << prop.major << prop.minor;
+        num_sms_ = prop.multiProcessorCount;
+    }
+    int num_sms_ = 0;
+};
+
+uint8_t to_e4m3(float x) { return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3); }
+double from_e4m3(uint8_t x) {
+    __nv_fp8_e4m3 v;
+    v.__x = x;
+    return static_cast<double>(static_cast<float>(v));
+}
+double round_e4m3(double x) { return from_e4m3(to_e4m3(static_cast<float>(x))); }
+double from_bf16(uint16_t x) {
+    uint32_t u = uint32_t(x) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+
+TEST_P(WsFp8, MatchesTheQuantisedReference) {
+    const Case c = GetParam();
+    const int64_t q_elems = int64_t(c.b) * c.s_q * c.h * kD, kv_elems = int64_t(c.b) * c.s_kv * c.h_kv * kD;
+    const std::vector<float> qf = unit::random_floats(q_elems, -2.f, 2.f, 11);
+    const std::vector<float> kf = unit::random_floats(kv_elems, -2.f, 2.f, 12);
+    const std::vector<float> vf = unit::random_floats(kv_elems, -2.f, 2.f, 13);
+    std::vector<uint8_t> q8(q_elems), k8(kv_elems), v8(kv_elems);
+    for (int64_t i = 0; i < q_elems; ++i) q8[i] = to_e4m3(qf[i]);
+    for (int64_t i = 0; i < kv_elems; ++i) k8[i] = to_e4m3(kf[i]), v8[i] = to_e4m3(vf[i]);
+
+    unit::DeviceBuffer<uint8_t> dq, dk, dv;
+    unit::DeviceBuffer<uint16_t> dout;
+    unit::DeviceBuffer<int> counter;
+    CUDA_ASSERT(dq.upload(q8));
+    CUDA_ASSERT(dk.upload(k8));
+    CUDA_ASSERT(dv.upload(v8));
+    CUDA_ASSERT(dout.alloc(size_t(q_elems), 0xff));  // NaN bits: a row left unwritten fails
+    CUDA_ASSERT(counter.alloc(1));
+
+    fmha::Params p;
+    p.q = dq.get(), p.k = dk.get(), p.v = dv.get(), p.o = dout.get();
+    p.q_row_stride = int64_t(c.h) * kD, p.q_head_stride = kD;
+    p.k_row_stride = p.v_row_stride = int64_t(c.h_kv) * kD, p.k_head_stride = p.v_head_stride = kD;
+    p.o_row_stride = int64_t(c.h) * kD, p.o_head_stride = kD;
+    p.q_tokens = int64_t(c.b) * c.s_q, p.kv_tokens = int64_t(c.b) * c.s_kv;
+    p.b = c.b, p.h = c.h, p.h_kv = c.h_kv, p.d = p.dv = kD;
+    p.s_q_max = c.s_q, p.s_kv_max = c.s_kv, p.q_step = c.s_q, p.kv_step = c.s_kv;
+    p.mask = c.causal ? fmha::MaskType::kCausal : fmha::MaskType::kPadding;
+    p.scale_bmm1 = 1.f / std::sqrt(float(kD));
+    p.tile_counter = counter.get();
+    p.num_sms = num_sms_;
+    CUDA_ASSERT(fmha::ws::launch<Traits>(p, nullptr));
+    CUDA_ASSERT(cudaDeviceSynchronize());
+    std::vector<uint16_t> out;
+    CUDA_ASSERT(dout.download(&out));
+
+    // Reference per (sequence, head, row) in float64; P rounded to e4m3 at the scale 256 for
+    // the quantised one (the kernel's scale is 2^4..2^8: the same bits above e4m3's subnormals).
+    double err_q = 0, err_x = 0, err_ref = 0, norm = 0, worst_q = 0;
+    const int group = c.h / c.h_kv;
+    std::vector<double> s(c.s_kv), o_q(kD), o_x(kD);
+    for (int bi = 0; bi < c.b; ++bi)
+        for (int hi = 0; hi < c.h; ++hi)
+            for (int r = 0; r < c.s_q; ++r) {
+                const int kvh = hi / group, last = c.causal ? r + c.s_kv - c.s_q : c.s_kv - 1;
+                const uint8_t* qr = &q8[((int64_t(bi) * c.s_q + r) * c.h + hi) * kD];
+                double mx = -INFINITY;
+                for (int j = 0; j <= last; ++j) {
+                    const uint8_t* kr = &k8[((int64_t(bi) * c.s_kv + j) * c.h_kv + kvh) * kD];
+                    double dot = 0;
+                    for (int t = 0; t < kD; ++t) dot += from_e4m3(qr[t]) * from_e4m3(kr[t]);
+                    s[j] = dot * p.scale_bmm1;
+                    mx = std::max(mx, s[j]);
+                }
+                double l = 0;
+                std::fill(o_q.begin(), o_q.end(), 0.0);
+                std::fill(o_x.begin(), o_x.end(), 0.0);
+                for (int j = 0; j <= last; ++j) {
+                    const double pj = std::exp(s[j] - mx);
+                    const double pq = round_e4m3(pj * 256.0) / 256.0;
+                    l += pj;
+                    const uint8_t* vr = &v8[((int64_t(bi) * c.s_kv + j) * c.h_kv + kvh) * kD];
+                    for (int t = 0; t < kD; ++t) {
+                        o_q[t] += pq * from_e4m3(vr[t]);
+                        o_x[t] += pj * from_e4m3(vr[t]);
+                    }
+                }
+                const uint16_t* got = &out[((int64_t(bi) * c.s_q + r) * c.h + hi) * kD];
+                for (int t = 0; t < kD; ++t) {
+                    const double g = from_bf16(got[t]);
+                    ASSERT_TRUE(std::isfinite(g)) << "seq " << bi << " head " << hi << " row " << r << " col " << t;
+                    const double dq_ = g - o_q[t] / l, dx = g - o_x[t] / l;
+                    const double dr = (o_q[t] - o_x[t]) / l;
+                    err_q += dq_ * dq_, err_x += dx * dx, err_ref += dr * dr, norm += (o_x[t] / l) * (o_x[t] / l);
+                    worst_q = std::max(worst_q, std::abs(dq_));
+                }
+            }
+    const double rms_q = std::sqrt(err_q / norm), rms_x = std::sqrt(err_x / norm), rms_ref = std::sqrt(err_ref / norm);
+    // Against the quantised-P reference: bf16's rounding of O (2^-9 relative) and fp32 sums.
+    EXPECT_LT(rms_q, 4e-3) << "relative RMS against the quantised-P reference";
+    EXPECT_LT(worst_q, 0.02) << "largest error against the quantised-P reference";
+    // Against exact attention, e4m3's P (3 mantissa bits) dominates: the kernel's RMS error
+    // within 1.5x the quantised reference's own (issue #32's bar), bf16's O rounding beside.
+    EXPECT_LE(rms_x, 1.5 * rms_ref + 4e-3) << "relative RMS against exact attention; the quantised "
+                                              "reference's own: " << rms_ref;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, WsFp8,
+                         ::testing::Values(Case{"b2_h4_s256", 2, 4, 4, 256, 256, false},
+                                           Case{"b2_h4_s256_causal", 2, 4, 4, 256, 256, true},
+                                           Case{"b1_h8_gqa2_sq77_s300_causal", 1, 8, 2, 77, 300, true},
+                                           Case{"b3_h2_mqa_s1000", 3, 2, 1, 1000, 1000, false},
+                                           Case{"b1_h2_s129_causal", 1, 2, 2, 129, 129, true}),
+                         [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
+
+}  // namespace
