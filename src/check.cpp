@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "format.h"
@@ -61,11 +62,20 @@ float bf16_bits_to_float(uint16_t bits) {
     return f;
 }
 
+float e4m3_bits_to_float(uint8_t bits) {
+    const bool negative = bits & 0x80u;
+    const int exponent = (bits >> 3) & 0xf, mantissa = bits & 0x7;
+    if (exponent == 0xf && mantissa == 0x7) return std::numeric_limits<float>::quiet_NaN();
+    const float magnitude = exponent == 0 ? std::ldexp(float(mantissa), -9)  // zero / subnormal
+                                          : std::ldexp(float(8 + mantissa), exponent - 10);
+    return negative ? -magnitude : magnitude;
+}
+
 CheckResult check_output(const Problem& p, const SeqLens& lens, const std::vector<uint16_t>& o_raw,
                          const std::vector<float>& o_ref, const std::vector<float>& o_amb) {
     CheckResult r;
     const int64_t row = int64_t(p.h) * p.dv;  // elements per token
-    const BitsToFloat to_float = bits_to_float(p.dtype);
+    const BitsToFloat to_float = bits_to_float(p.out_dtype);
     int reported = 0;
 
     std::vector<char> covered(static_cast<size_t>(lens.q_storage_tokens), 0);

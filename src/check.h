@@ -55,6 +55,7 @@ std::string check_summary(const Problem& p, const CheckResult& r);
 // fp16 / bf16 bit patterns to float, on the host.
 float half_bits_to_float(uint16_t bits);
 float bf16_bits_to_float(uint16_t bits);
+float e4m3_bits_to_float(uint8_t bits);  // OCP e4m3 ("fn": no infinities, 0x7f / 0xff NaN)
 using BitsToFloat = float (*)(uint16_t);
 inline BitsToFloat bits_to_float(DataType type) {
     return type == DataType::kBf16 ? bf16_bits_to_float : half_bits_to_float;

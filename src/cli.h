@@ -33,6 +33,7 @@ struct Problem {
 
     DataType dtype = DataType::kFp16;
     DataType acc = DataType::kFp16;  // P·V accumulation; -fp16-fp32 makes it kFp32
+    DataType out_dtype = DataType::kFp16;  // resolved: O's dtype (dtype, or -bf16-output with -e4m3)
     MaskType mask = MaskType::kPadding;  // -custom-mask: kCustom, random bits from -seed
     int sliding_window_size = 0;     // -sliding-window-size W (kSlidingWindow, kBidirectionalWindow)
     int chunked_attention_size = 0;  // -chunked-attention-size C (kChunked)
@@ -80,7 +81,7 @@ Problem parse_cli(int argc, char** argv);
 [[noreturn]] void fail_args(const std::string& message);
 
 // Names used by the console output and meta.json.
-const char* dtype_label(const Problem& p);   // FP16, FP16_FP32, BF16
+const char* dtype_label(const Problem& p);   // FP16, FP16_FP32, BF16, E4M3
 const char* output_dtype_label(const Problem& p);
 const char* mask_label(MaskType m);          // padding, causal, sliding_window, ...
 const char* layout_label(Layout l);          // packed_qkv, contiguous_q_kv, separate_q_k_v

@@ -4,6 +4,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -28,6 +29,10 @@ template <> __device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
     return __float2bfloat16_rn(x);
 }
 
+template <> __device__ inline __nv_fp8_e4m3 from_float<__nv_fp8_e4m3>(float x) {
+    return __nv_fp8_e4m3(x);  // to nearest even, saturating at +-448
+}
+
 template <class T> __device__ inline float to_float(T x) { return static_cast<float>(x); }
 template <> __device__ inline float to_float<__half>(__half x) { return __half2float(x); }
 template <> __device__ inline float to_float<__nv_bfloat16>(__nv_bfloat16 x) {
@@ -42,6 +47,16 @@ void with_16bit_type(DataType type, F&& f) {
         f(__nv_bfloat16{});
     else
         f(__half{});
+}
+
+// Calls f(T{}) with T the element type of an input dtype: __nv_fp8_e4m3 for kE4m3, else
+// with_16bit_type's.
+template <class F>
+void with_input_type(DataType type, F&& f) {
+    if (type == DataType::kE4m3)
+        f(__nv_fp8_e4m3{});
+    else
+        with_16bit_type(type, f);
 }
 
 }  // namespace fmha

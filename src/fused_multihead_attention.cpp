@@ -276,7 +276,7 @@ int run(int argc, char** argv) {
     }
     if (!p.save_dir.empty()) save_tensors(p, lens, t, ref.o.get(), ref.lse.get(), kernel, stream);
 
-    std::vector<DeviceBuffer<uint16_t>> input_copies;
+    std::vector<DeviceBuffer<uint8_t>> input_copies;
     const std::vector<Params> sets = timing_input_sets(t, dev.l2_bytes, &input_copies);
     const double us = time_kernel(p, kernel, sets, stream);
 

@@ -50,10 +50,10 @@ void fill_view(const Problem& p, const View& v, const int* offsets, const int* l
                RngStream stream, float range, float scale) {
     const FillSpec f{p.seed, stream, range, scale, p.ones, p.randn};
     const int grid = grid_for(int64_t(p.b) * s_cap * v.heads, kThreads / kWarpSize);
-    with_16bit_type(p.dtype, [&](auto element) {
+    with_input_type(p.dtype, [&](auto element) {
         using T = decltype(element);
-        fill_kernel<<<grid, kThreads>>>(reinterpret_cast<T*>(v.base), v.row_stride, v.head_stride, v.heads,
-                                        v.cols, offsets, lens, p.b, s_cap, f);
+        fill_kernel<<<grid, kThreads>>>(static_cast<T*>(v.base), v.row_stride, v.head_stride, v.heads, v.cols,
+                                        offsets, lens, p.b, s_cap, f);
     });
     CUDA_CHECK(cudaGetLastError());
 }
@@ -65,6 +65,8 @@ void fill_flat(DataType type, uint16_t* data, int64_t n, const FillSpec& f) {
     });
     CUDA_CHECK(cudaGetLastError());
 }
+
+void poison(uint8_t* data, int64_t n, uint8_t bits, cudaStream_t stream) { launch_poison(data, n, bits, stream); }
 
 void poison(uint16_t* data, int64_t n, uint16_t bits, cudaStream_t stream) {
     launch_poison(data, n, bits, stream);

@@ -25,9 +25,9 @@ __global__ void gather_kernel(const T* src, int64_t row_stride, int64_t head_str
     }
 }
 
-// Zeroed allocation of `rows` x `width` 16-bit elements (padding rows stay zero).
-DeviceBuffer<uint16_t> zeroed(int64_t rows, int64_t width) {
-    DeviceBuffer<uint16_t> buf(static_cast<size_t>(rows * width));
+// Zeroed allocation of `rows` x `width` elements of `bytes` each (padding rows stay zero).
+DeviceBuffer<uint8_t> zeroed(int64_t rows, int64_t width, int bytes) {
+    DeviceBuffer<uint8_t> buf(static_cast<size_t>(rows * width * bytes));
     CUDA_CHECK(cudaMemset(buf.get(), 0, buf.bytes()));
     return buf;
 }
@@ -58,31 +58,34 @@ QkvStorage make_qkv_storage(const Problem& p, const SeqLens& lens) {
     QkvStorage s;
     const int64_t tq = lens.q_storage_tokens, tkv = lens.kv_storage_tokens;
     const int64_t d = p.d, dv = p.dv, h = p.h, hkv = p.h_kv;
+    const int eb = element_bytes(p.dtype);
+    // The element `offset` elements into a buffer.
+    const auto at = [eb](const DeviceBuffer<uint8_t>& buf, int64_t offset) -> void* { return buf.get() + offset * eb; };
     switch (p.layout) {
         case Layout::kPackedQkv: {  // one row per token: Q heads, then K heads, then V heads
             const int64_t row = (h + 2 * hkv) * d;
-            s.qkv = zeroed(tq, row);
-            s.q_view = {s.qkv.get(), row, d, p.h, p.d};
-            s.k_view = {s.qkv.get() + h * d, row, d, p.h_kv, p.d};
-            s.v_view = {s.qkv.get() + (h + hkv) * d, row, d, p.h_kv, p.d};
+            s.qkv = zeroed(tq, row, eb);
+            s.q_view = {at(s.qkv, 0), row, d, p.h, p.d};
+            s.k_view = {at(s.qkv, h * d), row, d, p.h_kv, p.d};
+            s.v_view = {at(s.qkv, (h + hkv) * d), row, d, p.h_kv, p.d};
             break;
         }
         case Layout::kContiguousQKv: {  // Q, and KV with K heads then V heads per token
-            s.q = zeroed(tq, h * d);
-            s.kv = zeroed(tkv, 2 * hkv * d);
-            s.q_view = {s.q.get(), h * d, d, p.h, p.d};
-            s.k_view = {s.kv.get(), 2 * hkv * d, d, p.h_kv, p.d};
-            s.v_view = {s.kv.get() + hkv * d, 2 * hkv * d, d, p.h_kv, p.d};
+            s.q = zeroed(tq, h * d, eb);
+            s.kv = zeroed(tkv, 2 * hkv * d, eb);
+            s.q_view = {at(s.q, 0), h * d, d, p.h, p.d};
+            s.k_view = {at(s.kv, 0), 2 * hkv * d, d, p.h_kv, p.d};
+            s.v_view = {at(s.kv, hkv * d), 2 * hkv * d, d, p.h_kv, p.d};
             break;
         }
         case Layout::kPagedKv:  // K and V in token storage first (Params::logical), paged later
         case Layout::kSeparateQKv: {
-            s.q = zeroed(tq, h * d);
-            s.k = zeroed(tkv, hkv * d);
-            s.v = zeroed(tkv, hkv * dv);
-            s.q_view = {s.q.get(), h * d, d, p.h, p.d};
-            s.k_view = {s.k.get(), hkv * d, d, p.h_kv, p.d};
-            s.v_view = {s.v.get(), hkv * dv, dv, p.h_kv, p.dv};
+            s.q = zeroed(tq, h * d, eb);
+            s.k = zeroed(tkv, hkv * d, eb);
+            s.v = zeroed(tkv, hkv * dv, eb);
+            s.q_view = {at(s.q, 0), h * d, d, p.h, p.d};
+            s.k_view = {at(s.k, 0), hkv * d, d, p.h_kv, p.d};
+            s.v_view = {at(s.v, 0), hkv * dv, dv, p.h_kv, p.dv};
             break;
         }
     }
@@ -98,10 +101,10 @@ void gather_logical(const void* src, DataType type, int64_t row_stride, int64_t 
         gather_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const T*>(src), row_stride, head_stride, heads,
                                                      cols, offsets, lens, b, s_cap, dst);
     };
-    if (type == DataType::kFp16 || type == DataType::kBf16)
-        with_16bit_type(type, gather);
-    else
+    if (type == DataType::kFp32)
         gather(0.f);
+    else
+        with_input_type(type, gather);
     CUDA_CHECK(cudaGetLastError());
 }
 

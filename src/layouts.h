@@ -43,10 +43,14 @@ inline bool uniform_lengths(const SeqLens& l) {
     return true;
 }
 
-// One [token, head, col] view of a 16-bit tensor: element (token, head, col) is at
-// base + token * row_stride + head * head_stride + col (params.h).
+// Bytes of one element of a tensor of dtype t: e4m3 1, fp16 and bf16 2, fp32 4.
+inline int element_bytes(DataType t) { return t == DataType::kE4m3 ? 1 : t == DataType::kFp32 ? 4 : 2; }
+
+// One [token, head, col] view of a Q, K or V tensor of the run's dtype: element (token,
+// head, col) is at base + token * row_stride + head * head_stride + col, in elements
+// (params.h).
 struct View {
-    uint16_t* base;
+    void* base;
     int64_t row_stride, head_stride;
     int heads, cols;
 };
@@ -64,18 +68,18 @@ __host__ __device__ inline LogicalRow logical_row(int64_t r, int heads, int s_ca
 
 // Q, K and V storage of the layout, zeroed (padding rows stay zero), and the views into it.
 // Only the buffers of the layout are allocated; kPagedKv keeps K and V in token storage here
-// (the logical K/V its pool is built from).
+// (the logical K/V its pool is built from). Bytes: element_bytes(dtype) an element.
 struct QkvStorage {
-    DeviceBuffer<uint16_t> qkv;  // packed QKV [tokens, h + 2*h_kv, d]
-    DeviceBuffer<uint16_t> q;    // [tokens_q, h, d]        (Q + KV, separate and paged layouts)
-    DeviceBuffer<uint16_t> kv;   // [tokens_kv, 2*h_kv, d]  (Q + KV)
-    DeviceBuffer<uint16_t> k;    // [tokens_kv, h_kv, d]    (separate and paged)
-    DeviceBuffer<uint16_t> v;    // [tokens_kv, h_kv, dv]   (separate and paged)
+    DeviceBuffer<uint8_t> qkv;  // packed QKV [tokens, h + 2*h_kv, d]
+    DeviceBuffer<uint8_t> q;    // [tokens_q, h, d]        (Q + KV, separate and paged layouts)
+    DeviceBuffer<uint8_t> kv;   // [tokens_kv, 2*h_kv, d]  (Q + KV)
+    DeviceBuffer<uint8_t> k;    // [tokens_kv, h_kv, d]    (separate and paged)
+    DeviceBuffer<uint8_t> v;    // [tokens_kv, h_kv, dv]   (separate and paged)
     View q_view, k_view, v_view;
 };
 QkvStorage make_qkv_storage(const Problem& p, const SeqLens& lens);
 
-// Gathers a strided [token, head, col] tensor of fp16/bf16/fp32 into a dense float
+// Gathers a strided [token, head, col] tensor of fp16/bf16/e4m3/fp32 into a dense float
 // [b, s_cap, heads, cols] in the logical padded layout; rows past a length are zero.
 void gather_logical(const void* src, DataType type, int64_t row_stride, int64_t head_stride,
                     int heads, int cols, const int* offsets, const int* lens, int b, int s_cap,

@@ -82,12 +82,17 @@ PagedKvTensors make_paged_pool(const Problem& p, const SeqLens& lens, const QkvS
     const PagedKv& g = t.host;
     const int64_t d = p.d, dv = p.dv, hkv = p.h_kv, tpb = g.tokens_per_block;
     const int64_t block_elems = hkv * tpb * (d + dv);
-    t.pool = DeviceBuffer<uint16_t>(static_cast<size_t>(g.pool_blocks * block_elems));
-    const int64_t n = static_cast<int64_t>(t.pool.size());
-    poison(t.pool.get(), n, kPoisonBits);
+    const int eb = element_bytes(p.dtype);
+    const int64_t n = g.pool_blocks * block_elems;
+    t.pool = DeviceBuffer<uint8_t>(static_cast<size_t>(n * eb));
+    if (eb == 1) {
+        poison(t.pool.get(), n, kPoisonBitsE4m3);
+    } else {
+        poison(reinterpret_cast<uint16_t*>(t.pool.get()), n, kPoisonBits);
+    }
     const DeviceBuffer<int> block_seq = to_device(g.block_seq), block_index = to_device(g.block_index);
     const FillSpec tail{p.seed, kStreamPageTail, p.range_k, 1.f, false, false};
-    with_16bit_type(p.dtype, [&](auto element) {
+    with_input_type(p.dtype, [&](auto element) {
         using T = decltype(element);
         page_kernel<<<grid_for(n, kThreads), kThreads>>>(
             reinterpret_cast<T*>(t.pool.get()), reinterpret_cast<const T*>(storage.k.get()),
@@ -98,7 +103,7 @@ PagedKvTensors make_paged_pool(const Problem& p, const SeqLens& lens, const QkvS
     CUDA_CHECK(cudaDeviceSynchronize());  // block_seq / block_index are freed on return
     t.block_table = to_device(g.table);
     prm.k = t.pool.get();
-    prm.v = t.pool.get() + hkv * tpb * d;
+    prm.v = t.pool.get() + hkv * tpb * d * eb;
     prm.k_row_stride = d;
     prm.k_head_stride = tpb * d;
     prm.k_block_stride = block_elems;

@@ -29,10 +29,10 @@ PagedKv make_paged_kv(const Problem& p, const SeqLens& lens);
 // The pool on the device, [block][K: h_kv, tokens_per_block, d][V: h_kv, tokens_per_block, dv]
 // (TensorRT-LLM's layout), and the block table. Rows of a sequence's last block past its
 // length hold finite noise (a kernel reads them and must mask them), the spare blocks
-// kPoisonBits.
+// kPoisonBits (e4m3: kPoisonBitsE4m3). Bytes: element_bytes(dtype) an element.
 struct PagedKvTensors {
     PagedKv host;
-    DeviceBuffer<uint16_t> pool;
+    DeviceBuffer<uint8_t> pool;
     DeviceBuffer<int> block_table;
 };
 

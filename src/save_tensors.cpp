@@ -32,14 +32,19 @@ void save_one(const std::string& dir, const char* name, const void* src, DataTyp
     write_array(dir, name, host.data(), {b, s_cap, heads, cols});
 }
 
-// A whole fp16 / bf16 device buffer as floats on the host.
-std::vector<float> download_floats(const DeviceBuffer<uint16_t>& buf, DataType type, cudaStream_t stream) {
-    std::vector<uint16_t> raw(buf.size());
-    CUDA_CHECK(cudaMemcpyAsync(raw.data(), buf.get(), buf.bytes(), cudaMemcpyDeviceToHost, stream));
+// `bytes` of fp16, bf16 or e4m3 elements on the device as floats on the host.
+std::vector<float> download_floats(const void* data, size_t bytes, DataType type, cudaStream_t stream) {
+    std::vector<uint8_t> raw(bytes);
+    CUDA_CHECK(cudaMemcpyAsync(raw.data(), data, bytes, cudaMemcpyDeviceToHost, stream));
     CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (type == DataType::kE4m3) {
+        std::vector<float> out(bytes);
+        for (size_t i = 0; i < bytes; ++i) out[i] = e4m3_bits_to_float(raw[i]);
+        return out;
+    }
     const BitsToFloat to_float = bits_to_float(type);
-    std::vector<float> out(raw.size());
-    for (size_t i = 0; i < raw.size(); ++i) out[i] = to_float(raw[i]);
+    std::vector<float> out(bytes / 2);
+    for (size_t i = 0; i < out.size(); ++i) out[i] = to_float(uint16_t(raw[2 * i] | (raw[2 * i + 1] << 8)));
     return out;
 }
 
@@ -64,7 +69,7 @@ void save_bias(const std::string& dir, const Problem& p, const SeqLens& lens, co
                cudaStream_t stream) {
     const int nb = p.bias_per_batch ? p.b : 1, nh = p.bias_per_head ? p.h : 1;
     const size_t plane = size_t(lens.s_q_max) * lens.s_kv_max;
-    const std::vector<float> bias = download_floats(t.variants.bias, p.dtype, stream);
+    const std::vector<float> bias = download_floats(t.variants.bias.get(), t.variants.bias.bytes(), p.dtype, stream);
     std::vector<float> out(size_t(nb) * nh * p.s_q * p.s, 0.f);
     for (int bi = 0; bi < nb; ++bi) {
         const int q_len = p.bias_per_batch ? lens.q_lens[bi] : lens.s_q_max;
@@ -93,7 +98,7 @@ void save_custom_mask(const std::string& dir, const Problem& p, const SeqLens& l
 // a sequence's blocks).
 void save_paged_kv(const std::string& dir, const Problem& p, const DeviceTensors& t, cudaStream_t stream) {
     const PagedKv& g = t.paged.host;
-    const std::vector<float> pool = download_floats(t.paged.pool, p.dtype, stream);
+    const std::vector<float> pool = download_floats(t.paged.pool.get(), t.paged.pool.bytes(), p.dtype, stream);
     const size_t k_part = size_t(p.h_kv) * g.tokens_per_block * p.d;
     const size_t v_part = size_t(p.h_kv) * g.tokens_per_block * p.dv;
     std::vector<float> k(size_t(g.pool_blocks) * k_part), v(size_t(g.pool_blocks) * v_part);
@@ -130,7 +135,7 @@ void save_tensors(const Problem& p, const SeqLens& lens, const DeviceTensors& t,
              kv_off, kv_len, p.b, p.s, stream);
     save_one(dir, "v.npy", q.v, p.dtype, q.v_row_stride, q.v_head_stride, p.h_kv, p.dv,
              kv_off, kv_len, p.b, p.s, stream);
-    save_one(dir, "o.npy", q.o, p.dtype, q.o_row_stride, q.o_head_stride, p.h, p.dv, q_off,
+    save_one(dir, "o.npy", q.o, p.out_dtype, q.o_row_stride, q.o_head_stride, p.h, p.dv, q_off,
              q_len, p.b, p.s_q, stream);
     if (o_ref != nullptr)  // dense [q storage tokens, h, dv]
         save_one(dir, "o_ref.npy", o_ref, DataType::kFp32, int64_t(p.h) * p.dv, p.dv, p.h, p.dv,
@@ -149,7 +154,7 @@ void save_tensors(const Problem& p, const SeqLens& lens, const DeviceTensors& t,
     meta.add("kernel", kernel.name)
         .add("dtype", dtype_name(p.dtype))
         .add("acc", dtype_name(kernel.acc))  // what ran: fp32 also serves a problem asking for fp16
-        .add("output_dtype", dtype_name(p.dtype))
+        .add("output_dtype", dtype_name(p.out_dtype))
         .add("mask", mask_label(p.mask))
         .add("layout", layout_label(p.layout))
         .add("attn", attn_label(p))

@@ -56,7 +56,7 @@ Params tensor_params(const Problem& p, const SeqLens& lens, const DeviceTensors&
     return prm;
 }
 
-bool contains(const DeviceBuffer<uint16_t>& b, const void* ptr) {
+bool contains(const DeviceBuffer<uint8_t>& b, const void* ptr) {
     const auto* base = reinterpret_cast<const char*>(b.get());
     const auto* at = static_cast<const char*>(ptr);
     return b.size() > 0 && at >= base && at < base + b.bytes();
@@ -92,9 +92,9 @@ DeviceTensors make_tensors(const Problem& p, const SeqLens& lens) {
 }
 
 std::vector<Params> timing_input_sets(const DeviceTensors& t, size_t l2_bytes,
-                                      std::vector<DeviceBuffer<uint16_t>>* copies) {
+                                      std::vector<DeviceBuffer<uint8_t>>* copies) {
     // The buffers the kernel reads (with -paged-kv, the pool and not the logical K/V).
-    std::vector<const DeviceBuffer<uint16_t>*> inputs;
+    std::vector<const DeviceBuffer<uint8_t>*> inputs;
     const QkvStorage& s = t.storage;
     for (const auto* b : {&s.qkv, &s.q, &s.kv, &s.k, &s.v, &t.paged.pool})
         if (contains(*b, t.params.q) || contains(*b, t.params.k) || contains(*b, t.params.v)) inputs.push_back(b);
@@ -107,7 +107,7 @@ std::vector<Params> timing_input_sets(const DeviceTensors& t, size_t l2_bytes,
         Params p = t.params;
         for (const auto* b : inputs) {
             copies->emplace_back(b->size());
-            const DeviceBuffer<uint16_t>& copy = copies->back();
+            const DeviceBuffer<uint8_t>& copy = copies->back();
             CUDA_CHECK(cudaMemcpy(copy.get(), b->get(), b->bytes(), cudaMemcpyDeviceToDevice));
             // Q, K and V may point anywhere inside a buffer (packed QKV): keep the offset.
             const auto* from = reinterpret_cast<const char*>(b->get());

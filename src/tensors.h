@@ -43,7 +43,7 @@ DeviceTensors make_tensors(const Problem& p, const SeqLens& lens);
 // not the memory a real model's inputs come from (the SDPA side of bench/run.py rotates too).
 constexpr int kMaxTimingSets = 8;
 std::vector<Params> timing_input_sets(const DeviceTensors& t, size_t l2_bytes,
-                                      std::vector<DeviceBuffer<uint16_t>>* copies);
+                                      std::vector<DeviceBuffer<uint8_t>>* copies);
 
 // Writes kPoisonBits over the whole O allocation, guard rows included, and kPoisonLseBits
 // over the softmax statistics when the run saves them.

@@ -27,6 +27,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cmath>
 
@@ -50,12 +51,19 @@ template <> __device__ inline float round_to<__half>(double x) { return __half2f
 template <> __device__ inline float round_to<__nv_bfloat16>(double x) {
     return __bfloat162float(__double2bfloat16(x));
 }
+// e4m3 P at the scale 2^8 (P <= 1 here: M is the exact max rounded up), as the e4m3 kernels
+// round it (their scale is 2^4 .. 2^8: the same bits wherever 2^4 P is not subnormal, below
+// which the ambiguity term does not reach: bench/NOTES.md §53).
+template <> __device__ inline float round_to<__nv_fp8_e4m3>(double x) {
+    return static_cast<float>(__nv_fp8_e4m3(static_cast<float>(x * 256.0))) / 256.f;
+}
 
 template <class T> __device__ inline float load(const T* p);
 template <> __device__ inline float load<__half>(const __half* p) { return __half2float(*p); }
 template <> __device__ inline float load<__nv_bfloat16>(const __nv_bfloat16* p) {
     return __bfloat162float(*p);
 }
+template <> __device__ inline float load<__nv_fp8_e4m3>(const __nv_fp8_e4m3* p) { return static_cast<float>(*p); }
 
 __device__ inline double warp_max(double x) {
     for (int o = kWarpSize / 2; o > 0; o /= 2) x = fmax(x, __shfl_xor_sync(0xffffffffu, x, o));
@@ -277,7 +285,7 @@ struct Launch {
 
 // The largest CTA (most rows sharing each K/V tile) whose shared memory fits.
 cudaError_t plan(const Params& p, DataType dtype, Launch* out) {
-    if (dtype != DataType::kFp16 && dtype != DataType::kBf16) return cudaErrorInvalidValue;
+    if (dtype != DataType::kFp16 && dtype != DataType::kBf16 && dtype != DataType::kE4m3) return cudaErrorInvalidValue;
     if (p.dv > kMaxColChunks * kWarpSize || p.h_kv <= 0 || p.h % p.h_kv != 0) return cudaErrorInvalidValue;
     int device = 0, smem_max = 0;
     cudaError_t err = cudaGetDevice(&device);
@@ -285,7 +293,9 @@ cudaError_t plan(const Params& p, DataType dtype, Launch* out) {
         err = cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
     if (err != cudaSuccess) return err;
 
-    out->fn = dtype == DataType::kBf16 ? pick_kernel<__nv_bfloat16>(p.dv) : pick_kernel<__half>(p.dv);
+    out->fn = dtype == DataType::kBf16   ? pick_kernel<__nv_bfloat16>(p.dv)
+              : dtype == DataType::kE4m3 ? pick_kernel<__nv_fp8_e4m3>(p.dv)
+                                         : pick_kernel<__half>(p.dv);
     for (int warps = kMaxWarps; warps >= 1; warps /= 2) {
         out->geo = make_smem(warps, p.d, p.dv);
         out->warps = warps;
