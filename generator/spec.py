@@ -95,6 +95,7 @@ FAMILIES = {
 DTYPES = {
     "fp16": ("__half", "DataType::kFp16"),
     "bf16": ("__nv_bfloat16", "DataType::kBf16"),
+    "e4m3": ("__nv_fp8_e4m3", "DataType::kE4m3"),  # FP8 inputs, O in bf16 (the ws family)
 }
 ACCS = {
     "fp16": "DataType::kFp16",
@@ -102,7 +103,7 @@ ACCS = {
 }
 # Accumulation each input type gets when the name says nothing more. Any other pairing is
 # spelled out in the name ("fp16_fp32"), so every (dtype, acc) pair has a name that parses.
-DEFAULT_ACC = {"fp16": "fp16", "bf16": "fp32"}
+DEFAULT_ACC = {"fp16": "fp16", "bf16": "fp32", "e4m3": "fp32"}
 
 # Variant name -> its fmha::VariantBit (src/params.h): run-time parameters a family's kernels
 # implement (Family.variants). Why each is run-time rather than a spec field: bench/NOTES.md.
@@ -154,7 +155,7 @@ class KernelSpec:
 
     family: str
     sm: int
-    dtype: str          # input/output element type: "fp16" | "bf16"
+    dtype: str          # input element type: "fp16" | "bf16" (O the same) | "e4m3" (O in bf16)
     acc: str            # accumulation of P·V: "fp16" | "fp32"
     d: int              # head size of Q and K
     dv: int             # head size of V and O

@@ -14,6 +14,10 @@ HEAD_SIZES = (32, 40, 64, 72, 80, 96, 104, 128, 160, 192, 256)
 # problem stays on the flash family). fp16 with fp32 accumulation is the -fp16-fp32 problem:
 # rules.py keeps it behind ENABLE_HMMA_FP32=1, as for the flash family.
 DTYPES = (("fp16", "fp32"), ("bf16", "fp32"))
+# FP8 (e4m3 Q, K, V; QGMMA; V made K-major in shared memory by the producer warpgroup; O in
+# bf16): the head sizes served so far (bench/NOTES.md §53), on the two-consumer 128 x 128 tile.
+FP8_DTYPES = (("e4m3", "fp32"),)
+FP8_HEAD_SIZES = (128,)
 
 # Tiles ws::Traits accepts (it static_asserts them): one 64-row slab (the wgmma M) per
 # consumer warpgroup, two or three of them; a key block is a wgmma N.
@@ -38,9 +42,11 @@ KV_STAGES = 2   # Traits' default kStages (3 measured no better)
 SOFTCAP_BLOCK_M_EXCLUDED = (192,)
 
 
-def panels(d: int) -> int:
-    """Columns a d-wide head tile takes in shared memory: whole 64-column panels."""
-    return -(-d // PANEL_COLS) * PANEL_COLS
+def panels(d: int, dtype: str = "bf16") -> int:
+    """Columns a d-wide head tile takes in shared memory: whole 128-byte panels (64 columns of
+    16-bit elements, 128 of e4m3)."""
+    cols = PANEL_COLS * (2 if dtype == "e4m3" else 1)
+    return -(-d // cols) * cols
 
 
 def tile(d: int, dv: int | None = None) -> tuple:
@@ -78,7 +84,8 @@ def tiles_fit(block_m: int, block_n: int, d: int, dv: int) -> bool:
 def traits_ok(spec) -> bool:
     """What ws::Traits static_asserts (src/fmha/kernel/ws.h), so that a spec outside
     it gets a reason from rules.py instead of a static_assert from nvcc."""
-    return (spec.acc == "fp32"
+    fp8_ok = spec.dtype != "e4m3" or (spec.block_m == 128 and spec.d % 32 == 0 and spec.dv % 32 == 0)
+    return (spec.acc == "fp32" and fp8_ok
             and spec.block_m in BLOCK_M and spec.warps_m == spec.block_m // 16 and spec.warps_n == 1
             and spec.block_n in BLOCK_N)
 
@@ -91,6 +98,7 @@ def softcap(spec) -> bool:
 # Variants some ws kernels cannot carry: rules.kernel_variants drops them from the row.
 VARIANT_EXCLUSIONS = {
     "softcap": lambda spec: not softcap(spec),
+    "bias": lambda spec: spec.dtype == "e4m3",  # a bias in the inputs' dtype has no use at 8 bits
 }
 
 
@@ -100,7 +108,7 @@ def constants(spec) -> dict:
         "kSmemLimit": SMEM_LIMIT,
         "kSmemReserve": SMEM_RESERVE,
         "kPanelCols": PANEL_COLS,
-        "kDimQK": panels(spec.d),
-        "kDimV": panels(spec.dv),
+        "kDimQK": panels(spec.d, spec.dtype),
+        "kDimV": panels(spec.dv, spec.dtype),
         "kSoftcap": softcap(spec),
     }
