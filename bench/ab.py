@@ -48,7 +48,7 @@ def main(argv=None) -> int:
     ratios = []
     for suite in suites:
         for p in suite.problems:
-            base = [*p.fmha_args(), DTYPES[args.dtype].flag, *args.extra.split(), "-skip-checks", "-v", "0"]
+            base = [*p.fmha_args(), *DTYPES[args.dtype].flag.split(), *args.extra.split(), "-skip-checks", "-v", "0"]
             probe, _ = run(args.a, [*base, "-runs", "1", "-warm-up-runs", "1"])
             runs = max(1, min(200, int(BURST_MS * 1000 / probe)))
             timed = [*base, "-runs", str(runs), "-warm-up-runs", str(max(1, runs // 2))]

@@ -118,7 +118,7 @@ def median_of_runs(measure: Callable[[], tuple[dict | None, str]], repeats: int)
 def fmha_timer(exe: Path, extra: list[str], runs: int, warm_up: int, deadline: float | None = None,
                repeats: int = 1, measure_ms: float = MEASURE_MS) -> Timer:
     def run(p: Problem, dtype: str, timed: int, warm: int) -> tuple[dict | None, str]:
-        args = [*p.fmha_args(), DTYPES[dtype].flag, *extra, "-skip-checks", "-v", "0",
+        args = [*p.fmha_args(), *DTYPES[dtype].flag.split(), *extra, "-skip-checks", "-v", "0",
                 "-runs", str(timed), "-warm-up-runs", str(warm)]
         timeout = FMHA_TIMEOUT_S if deadline is None else \
             max(MIN_FMHA_TIMEOUT_S, min(FMHA_TIMEOUT_S, deadline - time.monotonic()))
@@ -369,7 +369,7 @@ def add_ncu(results: list[tuple[dict, list[dict]]], work: list[tuple[Suite, str]
     torch_us = ncu.profile(child, args.out / "ncu_torch_sides.csv")
     for (meta, rows), (suite, dtype) in zip(results, work):
         for row, p in zip(rows, suite.problems):
-            cmd = [str(args.exe), *p.fmha_args(), DTYPES[dtype].flag, *shlex.split(args.fmha_args), "-skip-checks",
+            cmd = [str(args.exe), *p.fmha_args(), *DTYPES[dtype].flag.split(), *shlex.split(args.fmha_args), "-skip-checks",
                    "-v", "0", "-runs", str(ncu.CALLS), "-warm-up-runs", "1"]
             row["ours_ncu_us"] = ncu.fmha_exe_us(cmd) if math.isfinite(row["ours_us"]) else NAN
             for who in ("fa3", *BACKENDS):

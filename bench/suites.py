@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 
 class Dtype(NamedTuple):
-    flag: str    # fmha.exe's flag
+    flag: str    # fmha.exe's flags (space-separated)
     torch: str   # torch dtype attribute of SDPA's inputs
     bytes: int   # per element, of Q, K, V and O
 
@@ -23,7 +23,7 @@ DTYPES = {
     "fp16": Dtype("-fp16", "float16", 2),            # fmha.exe: fp16 P·V partials
     "fp16-fp32": Dtype("-fp16-fp32", "float16", 2),  # fmha.exe: fp32 P·V, like SDPA's backends
     "bf16": Dtype("-bf16", "bfloat16", 2),
-    "e4m3": Dtype("-e4m3", "float8_e4m3fn", 1),        # FA3's fp8; fmha.exe has no fp8 kernel yet (issue #32)
+    "e4m3": Dtype("-e4m3 -bf16-output", "float8_e4m3fn", 1),  # O in bf16, as FA3's fp8 writes it
 }
 
 

@@ -97,7 +97,7 @@ inputs and checks
   -1s               every input element is its -scale-q/-k/-v (1 by default)
   -seed N           seed of the inputs and of the sequence lengths (default 1234)
   -epsilon E        an element fails when |a-b|/(|a|+|b|) > E, or |a-b| > E when
-                    |a|+|b| <= E, or either is NaN (default fp16 0.015, bf16 0.025)
+                    |a|+|b| <= E, or either is NaN (default fp16 0.015, bf16 0.025, e4m3 0.15)
   -skip-checks      Checks is DISABLED; the reference is not run (unless -save-tensors),
                     so the speed-up in the Elapsed line reads (n/a)
   -save-tensors DIR write q, k, v, o, o_ref (float32 .npy, logical padded layout),

@@ -86,7 +86,7 @@ BAD_ARGS = {
     "e4m3 out": (["-e4m3"], "no kernel writes O in e4m3 yet; add -bf16-output"),
     "e4m3-fp32 out": (["-e4m3-fp32"], "no kernel writes O in e4m3 yet"),
     "e4m3 fp16 out": (["-e4m3", "-fp16-output"], "no kernel writes O in fp16 yet"),
-    "fp16 output": (["-fp16-output"], "-fp16-output is for e4m3 inputs"),
+    "bf16 output of fp16": (["-bf16-output"], "-bf16-output is for e4m3 inputs"),
     "bf16 output": (["-bf16", "-fp16-output"], "-fp16-output is for e4m3 inputs"),
     "two outputs": (["-e4m3", "-bf16-output", "-fp16-output"], "cannot be combined"),
     "e4m3 bias": (["-e4m3", "-bf16-output", "-attention-bias"], "no e4m3 kernel takes one"),

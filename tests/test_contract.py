@@ -23,13 +23,15 @@ def cpp_constant(path: str, name: str) -> float:
 
 def test_default_epsilon_is_the_drivers():
     assert {"fp16": cpp_constant("src/cli.cpp", "kDefaultEpsilonFp16"),
-            "bf16": cpp_constant("src/cli.cpp", "kDefaultEpsilonBf16")} == DEFAULT_EPSILON
+            "bf16": cpp_constant("src/cli.cpp", "kDefaultEpsilonBf16"),
+            "e4m3": cpp_constant("src/cli.cpp", "kDefaultEpsilonE4m3")} == DEFAULT_EPSILON
 
 
 def test_help_text_states_the_default_epsilon():
     # The usage text is a literal beside the constants: it must say the same numbers.
     stated = HELP_EPSILON_RE.findall((ROOT / "src" / "cli.cpp").read_text())
-    assert [tuple(map(float, s)) for s in stated] == [(DEFAULT_EPSILON["fp16"], DEFAULT_EPSILON["bf16"])]
+    assert [tuple(map(float, s)) for s in stated] == [(DEFAULT_EPSILON["fp16"], DEFAULT_EPSILON["bf16"],
+                                                       DEFAULT_EPSILON["e4m3"])]
 
 
 def test_lse_tolerance_is_the_checks():

@@ -33,8 +33,11 @@ def names(environ):
 # Written out from the rules (enumerate.py's comments), not computed from its tables:
 # flash: d = 16, 24, ..., 256 (31 sizes) and MLA's d = 192 / dv = 128: 32 per (dtype, acc).
 N_HEADS = 32
-# ws: d = 32, 40, 64, 72, 80, 96, 104, 128, 160, 192, 256 and MLA: 12 per dtype.
+# ws: d = 32, 40, 64, 72, 80, 96, 104, 128, 160, 192, 256 and MLA: 12 per dtype; and e4m3
+# (FP8) at d = 128 so far.
 N_WS = 12
+N_WS_FP8 = 1
+WS_FP8 = ["fmha_v2_ws_e4m3_d128_128x128_w8x1_sm90"]
 # decode: portable like flash, so every build has them: 2 dtypes x d 32, 64, 128, 256 x (the
 # mma path + the warp path's rows 1, 4, 8).
 N_DEC = 32
@@ -72,18 +75,18 @@ def test_hand_counts():
 @pytest.mark.parametrize("environ, flash, ws", [
     # The default list 8.0;9.0 names Hopper: ws fp16 and bf16 (both accumulate in fp32;
     # ENABLE_HMMA_FP32 is about the flash family's fp16_fp32 kernels only).
-    ({}, 2 * N_HEADS, 2 * N_WS),
-    ({"ENABLE_HMMA_FP32": "1"}, 3 * N_HEADS, 2 * N_WS),      # + flash fp16 with fp32 accumulation
+    ({}, 2 * N_HEADS, 2 * N_WS + N_WS_FP8),
+    ({"ENABLE_HMMA_FP32": "1"}, 3 * N_HEADS, 2 * N_WS + N_WS_FP8),      # + flash fp16 with fp32 accumulation
     ({"TORCH_CUDA_ARCH_LIST": "8.0"}, 2 * N_HEADS, 0),       # no 9.x: no ws
     ({"TORCH_CUDA_ARCH_LIST": "8.0", "ENABLE_HMMA_FP32": "1"}, 3 * N_HEADS, 0),
-    ({"TORCH_CUDA_ARCH_LIST": "9.0"}, 2 * N_HEADS, 2 * N_WS),
-    ({"TORCH_CUDA_ARCH_LIST": "9.0a"}, 2 * N_HEADS, 2 * N_WS),
-    ({"TORCH_CUDA_ARCH_LIST": "8.0;9.0"}, 2 * N_HEADS, 2 * N_WS),
+    ({"TORCH_CUDA_ARCH_LIST": "9.0"}, 2 * N_HEADS, 2 * N_WS + N_WS_FP8),
+    ({"TORCH_CUDA_ARCH_LIST": "9.0a"}, 2 * N_HEADS, 2 * N_WS + N_WS_FP8),
+    ({"TORCH_CUDA_ARCH_LIST": "8.0;9.0"}, 2 * N_HEADS, 2 * N_WS + N_WS_FP8),
     ({"TORCH_CUDA_ARCH_LIST": "8.6"}, 2 * N_HEADS, 0),
     ({"TORCH_CUDA_ARCH_LIST": "10.0;12.0"}, 2 * N_HEADS, 0),  # sm_90a code runs on sm_90 only
-    ({"TORCH_CUDA_ARCH_LIST": "9.0", "ENABLE_HMMA_FP32": "1"}, 3 * N_HEADS, 2 * N_WS),
-    ({"TORCH_CUDA_ARCH_LIST": "9.0a", "ENABLE_HMMA_FP32": "1"}, 3 * N_HEADS, 2 * N_WS),
-    ({"ENABLE_SM100": "1", "ENABLE_SM89_QMMA": "1"}, 2 * N_HEADS, 2 * N_WS),   # no such families yet
+    ({"TORCH_CUDA_ARCH_LIST": "9.0", "ENABLE_HMMA_FP32": "1"}, 3 * N_HEADS, 2 * N_WS + N_WS_FP8),
+    ({"TORCH_CUDA_ARCH_LIST": "9.0a", "ENABLE_HMMA_FP32": "1"}, 3 * N_HEADS, 2 * N_WS + N_WS_FP8),
+    ({"ENABLE_SM100": "1", "ENABLE_SM89_QMMA": "1"}, 2 * N_HEADS, 2 * N_WS + N_WS_FP8),   # no such families yet
 ])
 def test_counts(environ, flash, ws):
     selections = select(parse(environ))
@@ -97,7 +100,7 @@ def test_counts(environ, flash, ws):
 def test_default_kernels():
     """Registry order: decode, ws, flash; within a family by dtype, then head size."""
     decode = decode_names("fp16_fp32") + decode_names("bf16")
-    ws = ws_names("fp16_fp32") + ws_names("bf16")
+    ws = ws_names("fp16_fp32") + ws_names("bf16") + WS_FP8
     flash = flash_names("fp16") + flash_names("bf16")
     got = names({})
     assert got == decode + ws + flash
@@ -106,11 +109,11 @@ def test_default_kernels():
 
 
 def test_hopper_build_with_hmma_fp32():
-    """TORCH_CUDA_ARCH_LIST=9.0 ENABLE_HMMA_FP32=1 (bench/gpu_tier.sh's build): 152 kernels."""
+    """TORCH_CUDA_ARCH_LIST=9.0 ENABLE_HMMA_FP32=1 (bench/gpu_tier.sh's build): 153 kernels."""
     got = names({"TORCH_CUDA_ARCH_LIST": "9.0", "ENABLE_HMMA_FP32": "1"})
-    assert len(got) == 152
+    assert len(got) == 153
     assert got == (decode_names("fp16_fp32") + decode_names("bf16") + ws_names("fp16_fp32") + ws_names("bf16")
-                   + flash_names("fp16") + flash_names("bf16") + flash_names("fp16_fp32"))
+                   + WS_FP8 + flash_names("fp16") + flash_names("bf16") + flash_names("fp16_fp32"))
 
 
 def test_decode_rows_ascend():
@@ -128,12 +131,13 @@ def test_decode_rows_ascend():
 
 def test_ws_rows_come_before_flash_rows_of_the_same_problem():
     """The driver runs the first row that fits: on Hopper the ws kernel, elsewhere (no sm_90a
-    image) the flash one. fp16 accumulation (-fp16) has no ws kernel."""
+    image) the flash one. fp16 accumulation (-fp16) has no ws kernel; e4m3 has no flash one."""
     order = [(s.family, s.dtype, s.acc, s.d) for s in kernels(parse({"ENABLE_HMMA_FP32": "1"}))]
     ws = [key for key in order if key[0] == "ws"]
-    assert len(ws) == 24 and not any(acc == "fp16" for _, _, acc, _ in ws)
+    assert len(ws) == 2 * N_WS + N_WS_FP8 and not any(acc == "fp16" for _, _, acc, _ in ws)
     for _, dtype, acc, d in ws:
-        assert order.index(("ws", dtype, acc, d)) < order.index(("flash", dtype, acc, d))
+        if dtype != "e4m3":
+            assert order.index(("ws", dtype, acc, d)) < order.index(("flash", dtype, acc, d))
 
 
 def test_arch_list_changes_binaries_not_kernels():
@@ -166,7 +170,7 @@ def test_every_candidate_passes_the_rules():
     """With every flag that turns kernels on, no candidate of any family is rejected."""
     config = parse({"ENABLE_HMMA_FP32": "1"})
     specs = [s for family in enum.candidates(config).values() for s in family]
-    assert {s.family for s in specs} == {"decode", "ws", "flash"} and len(specs) == 152
+    assert {s.family for s in specs} == {"decode", "ws", "flash"} and len(specs) == 153
     assert [(s.name, broken(s, config)) for s in specs if broken(s, config)] == []
 
 
@@ -186,15 +190,16 @@ def test_ws_tile():
     ("*_fp16_d64_*", 1),
     ("*bf16*", 32 + 12 + 16),               # flash + ws + decode
     ("*_flash_bf16*", 32),
-    ("*_ws_*", 24),                         # fp16 (fp32 accumulation) and bf16
-    ("*_d128_*,*_d256_*", 4 + 4 + 16),      # flash + ws + decode (2 dtypes x 4 tiles each)
-    (" *_d128_* , *_d256_* ,", 4 + 4 + 16), # blanks and empty entries are ignored
+    ("*_ws_*", 25),                         # fp16 (fp32 accumulation), bf16 and e4m3 at d = 128
+    ("*_d128_*,*_d256_*", 4 + 5 + 16),      # flash + ws (+ e4m3) + decode (2 dtypes x 4 tiles each)
+    (" *_d128_* , *_d256_* ,", 4 + 5 + 16), # blanks and empty entries are ignored
+    ("*_e4m3_*", 1),
     ("fmha_v2_flash_fp16_d32_128x64_w4x1_sm80", 1),
     ("fmha_v2_ws_bf16_d256_128x64_w8x1_sm90", 1),
     ("*_flash_fp16_fp32*", 0),              # rules come first: HMMA_FP32 is off
     ("*_ws_fp16_fp32*", 12),                # the ws family's fp16 kernels need no flag
     ("nothing*", 0),
-    ("", 120),                              # empty = unset = everything
+    ("", 121),                              # empty = unset = everything
 ])
 def test_fmha_filter(globs, count):
     assert len(names({"FMHA_FILTER": globs})) == count
@@ -296,7 +301,7 @@ def test_setup_prints_one_line_per_family(tmp_path, flags, flash):
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     assert lines[0].startswith("decode (decode family, s_q <= 16, split-KV, mma.sync or CUDA cores): 32 kernels -> ")
-    assert lines[1].startswith("ws (ws family, wgmma + TMA, warp-specialised): 24 kernels -> ")
+    assert lines[1].startswith("ws (ws family, wgmma + TMA, warp-specialised): 25 kernels -> ")
     assert lines[2].startswith(f"flash (sm80 family, mma.sync): {flash} kernels -> ")
     assert "rejected" not in run.stdout
 
@@ -324,7 +329,7 @@ def test_setup_explains_no_ws_without_hopper(tmp_path):
     assert "ws (ws family, wgmma + TMA, warp-specialised): 0 kernels" in run.stdout
     assert "  compiled for: nothing (no arch of this family in TORCH_CUDA_ARCH_LIST)" in run.stdout
     ws = [line for line in rejected_lines(run.stdout) if "_ws_" in line]
-    assert len(ws) == 24 and all(line.endswith(f": {WS_ARCH_REASON}") for line in ws)
+    assert len(ws) == 2 * N_WS + N_WS_FP8 and all(line.endswith(f": {WS_ARCH_REASON}") for line in ws)
     assert not [line for line in rejected_lines(run.stdout) if "_flash_" in line]
 
 

@@ -167,7 +167,7 @@ def test_cpp_guards_accept_every_rendered_config(tmp_path, family, header, genco
     # panels that are not d's
     ("fmha/kernel/ws.h", SM90A,
      "using T = ws::Traits<ws::Config<232448, 7168, 64, 64, 64, true>, __half, 128, 128, 128, 128, 8, 1, false>;",
-     "ws: Config's kDimQK, kDimV are d, dv in whole panels"),
+     "ws: Config's kDimQK, kDimV are d, dv in whole 128-byte panels"),
     # one KV head rendered for a two-head tile
     ("fmha/kernel/decode.h", SM90,
      "using T = decode::Traits<decode::Config<16, true, 1, 0, 0>, __half, 64, 64, 32, 64, 1, 4, false>;",

@@ -70,7 +70,7 @@ def test_masks_are_not_part_of_the_name():
     "fmha_v2_hopper_fp16_d128_128x64_w4x1_sm80",        # no such family
     "fmha_v2_flash_sm90_bf16_d128_128x128_w8x1_sm90",   # the header's name is not the family's
     "fmha_v2_ws_bf16_fp32_d128_128x128_w8x1_sm90",      # canonical: bf16 accumulates in fp32
-    "fmha_v2_flash_e4m3_d128_128x64_w4x1_sm80",         # no such dtype
+    "fmha_v2_flash_e5m2_d128_128x64_w4x1_sm80",         # no such dtype
     "fmha_v2_flash_fp16_fp64_d128_128x64_w4x1_sm80",    # no such accumulation
     "fmha_v2_flash_fp16_d128_128x64_w4_sm80",
     "fmha_v2_flash_fp16_d0_128x64_w4x1_sm80",           # sizes must be positive

@@ -6,7 +6,7 @@ save_configs.py; this module is their vocabulary.
 
 from dataclasses import dataclass
 
-from .manifest import dtype_flag
+from .manifest import dtype_flags
 
 LAYOUT_FLAGS = {
     "packed_qkv": [],                      # the default
@@ -118,7 +118,7 @@ class Case:
 
     def args(self) -> list[str]:
         k = self.kernel
-        out = ["-d", str(k["d"]), "-dv", str(k["dv"]), dtype_flag(k), "-h", str(self.h)]
+        out = ["-d", str(k["d"]), "-dv", str(k["dv"]), *dtype_flags(k), "-h", str(self.h)]
         attn_flags = ["-gqa", str(self.kv_heads)] if self.kv_heads else ATTENTION[self.attn][2]
         out += attn_flags + LAYOUT_FLAGS[self.layout] + self.shape.flags()
         return out + mask_flags(self.mask, self.shape.s) + list(self.extra)

@@ -71,8 +71,8 @@ def parse_kernel_table(stdout: str) -> list[dict]:
 
 # -epsilon's default per input dtype (src/cli.cpp kDefaultEpsilonFp16 / kDefaultEpsilonBf16,
 # floats there: compare with float32 rounding).
-DEFAULT_EPSILON = {"fp16": 0.015, "bf16": 0.025}
+DEFAULT_EPSILON = {"fp16": 0.015, "bf16": 0.025, "e4m3": 0.15}
 # How far a row's log-sum-exp may be from the reference's, absolute (src/check.h kLseTolerance).
 LSE_TOLERANCE = 1e-3
 # -help's sentence that states DEFAULT_EPSILON.
-HELP_EPSILON_RE = re.compile(r"\(default fp16 (?P<fp16>[0-9.]+), bf16 (?P<bf16>[0-9.]+)\)")
+HELP_EPSILON_RE = re.compile(r"\(default fp16 (?P<fp16>[0-9.]+), bf16 (?P<bf16>[0-9.]+), e4m3 (?P<e4m3>[0-9.]+)\)")

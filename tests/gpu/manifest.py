@@ -46,10 +46,13 @@ def is_decode(kernel: dict) -> bool:
     return bool(FAMILIES[kernel["family"]].max_s_q)
 
 
-def dtype_flag(kernel: dict) -> str:
+def dtype_flags(kernel: dict) -> list[str]:
+    """fmha.exe's flags for the kernel's dtype (e4m3: O in bf16, what the e4m3 kernels write)."""
+    if kernel["dtype"] == "e4m3":
+        return ["-e4m3", "-bf16-output"]
     if kernel["dtype"] == "bf16":
-        return "-bf16"
-    return "-fp16-fp32" if kernel["acc"] == "fp32" else "-fp16"
+        return ["-bf16"]
+    return ["-fp16-fp32" if kernel["acc"] == "fp32" else "-fp16"]
 
 
 def warp_spec(kernel: dict) -> str:

@@ -8,7 +8,7 @@ from generator.spec import FAMILIES
 from .cases import VARIANT_FLAGS
 from .contract import COMPACT_LINES, TILE_RAN_RE
 from .driver import describe, parse_output, registry_names, run_fmha
-from .manifest import dtype_flag, is_decode, kernel_or_skip, kernels_or_skip, pick_kernel, require_arch, runs_on, \
+from .manifest import dtype_flags, is_decode, kernel_or_skip, kernels_or_skip, pick_kernel, require_arch, runs_on, \
     warp_spec
 
 KERNELS = kernels_or_skip()
@@ -59,7 +59,7 @@ def test_skip_checks_output(exe, gpu_sm):
     """-skip-checks: Checks DISABLED, and no speedup (there is no reference time)."""
     kernel = kernel_or_skip(KERNELS, dtype="fp16")
     require_arch(kernel, gpu_sm)
-    proc = run_fmha(exe, ["-d", str(kernel["d"]), "-b", "2", "-h", "4", "-s", "256", dtype_flag(kernel),
+    proc = run_fmha(exe, ["-d", str(kernel["d"]), "-b", "2", "-h", "4", "-s", "256", *dtype_flags(kernel),
                           "-kernel", kernel["name"], "-skip-checks", "-v", "0"])
     assert proc.returncode == 0, describe(proc)
     fields = parse_output(proc.stdout)
@@ -86,7 +86,7 @@ def test_force_non_ws(exe, gpu_sm):
     if not others:
         pytest.skip(f"no non-warp-specialised kernel in this build fits {kernel['name']}'s problem")
     flash = others[0]
-    args = ["-d", str(kernel["d"]), "-dv", str(kernel["dv"]), dtype_flag(kernel), "-b", "2", "-h", "4",
+    args = ["-d", str(kernel["d"]), "-dv", str(kernel["dv"]), *dtype_flags(kernel), "-b", "2", "-h", "4",
             "-s", "257", "-causal-mask", *ONE_RUN]
     for extra, expected in (([], kernel if runs_on(kernel, gpu_sm) else flash),
                             (["-force-non-warp-specialization"], flash)):

@@ -9,7 +9,7 @@ import pytest
 
 from .contract import DEFAULT_EPSILON, LSE_TOLERANCE
 from .driver import describe, run_fmha
-from .manifest import dtype_flag, kernels_or_skip, require_arch
+from .manifest import dtype_flags, kernels_or_skip, require_arch
 from .oracle import REF_REL_L2, alibi_slopes_fp64, attention_fp64, gather_paged_fp64, spec_error, visible_fp64
 from .save_configs import SAVE_CONFIGS, configs_for, save_kernel, save_kinds
 
@@ -61,7 +61,7 @@ def test_save_tensors(kind, config, exe, gpu_sm, tmp_path):
         pytest.skip(why)
     require_arch(kernel, gpu_sm)
     flags = configs_for(kind)[config]
-    args = ["-d", str(kernel["d"]), "-dv", str(kernel["dv"]), dtype_flag(kernel), *flags]
+    args = ["-d", str(kernel["d"]), "-dv", str(kernel["dv"]), *dtype_flags(kernel), *flags]
     proc = run_fmha(exe, [*args, "-kernel", kernel["name"], "-save-tensors", str(tmp_path),
                           "-v", "0", "-runs", "1", "-warm-up-runs", "0"])
     assert proc.returncode == 0, describe(proc)
