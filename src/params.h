@@ -176,6 +176,13 @@ struct Params {
     // stream share it. A launch given fewer bytes runs fewer splits (never fails for lack of it).
     void* workspace = nullptr;
     size_t workspace_bytes = 0;
+
+    // e4m3 inputs: dequantisation factors per (batch, KV head), at [batch * h_kv + kv_head]
+    // (FlashAttention-3's q/k/v_descale); nullptr: 1. Q K^T is scaled by q_descale *
+    // k_descale with scale_bmm1, O by v_descale. The 16-bit kernels never read them.
+    const float* q_descale = nullptr;
+    const float* k_descale = nullptr;
+    const float* v_descale = nullptr;
 };
 
 }  // namespace fmha

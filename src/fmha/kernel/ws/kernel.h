@@ -78,9 +78,22 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         // The blocks every row of this warpgroup sees whole run without the mask.
         const auto rows = mask::Rows<kMask>::make(p, w.q_len, w.kv_len);
         const mask::Blocks wg_blk = mask::blocks(rows, wg_row0, wg_row0 + kWarpgroupRows - 1, Tr::kBlockN);
+        // e4m3: the tile's (batch, KV head) descales fold into the scale of raw scores and O's.
+        // (The selects at the uses are constant: the 16-bit kernels read the parameters there as
+        // they did before, and compile to the same SASS.)
+        float fp8_qk = 1.f, fp8_v = 1.f;
+        if constexpr (Tr::kFp8) {
+            const int64_t at = int64_t(w.batch) * p.h_kv + w.kv_head;
+            fp8_qk = (p.q_descale != nullptr ? p.q_descale[at] : 1.f) *
+                     (p.k_descale != nullptr ? p.k_descale[at] : 1.f);
+            fp8_v = p.v_descale != nullptr ? p.v_descale[at] : 1.f;
+        }
+
         // ALiBi: the tile's head's slope in raw-score units (the softmax scales by scale_bmm1).
         const float alibi_slope =
-            kMod == softmax::ScoreMod::kAlibi ? __fdividef(p.alibi_slopes[w.head], p.scale_bmm1) : 0.f;
+            kMod == softmax::ScoreMod::kAlibi
+                ? __fdividef(p.alibi_slopes[w.head], Tr::kFp8 ? p.scale_bmm1 * fp8_qk : p.scale_bmm1)
+                : 0.f;
 
         float acc_o[1][Tr::kNTilesO][4];  // [64 rows, dv in whole panels] f32 of this warpgroup
 #pragma unroll
@@ -100,7 +113,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         // rescale it needs.
         const auto softmax_block = [&](float (&acc_s)[1][Tr::kNTilesS][4], int nb, float (&alpha)[2]) {
             if constexpr (kMod == softmax::ScoreMod::kSoftcap) {
-                softmax::apply_softcap(acc_s, softmax::Softcap::for_raw_scores(p.softcap, p.scale_bmm1));
+                softmax::apply_softcap(acc_s, softmax::Softcap::for_raw_scores(
+                                                  p.softcap, Tr::kFp8 ? p.scale_bmm1 * fp8_qk : p.scale_bmm1));
             }
             if constexpr (kMod == softmax::ScoreMod::kAlibi) {
                 softmax::apply_alibi(acc_s, alibi_slope,
@@ -113,7 +127,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                         const int r = wg_row0 + row_g + 8 * h;
                         return r < w.q_len ? bias_tile + int64_t(8 * h) * p.bias_row_stride : nullptr;
                     },
-                    nb * Tr::kBlockN + 2 * (lane % 4), w.kv_len, __frcp_rn(p.scale_bmm1));
+                    nb * Tr::kBlockN + 2 * (lane % 4), w.kv_len,
+                    __frcp_rn(Tr::kFp8 ? p.scale_bmm1 * fp8_qk : p.scale_bmm1));
             }
             if constexpr (kMod == softmax::ScoreMod::kCustomMask) {
                 softmax::apply_custom_mask(
@@ -127,9 +142,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
             // A custom mask may hide any key: every block takes the masked path.
             if (softmax::hides_keys(kMod) || wg_blk.masked(nb)) {
                 mask::apply(acc_s, rows, wg_row0 + row_g, nb * Tr::kBlockN + 2 * (lane % 4));
-                softmax.template scale<true>(acc_s, alpha, c.scale_log2);
+                softmax.template scale<true>(acc_s, alpha, Tr::kFp8 ? c.scale_log2 * fp8_qk : c.scale_log2);
             } else {
-                softmax.template scale<false>(acc_s, alpha, c.scale_log2);
+                softmax.template scale<false>(acc_s, alpha, Tr::kFp8 ? c.scale_log2 * fp8_qk : c.scale_log2);
             }
         };
 
@@ -192,7 +207,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         }
 
         float inv[2];
-        softmax.finalize(inv, p.scale_softmax * p.scale_bmm2, p, w.head);
+        softmax.finalize(inv, Tr::kFp8 ? p.scale_softmax * p.scale_bmm2 * fp8_v : p.scale_softmax * p.scale_bmm2, p,
+                         w.head);
         softmax.store_lse(p, w.batch, w.head, wg_row0 + row_g, w.q_len, lane);
         // kStageOverV: every consumer's last P V has read the V ring before any O lands there. A
         // tile without key blocks loaded nothing there; its O (zeros) goes from registers.

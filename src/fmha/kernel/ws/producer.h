@@ -72,7 +72,8 @@ FMHA_DEVICE void produce(const Params& p, const TmaMaps& maps, const Smem<Tr>& s
                 };
                 memory::mbar_wait(smem.k_empty(st), phase ^ 1);
                 if (leader) memory::mbar_arrive_expect_tx(smem.k_full(st), Tr::kSmemK);
-                load(smem.k + st * Tr::kSmemK, &maps.k, smem.k_full(st), std::integral_constant<int, Tr::kTmaHeadDim>{});
+                load(smem.k + st * Tr::kSmemK, &maps.k, smem.k_full(st),
+                     std::integral_constant<int, Tr::kTmaHeadDim>{});
                 // q_iter counts this tile; the consumers cannot be a tile further on, this one
                 // needs these loads.
                 if (kStageOverV && it == 0 && q_iter > 1) memory::mbar_wait(smem.o_free(), q_iter & 1);
