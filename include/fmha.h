@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 /* Bumped when a struct or a signature changes; fmha_version() returns the library's. */
-#define FMHA_API_VERSION 1
+#define FMHA_API_VERSION 2
 
 typedef enum fmha_status {
     FMHA_SUCCESS = 0,
@@ -42,7 +42,7 @@ typedef enum fmha_dtype {
     FMHA_DTYPE_FP16 = 0,
     FMHA_DTYPE_BF16 = 1,
     FMHA_DTYPE_FP32 = 2, /* accumulation only */
-    FMHA_DTYPE_E4M3 = 3  /* not served yet */
+    FMHA_DTYPE_E4M3 = 3  /* FP8 Q, K, V (Hopper); O is bf16 */
 } fmha_dtype_t;
 
 /* With p = r + (kv_len - q_len) the position of query row r among the keys, key j is
@@ -67,7 +67,7 @@ typedef struct fmha_tensor {
 
 typedef struct fmha_problem {
     uint32_t struct_size; /* sizeof(fmha_problem_t), set by fmha_problem_init */
-    fmha_dtype_t dtype;   /* of Q, K, V and O: FP16 or BF16 */
+    fmha_dtype_t dtype;   /* of Q, K, V and O: FP16 or BF16; E4M3: Q, K, V, and O in BF16 */
     fmha_dtype_t acc;     /* P V accumulation: FP32 (default) or FP16 */
     int b, h, h_kv;       /* batch, query heads, key/value heads (h % h_kv == 0) */
     int d, dv;            /* head size of Q and K, of V and O */
@@ -109,6 +109,13 @@ typedef struct fmha_problem {
 
     float* lse; /* optional out: fp32 [b][h][max_s_q], natural log of each row's sum of
                    exp(scaled logits); -inf for a row that sees no key; NULL: not written */
+
+    /* E4M3 only: dequantisation factors, device fp32 [b][h_kv] each (FlashAttention-3's
+     * q/k/v_descale), NULL: 1. Q K^T is scaled by q_descale * k_descale (and `scale`), O by
+     * v_descale. E4M3 strides are multiples of 16 elements. */
+    const float* q_descale;
+    const float* k_descale;
+    const float* v_descale;
 } fmha_problem_t;
 
 typedef struct fmha_plan {

@@ -50,7 +50,7 @@ def test_pointer_words_land_on_the_problem_fields():
     p = _lib.Problem()
     words = _op._Words.from_buffer(p)
     fields = ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "seqused_k", "block_table", "alibi_slopes", "sinks",
-              "bias", "custom_mask")
+              "bias", "custom_mask", "q_descale", "k_descale", "v_descale")
     for n, word in enumerate(_op._INPUT_WORDS):
         words[word] = 4096 * (n + 1)
     words[_op._O_WORD], words[_op._LSE_WORD] = 1 << 40, 1 << 41

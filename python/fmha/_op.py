@@ -17,6 +17,13 @@ _so = None
 _forward = None  # fmha_forward over plain addresses (no ctypes structs to convert on the call path)
 _devices: dict[int, tuple[int, int]] = {}
 _DTYPES = {torch.float16: _lib.FP16, torch.bfloat16: _lib.BF16}
+if hasattr(torch, "float8_e4m3fn"):
+    _DTYPES[torch.float8_e4m3fn] = _lib.E4M3  # O in bf16 (include/fmha.h)
+
+
+def _out_dtype(dtype: torch.dtype) -> torch.dtype:
+    """O's dtype for inputs of `dtype`: the same, bf16 for e4m3."""
+    return torch.bfloat16 if _DTYPES.get(dtype) == _lib.E4M3 else dtype
 
 
 def _library():
@@ -74,7 +81,8 @@ _WORD = ctypes.sizeof(ctypes.c_uint64)
 _Words = ctypes.c_uint64 * (ctypes.sizeof(_lib.Problem) // _WORD)
 _INPUT_WORDS = tuple((getattr(_lib.Problem, f).offset + (_lib.Tensor.data.offset if f in ("q", "k", "v") else 0)) // _WORD
                      for f in ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "seqused_k", "block_table",
-                               "alibi_slopes", "sinks", "bias", "custom_mask"))
+                               "alibi_slopes", "sinks", "bias", "custom_mask", "q_descale", "k_descale",
+                               "v_descale"))
 _O_WORD = (_lib.Problem.o.offset + _lib.Tensor.data.offset) // _WORD
 _LSE_WORD = _lib.Problem.lse.offset // _WORD
 
@@ -121,7 +129,8 @@ def _prepare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Op
              cu_seqlens_k: Optional[torch.Tensor], seqused_k: Optional[torch.Tensor], page_table: Optional[torch.Tensor],
              max_seqlen_q: int, max_seqlen_k: int, scale: float, mask: int, window: int, chunk: int, softcap: float,
              alibi_slopes: Optional[torch.Tensor], sinks: Optional[torch.Tensor], bias: Optional[torch.Tensor],
-             mask_bits: Optional[torch.Tensor], want_lse: bool) -> _Prepared:
+             mask_bits: Optional[torch.Tensor], want_lse: bool, q_descale: Optional[torch.Tensor] = None,
+             k_descale: Optional[torch.Tensor] = None, v_descale: Optional[torch.Tensor] = None) -> _Prepared:
     """The problem of the op's arguments, planned (a NotImplementedError or ValueError with the
     library's reason where no kernel serves it)."""
     so = _library()
@@ -162,7 +171,8 @@ def _prepare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Op
         p.bias_row_stride = bias.stride(2)
     if mask_bits is not None:  # [b, s_q, words] int32: bit j % 32 of word j / 32, key j visible
         p.custom_mask_row_words = mask_bits.shape[2]
-    tensors = (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, alibi_slopes, sinks, bias, mask_bits)
+    tensors = (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, alibi_slopes, sinks, bias, mask_bits,
+               q_descale, k_descale, v_descale)
     inputs = tuple((word, i) for i, (word, t) in enumerate(zip(_INPUT_WORDS, tensors)) if t is not None)
     # Planning looks at which pointers are set (a variant's kernel), not where they point: an
     # aligned stand-in until run() writes the call's own (and fmha_forward checks those).
@@ -184,23 +194,25 @@ def _prepare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Op
             p.acc = _lib.FP32
             status = so.fmha_plan(p, sm, num_sms, plan)
     _lib.raise_for(so, status, "fmha")
-    like_q = tuple(out_shape) == tuple(q.shape) and q.is_contiguous()
-    return _Prepared(p, plan, out_shape, (b, h, max_seqlen_q) if want_lse else None, q.dtype, q.device, inputs,
+    out_dtype = _out_dtype(q.dtype)
+    like_q = tuple(out_shape) == tuple(q.shape) and q.is_contiguous() and out_dtype == q.dtype
+    return _Prepared(p, plan, out_shape, (b, h, max_seqlen_q) if want_lse else None, out_dtype, q.device, inputs,
                      like_q)
 
 
 def _tensors(args) -> tuple:
     """The op's tensor arguments in _INPUT_WORDS order."""
-    return args[:7] + args[14:18]
+    return args[:7] + args[14:18] + args[19:22]
 
 
 def _fwd_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Optional[torch.Tensor],
               cu_seqlens_k: Optional[torch.Tensor], seqused_k: Optional[torch.Tensor], page_table: Optional[torch.Tensor],
               max_seqlen_q: int, max_seqlen_k: int, scale: float, mask: int, window: int, chunk: int, softcap: float,
               alibi_slopes: Optional[torch.Tensor], sinks: Optional[torch.Tensor], bias: Optional[torch.Tensor],
-              mask_bits: Optional[torch.Tensor], want_lse: bool) -> tuple[torch.Tensor, torch.Tensor]:
+              mask_bits: Optional[torch.Tensor], want_lse: bool, q_descale: Optional[torch.Tensor],
+              k_descale: Optional[torch.Tensor], v_descale: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, max_seqlen_q, max_seqlen_k, scale, mask,
-            window, chunk, softcap, alibi_slopes, sinks, bias, mask_bits, want_lse)
+            window, chunk, softcap, alibi_slopes, sinks, bias, mask_bits, want_lse, q_descale, k_descale, v_descale)
     out, lse = _prepare(*args).run(_tensors(args))
     return out, lse if lse is not None else q.new_empty((0,), dtype=torch.float32)
 
@@ -263,8 +275,8 @@ def _call(key: Optional[tuple], *args):
 
 @_fwd.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, max_seqlen_q, max_seqlen_k, scale, mask,
-      window, chunk, softcap, alibi_slopes, sinks, bias, mask_bits, want_lse):
+      window, chunk, softcap, alibi_slopes, sinks, bias, mask_bits, want_lse, q_descale, k_descale, v_descale):
     b = cu_seqlens_q.shape[0] - 1 if cu_seqlens_q is not None else q.shape[0]
-    out = q.new_empty(q.shape[:-1] + (v.shape[-1],))
+    out = q.new_empty(q.shape[:-1] + (v.shape[-1],), dtype=_out_dtype(q.dtype))
     lse = q.new_empty((b, q.shape[-2], max_seqlen_q) if want_lse else (0,), dtype=torch.float32)
     return out, lse

@@ -58,7 +58,7 @@ def _batch_views(q, k, v):
 
 def _common(q, k, v, softmax_scale, softcap, alibi_slopes, sinks):
     if q.dtype not in _DTYPES:
-        raise TypeError(f"fmha: q is {q.dtype}; fp16 and bf16 are served (fp8 not yet)")
+        raise TypeError(f"fmha: q is {q.dtype}; fp16, bf16 and float8_e4m3fn (out in bf16) are served")
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise TypeError(f"fmha: q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if q.shape[-1] != k.shape[-1]:
@@ -77,6 +77,27 @@ def _common(q, k, v, softmax_scale, softcap, alibi_slopes, sinks):
             if t.shape[0] != h:
                 raise ValueError(f"fmha: {name} has {t.shape[0]} entries, one per query head ({h}) is needed")
     return scale
+
+
+def _descales(q, b: int, h_kv: int, q_descale, k_descale, v_descale) -> tuple:
+    """FA3's descales, checked: for float8_e4m3fn inputs only, fp32 [b, h_kv] on q's device
+    (contiguous copies where they are not). A call with them is not kept as a prepared call
+    (the functions' fast paths take none)."""
+    given = {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale}
+    if all(t is None for t in given.values()):
+        return None, None, None
+    if _DTYPES.get(q.dtype) != _lib.E4M3:
+        raise ValueError(f"fmha: q_descale, k_descale, v_descale are for float8_e4m3fn inputs, q is {q.dtype}")
+    out = []
+    for name, t in given.items():
+        if t is not None:
+            _check_tensor(name, t, 2, torch.float32)
+            if tuple(t.shape) != (b, h_kv) or t.device != q.device:
+                raise ValueError(f"fmha: {name} is {tuple(t.shape)} on {t.device}; [batch, kv heads] = "
+                                 f"{(b, h_kv)} on {q.device} is needed")
+            t = t.contiguous()
+        out.append(t)
+    return tuple(out)
 
 
 def _func_key(q, k, v, *options):
@@ -102,9 +123,10 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
         if _ready(prepared, q, k, v):
             out, lse = prepared.run((q, k, v) + (None,) * 8)
             return (out, lse) if return_attn_probs else out
-    _unsupported(qv=qv, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
+    _unsupported(qv=qv)
     for name, t in (("q", q), ("k", k), ("v", v)):
         _check_tensor(name, t, 4)
+    descales = _descales(q, q.shape[0], k.shape[2], q_descale, k_descale, v_descale)
     if k.shape[0] != q.shape[0] or v.shape[:2] != k.shape[:2]:
         raise ValueError(f"fmha: batch and key lengths differ: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
     scale = _common(q, k, v, softmax_scale, softcap, alibi_slopes, sinks)
@@ -125,7 +147,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
         key = None  # copies were made: the prepared call describes them, not the inputs
     q, k, v = views
     out, lse = _call(key, q, k, v, None, None, None, None, q.shape[1], k.shape[1], scale, mask, window, chunk,
-                     float(softcap), alibi_slopes, sinks, attn_bias, bits, bool(return_attn_probs))
+                     float(softcap), alibi_slopes, sinks, attn_bias, bits, bool(return_attn_probs), *descales)
     return (out, lse) if return_attn_probs else out
 
 
@@ -173,7 +195,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         if _ready(prepared, q, k, v):
             out, lse = prepared.run((q, k, v, cu_seqlens_q, cu_seqlens_k) + (None,) * 6)
             return (out, _varlen_lse(lse, cu_seqlens_q, q.shape[0])) if return_attn_probs else out
-    _unsupported(qv=qv, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, seqused_q=seqused_q)
+    _unsupported(qv=qv, seqused_q=seqused_q)
     for name, t in (("q", q), ("k", k), ("v", v)):
         _check_tensor(name, t, 3)
     for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
@@ -185,10 +207,11 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     if k.shape[0] != v.shape[0]:
         raise ValueError(f"fmha: k has {k.shape[0]} tokens, v {v.shape[0]}")
     scale = _common(q, k, v, softmax_scale, softcap, alibi_slopes, sinks)
+    descales = _descales(q, cu_seqlens_q.shape[0] - 1, k.shape[1], q_descale, k_descale, v_descale)
     mask, window, chunk = _mask(causal, window_size, attention_chunk)
     out, lse = _call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, None, int(max_seqlen_q),
                      int(max_seqlen_k), scale, mask, window, chunk, float(softcap), alibi_slopes, sinks, None, None,
-                     bool(return_attn_probs))
+                     bool(return_attn_probs), *descales)
     if return_attn_probs:
         return out, _varlen_lse(lse, cu_seqlens_q, q.shape[0])
     return out
@@ -247,7 +270,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
             return (out, lse) if return_softmax_lse else out
     _unsupported(k=k, v=v, qv=qv, rotary_cos=rotary_cos, rotary_sin=rotary_sin, cache_batch_idx=cache_batch_idx,
                  cache_leftpad=cache_leftpad, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k_new=cu_seqlens_k_new,
-                 rotary_seqlens=rotary_seqlens, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
+                 rotary_seqlens=rotary_seqlens)
     _check_tensor("q", q, 4)
     _check_tensor("k_cache", k_cache, 4)
     _check_tensor("v_cache", v_cache, 4)
@@ -283,9 +306,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     if any(a is not b for a, b in zip(views, (q, k_cache, v_cache))):
         key = None  # copies were made: the prepared call describes them, not the inputs
     q, k_cache, v_cache = views
+    descales = _descales(q, q.shape[0], k_cache.shape[2], q_descale, k_descale, v_descale)
     out, lse = _call(key, q, k_cache, v_cache, None, None, cache_seqlens, page_table, q.shape[1], max_seqlen_k,
                      scale, mask, window, chunk, float(softcap), alibi_slopes, sinks, None, None,
-                     bool(return_softmax_lse))
+                     bool(return_softmax_lse), *descales)
     return (out, lse) if return_softmax_lse else out
 
 

@@ -68,9 +68,12 @@ fmha_status_t check(const fmha_problem_t* pr, Params& p, Request& r) {
         return fail(FMHA_ERROR_INVALID_VALUE, "problem.struct_size = " + std::to_string(pr->struct_size) +
                                                   ", this library's fmha_problem_t has " +
                                                   std::to_string(sizeof(fmha_problem_t)) + " (call fmha_problem_init)");
-    if (pr->dtype == FMHA_DTYPE_E4M3) return fail(FMHA_ERROR_NOT_SUPPORTED, "dtype e4m3: no fp8 kernel yet");
-    if (pr->dtype != FMHA_DTYPE_FP16 && pr->dtype != FMHA_DTYPE_BF16)
-        return fail(FMHA_ERROR_INVALID_VALUE, "dtype must be FMHA_DTYPE_FP16 or FMHA_DTYPE_BF16");
+    if (pr->dtype != FMHA_DTYPE_FP16 && pr->dtype != FMHA_DTYPE_BF16 && pr->dtype != FMHA_DTYPE_E4M3)
+        return fail(FMHA_ERROR_INVALID_VALUE, "dtype must be FMHA_DTYPE_FP16, FMHA_DTYPE_BF16 or FMHA_DTYPE_E4M3");
+    const bool fp8 = pr->dtype == FMHA_DTYPE_E4M3;
+    if (!fp8 && (pr->q_descale != nullptr || pr->k_descale != nullptr || pr->v_descale != nullptr))
+        return fail(FMHA_ERROR_INVALID_VALUE, "q_descale, k_descale, v_descale: for FMHA_DTYPE_E4M3 inputs only");
+    if (fp8 && pr->acc != FMHA_DTYPE_FP32) return fail(FMHA_ERROR_INVALID_VALUE, "e4m3: acc must be FMHA_DTYPE_FP32");
     if (pr->acc != FMHA_DTYPE_FP32 && pr->acc != FMHA_DTYPE_FP16)
         return fail(FMHA_ERROR_INVALID_VALUE, "acc must be FMHA_DTYPE_FP32 or FMHA_DTYPE_FP16");
     if (pr->b < 1 || pr->b > 65535) return fail(FMHA_ERROR_INVALID_VALUE, field("b", pr->b) + ": must be in [1, 65535]");
@@ -91,11 +94,14 @@ fmha_status_t check(const fmha_problem_t* pr, Params& p, Request& r) {
         if (t.data == nullptr) return fail(FMHA_ERROR_INVALID_VALUE, std::string(names[i]) + ".data is NULL");
         if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0)
             return fail(FMHA_ERROR_INVALID_VALUE, std::string(names[i]) + ".data is not 16-byte aligned");
-        if (t.token_stride <= 0 || t.token_stride % 8 != 0 || t.head_stride < 0 || t.head_stride % 8 != 0)
+        // 16 bytes: 8 16-bit elements; e4m3's Q, K and V 16 (TMA), its O (bf16) 8.
+        const int64_t step = fp8 && i < 3 ? 16 : 8;
+        if (t.token_stride <= 0 || t.token_stride % step != 0 || t.head_stride < 0 || t.head_stride % step != 0)
             return fail(FMHA_ERROR_INVALID_VALUE, std::string(names[i]) + ": token_stride " +
                                                       std::to_string(t.token_stride) + ", head_stride " +
                                                       std::to_string(t.head_stride) +
-                                                      ": positive token stride, both multiples of 8 elements");
+                                                      ": positive token stride, both multiples of " +
+                                                      std::to_string(step) + " elements");
     }
     const bool paged = pr->block_table != nullptr;
 
@@ -117,9 +123,11 @@ fmha_status_t check(const fmha_problem_t* pr, Params& p, Request& r) {
             return fail(FMHA_ERROR_INVALID_VALUE, "block_table_stride = " + std::to_string(pr->block_table_stride) +
                                                       " blocks of " + std::to_string(pr->block_size) +
                                                       " tokens cannot hold max_s_kv = " + std::to_string(pr->max_s_kv));
-        if (pr->k_block_stride <= 0 || pr->k_block_stride % 8 != 0 || pr->v_block_stride <= 0 ||
-            pr->v_block_stride % 8 != 0)
-            return fail(FMHA_ERROR_INVALID_VALUE, "k_block_stride, v_block_stride: positive multiples of 8 elements");
+        const int64_t step = fp8 ? 16 : 8;
+        if (pr->k_block_stride <= 0 || pr->k_block_stride % step != 0 || pr->v_block_stride <= 0 ||
+            pr->v_block_stride % step != 0)
+            return fail(FMHA_ERROR_INVALID_VALUE, "k_block_stride, v_block_stride: positive multiples of " +
+                                                      std::to_string(step) + " elements");
         kv_tokens = pr->num_blocks;  // the paged maps span the pool (Params::kv_pool_blocks)
     } else if (pr->cu_seqlens_k == nullptr) {
         const fmha_status_t st = fixed_storage(pr->k, pr->v, "k", "v", pr->b, pr->max_s_kv, "max_s_kv", &kv_step,
@@ -191,6 +199,9 @@ fmha_status_t check(const fmha_problem_t* pr, Params& p, Request& r) {
     p.bias_row_stride = pr->bias_row_stride;
     p.custom_mask = pr->custom_mask;
     p.custom_mask_row_words = pr->custom_mask_row_words;
+    p.q_descale = pr->q_descale;
+    p.k_descale = pr->k_descale;
+    p.v_descale = pr->v_descale;
     if (paged) {
         p.kv_block_table = pr->block_table;
         p.kv_table_stride = pr->block_table_stride;

@@ -319,3 +319,42 @@ def test_every_call_is_one_launch():
     for name, fn in calls.items():
         launched = _kernels_launched(fn)
         assert len(launched) == 1, f"{name}: {launched}"
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_fp8_with_descales(causal):
+    """float8_e4m3fn q, k, v with FA3's descales per (batch, KV head): O in bf16, against a
+    float64 reference on the dequantised inputs that rounds P to e4m3 as the kernel does (at
+    a power-of-two scale), and within 1.5x that reference's own error of exact attention."""
+    if not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip(f"torch {torch.__version__} has no float8_e4m3fn")
+    torch.manual_seed(31)
+    b, s_q, s, h, h_kv, d = 2, 77, 300, 8, 2, 128
+    q8, k8, v8 = (rand(b, n, heads, d).to(torch.float8_e4m3fn) for n, heads in ((s_q, h), (s, h_kv), (s, h_kv)))
+    qd, kd, vd = (torch.exp2(torch.randint(-2, 3, (b, h_kv), device=DEV).float()) for _ in range(3))
+    out = fmha.flash_attn_func(q8, k8, v8, causal=causal, q_descale=qd, k_descale=kd, v_descale=vd)
+    assert out.dtype == torch.bfloat16 and out.shape == (b, s_q, h, d)
+
+    group = h // h_kv
+    deq = lambda t, scale: t.double() * scale.double().repeat_interleave(group, 1)[:, None, :, None]
+    q, k, v = deq(q8, qd), deq(k8.repeat_interleave(group, 2), kd), deq(v8.repeat_interleave(group, 2), vd)
+    scores = torch.einsum("bihd,bjhd->bhij", q, k) / math.sqrt(d)
+    if causal:
+        shift = s - s_q
+        visible = torch.arange(s, device=DEV)[None, :] <= torch.arange(s_q, device=DEV)[:, None] + shift
+        scores = scores.masked_fill(~visible, -math.inf)
+    p = torch.exp(scores - scores.amax(-1, keepdim=True))
+    l = p.sum(-1, keepdim=True)
+    p_q = (p * 256).float().to(torch.float8_e4m3fn).double() / 256  # as the kernel rounds P
+    want_q = torch.einsum("bhij,bjhd->bihd", p_q / l, v)
+    want_x = torch.einsum("bhij,bjhd->bihd", p / l, v)
+    rms = lambda x: x.pow(2).mean().sqrt().item()
+    norm = rms(want_x)
+    err_q, err_x, err_ref = rms(out.double() - want_q) / norm, rms(out.double() - want_x) / norm, \
+        rms(want_q - want_x) / norm
+    assert err_q < 4e-3, f"relative RMS {err_q} against the quantised-P reference"
+    assert err_x <= 1.5 * err_ref + 4e-3, f"relative RMS {err_x} against exact attention (reference's own {err_ref})"
+    with pytest.raises(ValueError, match="for float8_e4m3fn inputs"):
+        fmha.flash_attn_func(rand(b, s_q, h, d), rand(b, s, h_kv, d), rand(b, s, h_kv, d), q_descale=qd)
+    with pytest.raises(ValueError, match=r"\[batch, kv heads\]"):
+        fmha.flash_attn_func(q8, k8, v8, q_descale=qd[:1])
