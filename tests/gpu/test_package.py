@@ -336,8 +336,9 @@ def test_fp8_with_descales(causal):
     assert out.dtype == torch.bfloat16 and out.shape == (b, s_q, h, d)
 
     group = h // h_kv
-    deq = lambda t, scale: t.double() * scale.double().repeat_interleave(group, 1)[:, None, :, None]
-    q, k, v = deq(q8, qd), deq(k8.repeat_interleave(group, 2), kd), deq(v8.repeat_interleave(group, 2), vd)
+    q = q8.double() * qd.double().repeat_interleave(group, 1)[:, None, :, None]
+    k, v = ((t.double() * scale.double()[:, None, :, None]).repeat_interleave(group, 2)
+            for t, scale in ((k8, kd), (v8, vd)))
     scores = torch.einsum("bihd,bjhd->bhij", q, k) / math.sqrt(d)
     if causal:
         shift = s - s_q
