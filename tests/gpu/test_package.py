@@ -210,7 +210,7 @@ def test_bad_input_raises_with_the_reason():
     q = rand(2, 64, 4, 64)
     with pytest.raises(ValueError, match="is on cpu"):
         fmha.flash_attn_func(q.cpu(), q, q)
-    with pytest.raises(TypeError, match="fp16 and bf16"):
+    with pytest.raises(TypeError, match="fp16, bf16 and float8_e4m3fn"):
         fmha.flash_attn_func(q.float(), q.float(), q.float())
     with pytest.raises(TypeError, match="share a dtype"):
         fmha.flash_attn_func(q, q.half(), q)
