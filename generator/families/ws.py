@@ -15,9 +15,10 @@ HEAD_SIZES = (32, 40, 64, 72, 80, 96, 104, 128, 160, 192, 256)
 # rules.py keeps it behind ENABLE_HMMA_FP32=1, as for the flash family.
 DTYPES = (("fp16", "fp32"), ("bf16", "fp32"))
 # FP8 (e4m3 Q, K, V; QGMMA; V made K-major in shared memory by the producer warpgroup; O in
-# bf16): the head sizes served so far (bench/NOTES.md §53), on the two-consumer 128 x 128 tile.
+# bf16): the head sizes served so far (bench/NOTES.md §53), on tile() of the 16-bit sizes (two
+# consumer warpgroups: 128 x 128 at d = 128, 128 x 64 at d = 256).
 FP8_DTYPES = (("e4m3", "fp32"),)
-FP8_HEAD_SIZES = (128,)
+FP8_HEAD_SIZES = (128, 256)
 
 # Tiles ws::Traits accepts (it static_asserts them): one 64-row slab (the wgmma M) per
 # consumer warpgroup, two or three of them; a key block is a wgmma N.

@@ -80,7 +80,9 @@ struct Traits {
     static constexpr int kSmemQ = kBlockM * kDimQK * kElemBytes;  // [kBlockM, d]
     static constexpr int kSmemK = kBlockN * kDimQK * kElemBytes;  // [kBlockN, d], one stage
     static constexpr int kSmemV = kBlockN * kDimV * kElemBytes;   // [kBlockN, dv], one stage
-    static constexpr int kSmemVt = kFp8 ? kSmemV : 0;             // e4m3: [dv, kBlockN] K-major, one stage
+    // e4m3: V^T [dv, kBlockN] K-major, one stage: rows of whole 128-byte panels of key slots
+    // (a 64-key block fills half of each row; the QGMMA reads its k32 steps from the start).
+    static constexpr int kSmemVt = kFp8 ? kDimV * kRowBytes * ((kBlockN + kRowBytes - 1) / kRowBytes) : 0;
     // Q full/empty; K full/empty, V full/empty per stage; tile slot full/empty x 2; O free;
     // e4m3: V^T full/empty per stage.
     static constexpr int kNumBarriers = 2 + 4 * kStages + 4 + 1 + (kFp8 ? 2 * kStages : 0);
