@@ -166,6 +166,7 @@ D64_MANIFEST = {
     "fmha_v2_decode_bf16_d64_8x4_w4x1_sm80": (8, 4, 4, 1, 0, 0),
     "fmha_v2_ws_fp16_fp32_d64_192x128_w12x1_sm90": (192, 128, 12, 1, 0, 0),
     "fmha_v2_ws_bf16_d64_192x128_w12x1_sm90": (192, 128, 12, 1, 0, 0),
+    "fmha_v2_ws_e4m3_d64_128x128_w8x1_sm90": (128, 128, 8, 1, 0, 0),
     "fmha_v2_flash_fp16_d64_128x64_w4x1_sm80": (128, 64, 4, 1, 0, 0),
     "fmha_v2_flash_bf16_d64_128x64_w4x1_sm80": (128, 64, 4, 1, 0, 0),
 }
@@ -197,9 +198,10 @@ def test_manifest(tmp_path):
             "dtype": dtype, "acc": "fp16" if entry["name"].startswith("fmha_v2_flash_fp16_") else "fp32",
             "d": 64, "dv": 64, "block_m": block_m, "block_n": block_n, "warps_m": warps_m, "warps_n": warps_n,
             "masks": EVERY_MASK, "max_rows": max_rows, "min_s_kv": min_s_kv,
-            # ws: no softcapping in its 192-row tile (generator/families/ws.py); ws
-            # and decode's mma path (min_s_kv 64): no wide logits (one FFMA a score)
-            "variants": EVERY_VARIANT[1:] if family == "ws" else
+            # ws: no softcapping in its 192-row tile (generator/families/ws.py), e4m3 (128 rows)
+            # no bias; ws and decode's mma path (min_s_kv 64): no wide logits (one FFMA a score)
+            "variants": [v for v in EVERY_VARIANT if v != "bias"] if dtype == "e4m3" else
+                        EVERY_VARIANT[1:] if family == "ws" else
                         EVERY_VARIANT if min_s_kv else EVERY_VARIANT + ["wide_logits"],
             # What tests/gpu/manifest.py's require_arch reads: sm_90a code runs on sm_90 alone;
             # decode and flash are portable.

@@ -15,10 +15,11 @@ HEAD_SIZES = (32, 40, 64, 72, 80, 96, 104, 128, 160, 192, 256)
 # rules.py keeps it behind ENABLE_HMMA_FP32=1, as for the flash family.
 DTYPES = (("fp16", "fp32"), ("bf16", "fp32"))
 # FP8 (e4m3 Q, K, V; QGMMA; V made K-major in shared memory by the producer warpgroup; O in
-# bf16): the head sizes served so far (bench/NOTES.md §53), on tile() of the 16-bit sizes (two
-# consumer warpgroups: 128 x 128 at d = 128, 128 x 64 at d = 256).
+# bf16): the head sizes served so far (bench/NOTES.md §53), on two consumer warpgroups
+# (fp8_tile: 128 x 128 at d = 64 and 128, 128 x 64 at d = 256). d = 64 pads V to a 128-byte
+# panel, so its P V runs N = 128 over 64 zero columns (a first version).
 FP8_DTYPES = (("e4m3", "fp32"),)
-FP8_HEAD_SIZES = (128, 256)
+FP8_HEAD_SIZES = (64, 128, 256)
 
 # Tiles ws::Traits accepts (it static_asserts them): one 64-row slab (the wgmma M) per
 # consumer warpgroup, two or three of them; a key block is a wgmma N.
@@ -73,6 +74,13 @@ def tile(d: int, dv: int | None = None) -> tuple:
     if d <= PANEL_COLS and dv <= PANEL_COLS:
         return (192, 128, 12, 1)
     return (128, 128 if tiles_fit(128, 128, d, dv) else 64, 8, 1)
+
+
+def fp8_tile(d: int, dv: int | None = None) -> tuple:
+    """tile() for e4m3: always two consumer warpgroups (the producer warpgroup's other warps
+    transpose V, which the three-consumer tile's 32 producer registers cannot carry)."""
+    block_m, block_n, warps_m, warps_n = tile(d, dv)
+    return (128, block_n, 8, 1) if block_m != 128 else (block_m, block_n, warps_m, warps_n)
 
 
 def tiles_fit(block_m: int, block_n: int, d: int, dv: int) -> bool:
