@@ -116,9 +116,7 @@ class _Prepared:
             lse = torch.empty(self.lse_shape, dtype=torch.float32, device=self.device)
             words[_LSE_WORD] = lse.data_ptr()
         stream = torch._C._cuda_getCurrentRawStream(self.index)
-        workspace = _workspaces.get((torch._C._cuda_isCurrentStreamCapturing(), self.index, stream))
-        if workspace is None or workspace.numel() < self.plan.workspace_bytes:
-            workspace = _workspace(self.device, stream, self.plan.workspace_bytes)
+        workspace = _workspace(self.device, stream, self.plan.workspace_bytes)
         status = _forward(words, self.plan_address, workspace.data_ptr(), workspace.numel(), stream)
         if status:
             _lib.raise_for(_so, status, "fmha")

@@ -9,6 +9,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -66,6 +67,23 @@ class DeviceTest : public ::testing::Test {
 template <class Param>
 class DeviceTestP : public DeviceTest, public ::testing::WithParamInterface<Param> {};
 
+// A device test of an arch-specific instruction: skips unless device 0 is sm_kMinSm ..
+// sm_kMaxSm (kMaxSm 0: any newer one).
+template <int kMinSm, int kMaxSm = 0>
+class ArchTest : public DeviceTest {
+  protected:
+    void SetUp() override {
+        DeviceTest::SetUp();
+        if (IsSkipped()) return;
+        cudaDeviceProp prop{};
+        ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+        const int sm = prop.major * 10 + prop.minor;
+        const std::string upto = kMaxSm == kMinSm ? "" : kMaxSm > 0 ? " .. sm_" + std::to_string(kMaxSm) : "+";
+        if (sm < kMinSm || (kMaxSm > 0 && sm > kMaxSm))
+            GTEST_SKIP() << "needs sm_" << kMinSm << upto << ", found sm_" << sm;
+    }
+};
+
 // An owning device array. Every call returns the CUDA error for CUDA_ASSERT.
 template <class T>
 class DeviceBuffer {
@@ -118,6 +136,21 @@ inline std::vector<float> random_ints(size_t n, int lo, int hi, uint32_t seed) {
     std::vector<float> v(n);
     for (float& x : v) x = static_cast<float>(dist(gen));
     return v;
+}
+
+// n values exact in e4m3 whose products and sums stay exact in f32: {-1, -0.5, 0, 0.5, 1}
+// (signed) or eighths in [0, 1] (probabilities).
+inline std::vector<float> dyadic(size_t n, bool is_signed, uint32_t seed) {
+    std::vector<float> v = is_signed ? random_ints(n, -2, 2, seed) : random_ints(n, 0, 8, seed);
+    for (float& x : v) x /= is_signed ? 2.f : 8.f;
+    return v;
+}
+
+// Floats as e4m3 bytes (to nearest even, saturating).
+inline std::vector<uint8_t> to_e4m3(const std::vector<float>& v) {
+    std::vector<uint8_t> out(v.size());
+    for (size_t i = 0; i < v.size(); ++i) out[i] = __nv_cvt_float_to_fp8(v[i], __NV_SATFINITE, __NV_E4M3);
+    return out;
 }
 
 template <typename Element>

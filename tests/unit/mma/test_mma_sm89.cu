@@ -46,39 +46,19 @@ __global__ void qmma_kernel(const uint8_t* q, const uint8_t* k, float* s, const 
 #endif
 }
 
-class QmmaE4m3 : public unit::DeviceTest {
-  protected:
-    void SetUp() override {
-        unit::DeviceTest::SetUp();
-        if (IsSkipped()) return;
-        cudaDeviceProp prop{};
-        ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
-        if (prop.major * 10 + prop.minor < 89)
-            GTEST_SKIP() << "QMMA (mma.sync e4m3) needs sm_89+, found sm_" << prop.major << prop.minor;
-    }
-};
-
-std::vector<uint8_t> to_e4m3(const std::vector<float>& v) {
-    std::vector<uint8_t> out(v.size());
-    for (size_t i = 0; i < v.size(); ++i) out[i] = __nv_cvt_float_to_fp8(v[i], __NV_SATFINITE, __NV_E4M3);
-    return out;
-}
+using QmmaE4m3 = unit::ArchTest<89>;  // mma.sync e4m3
 
 TEST_F(QmmaE4m3, QKtAndPV) {
-    std::vector<float> q = unit::random_ints(16 * 32, -2, 2, 21), k = unit::random_ints(8 * 32, -2, 2, 22);
-    std::vector<float> p = unit::random_ints(16 * 32, 0, 8, 23), v = unit::random_ints(32 * 8, -2, 2, 24);
-    for (float& x : q) x /= 2;
-    for (float& x : k) x /= 2;
-    for (float& x : p) x /= 8;
-    for (float& x : v) x /= 2;
+    const std::vector<float> q = unit::dyadic(16 * 32, true, 21), k = unit::dyadic(8 * 32, true, 22);
+    const std::vector<float> p = unit::dyadic(16 * 32, false, 23), v = unit::dyadic(32 * 8, true, 24);
     std::vector<float> vt(8 * 32);  // [d, slot]: V's key for each slot
     for (int n = 0; n < 8; ++n)
         for (int slot = 0; slot < 32; ++slot) vt[n * 32 + slot] = v[key_of_slot(slot) * 8 + n];
     unit::DeviceBuffer<uint8_t> dq, dk, dvt;
     unit::DeviceBuffer<float> dp, ds, dout;
-    CUDA_ASSERT(dq.upload(to_e4m3(q)));
-    CUDA_ASSERT(dk.upload(to_e4m3(k)));
-    CUDA_ASSERT(dvt.upload(to_e4m3(vt)));
+    CUDA_ASSERT(dq.upload(unit::to_e4m3(q)));
+    CUDA_ASSERT(dk.upload(unit::to_e4m3(k)));
+    CUDA_ASSERT(dvt.upload(unit::to_e4m3(vt)));
     CUDA_ASSERT(dp.upload(p));
     CUDA_ASSERT(ds.alloc(16 * 8, 0xff));
     CUDA_ASSERT(dout.alloc(16 * 8, 0xff));

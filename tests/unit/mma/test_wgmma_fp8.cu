@@ -88,30 +88,7 @@ __global__ void pv_kernel(const float* p, const uint8_t* v, float* o, uint8_t* v
 #endif
 }
 
-class WgmmaFp8 : public unit::DeviceTest {
-  protected:
-    void SetUp() override {
-        unit::DeviceTest::SetUp();
-        if (IsSkipped()) return;
-        cudaDeviceProp prop{};
-        ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
-        if (prop.major != 9) GTEST_SKIP() << "QGMMA (wgmma e4m3) needs sm_90, found sm_" << prop.major << prop.minor;
-    }
-};
-
-// n values exact in e4m3 whose products and sums stay exact in f32: {-1, -0.5, 0, 0.5, 1}
-// (signed) or eighths in [0, 1] (probabilities).
-std::vector<float> dyadic(size_t n, bool is_signed, uint32_t seed) {
-    std::vector<float> v = is_signed ? unit::random_ints(n, -2, 2, seed) : unit::random_ints(n, 0, 8, seed);
-    for (float& x : v) x /= is_signed ? 2.f : 8.f;
-    return v;
-}
-
-std::vector<uint8_t> to_e4m3(const std::vector<float>& v) {
-    std::vector<uint8_t> out(v.size());
-    for (size_t i = 0; i < v.size(); ++i) out[i] = __nv_cvt_float_to_fp8(v[i], __NV_SATFINITE, __NV_E4M3);
-    return out;
-}
+using WgmmaFp8 = unit::ArchTest<90, 90>;  // QGMMA: sm_90a
 
 TEST(KeyOfSlot, PermutesEverySixteenKeys) {
     for (int base = 0; base < 64; base += 16) {
@@ -131,11 +108,11 @@ TEST(KeyOfSlot, PermutesEverySixteenKeys) {
 }
 
 TEST_F(WgmmaFp8, QKt) {
-    const std::vector<float> q = dyadic(kRows * kD, true, 1), k = dyadic(kKeys * kD, true, 2);
+    const std::vector<float> q = unit::dyadic(kRows * kD, true, 1), k = unit::dyadic(kKeys * kD, true, 2);
     unit::DeviceBuffer<uint8_t> dq, dk;
     unit::DeviceBuffer<float> ds;
-    CUDA_ASSERT(dq.upload(to_e4m3(q)));
-    CUDA_ASSERT(dk.upload(to_e4m3(k)));
+    CUDA_ASSERT(dq.upload(unit::to_e4m3(q)));
+    CUDA_ASSERT(dk.upload(unit::to_e4m3(k)));
     CUDA_ASSERT(ds.alloc(kRows * kKeys, 0xff));
     qk_kernel<<<1, 128>>>(dq.get(), dk.get(), ds.get());
     CUDA_ASSERT_LAUNCH();
@@ -150,8 +127,8 @@ TEST_F(WgmmaFp8, QKt) {
 }
 
 TEST_F(WgmmaFp8, TransposedVAndPV) {
-    const std::vector<float> p = dyadic(kRows * kKeys, false, 3), v = dyadic(kKeys * kD, true, 4);
-    const std::vector<uint8_t> v8 = to_e4m3(v);
+    const std::vector<float> p = unit::dyadic(kRows * kKeys, false, 3), v = unit::dyadic(kKeys * kD, true, 4);
+    const std::vector<uint8_t> v8 = unit::to_e4m3(v);
     unit::DeviceBuffer<float> dp, dout;
     unit::DeviceBuffer<uint8_t> dv, dvt;
     CUDA_ASSERT(dp.upload(p));
