@@ -41,13 +41,14 @@ class WsFp8 : public unit::DeviceTestP<Case> {
     int num_sms_ = 0;
 };
 
-uint8_t to_e4m3(float x) { return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3); }
 double from_e4m3(uint8_t x) {
     __nv_fp8_e4m3 v;
     v.__x = x;
     return static_cast<double>(static_cast<float>(v));
 }
-double round_e4m3(double x) { return from_e4m3(to_e4m3(static_cast<float>(x))); }
+double round_e4m3(double x) {
+    return from_e4m3(__nv_cvt_float_to_fp8(static_cast<float>(x), __NV_SATFINITE, __NV_E4M3));
+}
 double from_bf16(uint16_t x) {
     uint32_t u = uint32_t(x) << 16;
     float f;
@@ -61,9 +62,7 @@ TEST_P(WsFp8, MatchesTheQuantisedReference) {
     const std::vector<float> qf = unit::random_floats(q_elems, -2.f, 2.f, 11);
     const std::vector<float> kf = unit::random_floats(kv_elems, -2.f, 2.f, 12);
     const std::vector<float> vf = unit::random_floats(kv_elems, -2.f, 2.f, 13);
-    std::vector<uint8_t> q8(q_elems), k8(kv_elems), v8(kv_elems);
-    for (int64_t i = 0; i < q_elems; ++i) q8[i] = to_e4m3(qf[i]);
-    for (int64_t i = 0; i < kv_elems; ++i) k8[i] = to_e4m3(kf[i]), v8[i] = to_e4m3(vf[i]);
+    const std::vector<uint8_t> q8 = unit::to_e4m3(qf), k8 = unit::to_e4m3(kf), v8 = unit::to_e4m3(vf);
 
     unit::DeviceBuffer<uint8_t> dq, dk, dv;
     unit::DeviceBuffer<uint16_t> dout;
