@@ -27,6 +27,11 @@ def test_default_epsilon_is_the_drivers():
             "e4m3": cpp_constant("src/cli.cpp", "kDefaultEpsilonE4m3")} == DEFAULT_EPSILON
 
 
+def test_qgmma_sum_error_is_the_kernels():
+    from tests.gpu.oracle import QGMMA_SUM_ERROR
+    assert cpp_constant("src/fmha/mma/fp8_sm90.h", "kQgmmaSumError") == QGMMA_SUM_ERROR
+
+
 def test_help_text_states_the_default_epsilon():
     # The usage text is a literal beside the constants: it must say the same numbers.
     stated = HELP_EPSILON_RE.findall((ROOT / "src" / "cli.cpp").read_text())

@@ -20,9 +20,12 @@
 // edge either: with o_amb the reference also returns, per output element, how far such P
 // could move it, sum over the row's keys of |round(P(1 + a)) - round(P(1 - a))| * |v| / l
 // with a = kAmbiguity, well above fp32's noise in P; the check accepts a kernel's output
-// anywhere in [o_ref - o_amb, o_ref + o_amb] before it applies epsilon (check.cpp).
+// anywhere in [o_ref - o_amb, o_ref + o_amb] before it applies epsilon (check.cpp). For e4m3
+// a also covers the QGMMA's own error in S (mma::kQgmmaSumError times the sum of |q_c k_c|):
+// one e4m3 P rounded the other way moved an output of a row with a few keys by 15-30 %.
 #include "reference/reference.h"
 
+#include "fmha/mma/fp8_sm90.h"
 #include "fmha/seq_lens.h"
 
 #include <cuda_bf16.h>
@@ -30,6 +33,7 @@
 #include <cuda_fp8.h>
 
 #include <cmath>
+#include <type_traits>
 
 namespace fmha {
 namespace {
@@ -115,6 +119,7 @@ __device__ inline bool key_visible(const Params& p, int seq, int r, int j, int p
 template <class T, int kColChunks>
 __global__ void __launch_bounds__(kMaxWarps * kWarpSize)
 reference_kernel(Params p, Smem geo, float* o_ref, float* o_amb, float* lse) {
+    constexpr bool kE4m3 = std::is_same<T, __nv_fp8_e4m3>::value;
     const int seq = blockIdx.z, head = blockIdx.y;
     const int q_len = seq_q_len(p, seq), kv_len = seq_kv_len(p, seq);
     const int row0 = blockIdx.x * geo.rows;
@@ -172,7 +177,8 @@ reference_kernel(Params p, Smem geo, float* o_ref, float* o_amb, float* lse) {
 
         // Scores of key `tile + lane` against this warp's rows.
         // (each product exact in fp32, the sum in float64)
-        double s[kRowsPerWarp] = {};
+        // e4m3: size, the sum of the products' magnitudes, bounds how far a QGMMA's S may be off.
+        double s[kRowsPerWarp] = {}, size[kRowsPerWarp] = {};
         const float4* k_row = reinterpret_cast<const float4*>(kv_s + lane * geo.k_stride);
         for (int c = 0; c < geo.d_pad / kVec; ++c) {
             const float4 kk = k_row[c];
@@ -180,6 +186,9 @@ reference_kernel(Params p, Smem geo, float* o_ref, float* o_amb, float* lse) {
             for (int i = 0; i < kRowsPerWarp; ++i) {
                 const float4 qq = reinterpret_cast<const float4*>(q_s + (my_row + i) * geo.d_pad)[c];
                 s[i] += double(qq.x * kk.x) + double(qq.y * kk.y) + double(qq.z * kk.z) + double(qq.w * kk.w);
+                if (kE4m3)
+                    size[i] += fabs(double(qq.x * kk.x)) + fabs(double(qq.y * kk.y)) + fabs(double(qq.z * kk.z)) +
+                               fabs(double(qq.w * kk.w));
             }
         }
 
@@ -208,8 +217,10 @@ reference_kernel(Params p, Smem geo, float* o_ref, float* o_amb, float* lse) {
                 amb[i][c] *= static_cast<float>(alpha);
             }
             p_s[(my_row + i) * kKeysPerTile + lane] = round_to<T>(prob);
-            amb_s[(my_row + i) * kKeysPerTile + lane] =
-                round_to<T>(prob * (1.0 + kAmbiguity)) - round_to<T>(prob * (1.0 - kAmbiguity));
+            // |dP| / P = |dS| scale_bmm1 to first order (softcap's tanh only shrinks it).
+            const double a = kE4m3 ? fmax(kAmbiguity, mma::kQgmmaSumError * size[i] * fabs(double(p.scale_bmm1)))
+                                   : kAmbiguity;
+            amb_s[(my_row + i) * kKeysPerTile + lane] = round_to<T>(prob * (1.0 + a)) - round_to<T>(prob * (1.0 - a));
         }
         __syncthreads();  // every warp is done with the K tile
 

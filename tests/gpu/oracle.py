@@ -12,6 +12,10 @@ import numpy as np
 REF_REL_L2 = 1e-4  # the driver's fp32 reference against float64, relative L2
 # Relative distance from a rounding edge where a kernel's fp32 P may round either way.
 AMBIGUITY = 2.0 ** -16
+# e4m3: how far a QGMMA's S = Q K^T may be off, relative to the sum of |q_c k_c| (Hopper's FP8
+# tensor cores keep a limited part of the sum; measured: src/fmha/mma/fp8_sm90.h's
+# kQgmmaSumError, which tests/test_contract.py holds equal). A P may round either way that far.
+QGMMA_SUM_ERROR = 2.0 ** -9
 
 
 def spec_error(found: np.ndarray, expected: np.ndarray, eps: float) -> np.ndarray:
@@ -112,7 +116,8 @@ def attention_fp64(q, k, v, q_lens, kv_lens, scale_bmm1, scale_out, visible, dty
     Rounding at a power-of-two scale gives the same bits whatever the scale, so this is the
     same P as the kernel's and the driver's reference, computed independently.
     Returns (out, amb, lse): amb bounds how far the P within AMBIGUITY of a rounding edge, which
-    a kernel computing P in fp32 may round the other way, move each output element; lse
+    a kernel computing P in fp32 may round the other way, move each output element (e4m3: within
+    QGMMA_SUM_ERROR times the score's sum of |q_c k_c| times scale_bmm1, if more); lse
     [b, h, s_q] is each row's natural-log log-sum-exp of its logits, the sink's exp(sink) in
     the sum (-inf for a row that sees nothing; 0 past a sequence's length, as lse.npy)."""
     b, s_q, h, _ = q.shape
@@ -146,7 +151,11 @@ def attention_fp64(q, k, v, q_lens, kv_lens, scale_bmm1, scale_out, visible, dty
             norm = norm + np.where(np.isfinite(m), np.exp2(sinks[:, None, None] * np.log2(np.e) - m_int), 0)
         norm = np.where(norm > 0, norm, 1)
         out[i, :lq] = scale_out * np.einsum("hqk,khd->qhd", round_p(p, dtype) / norm, vi)
-        edge = round_p(p * (1 + AMBIGUITY), dtype) - round_p(p * (1 - AMBIGUITY), dtype)
+        near = AMBIGUITY
+        if dtype == "e4m3":  # |dP| / P = |dS| scale_bmm1 to first order (softcap's tanh only shrinks it)
+            size = abs(scale_bmm1) * np.einsum("qhd,khd->hqk", np.abs(qi), np.abs(ki))
+            near = np.maximum(AMBIGUITY, QGMMA_SUM_ERROR * size)
+        edge = round_p(p * (1 + near), dtype) - round_p(p * (1 - near), dtype)
         amb[i, :lq] = abs(scale_out) * np.einsum("hqk,khd->qhd", edge / norm, np.abs(vi))
         # The LSE straight from the logits (no 2^-M scale): a log-sum-exp about the true max.
         terms = [scores] if sinks is None else [scores, np.broadcast_to(sinks[:, None, None], (h, lq, 1))]

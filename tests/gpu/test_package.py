@@ -325,7 +325,7 @@ def test_every_call_is_one_launch():
 def test_fp8_with_descales(causal):
     """float8_e4m3fn q, k, v with FA3's descales per (batch, KV head): O in bf16, against a
     float64 reference on the dequantised inputs that rounds P to e4m3 as the kernel does (at
-    a power-of-two scale), and within 1.5x that reference's own error of exact attention."""
+    a power-of-two scale), and within 1.1x that reference's own error of exact attention."""
     if not hasattr(torch, "float8_e4m3fn"):
         pytest.skip(f"torch {torch.__version__} has no float8_e4m3fn")
     torch.manual_seed(31)
@@ -344,17 +344,22 @@ def test_fp8_with_descales(causal):
         shift = s - s_q
         visible = torch.arange(s, device=DEV)[None, :] <= torch.arange(s_q, device=DEV)[:, None] + shift
         scores = scores.masked_fill(~visible, -math.inf)
-    p = torch.exp(scores - scores.amax(-1, keepdim=True))
+    # P = 2^(log2(e) S - M), M the row's max rounded up to an integer: the kernel's P is a power
+    # of two times this, so it rounds to the same e4m3 bits (oracle.attention_fp64).
+    x = scores * math.log2(math.e)
+    p = torch.exp2(x - torch.ceil(x.amax(-1, keepdim=True)))
     l = p.sum(-1, keepdim=True)
-    p_q = (p * 256).float().to(torch.float8_e4m3fn).double() / 256  # as the kernel rounds P
+    p_q = (p * 256).float().to(torch.float8_e4m3fn).double() / 256
     want_q = torch.einsum("bhij,bjhd->bihd", p_q / l, v)
     want_x = torch.einsum("bhij,bjhd->bihd", p / l, v)
     rms = lambda x: x.pow(2).mean().sqrt().item()
     norm = rms(want_x)
     err_q, err_x, err_ref = rms(out.double() - want_q) / norm, rms(out.double() - want_x) / norm, \
         rms(want_q - want_x) / norm
-    assert err_q < 4e-3, f"relative RMS {err_q} against the quantised-P reference"
-    assert err_x <= 1.5 * err_ref + 4e-3, f"relative RMS {err_x} against exact attention (reference's own {err_ref})"
+    # As tests/unit/kernel/test_ws_fp8.cu: within 1.1x the quantised reference's own error of
+    # exact attention (issue #32's bar is 1.5x), and closer to that reference than exact is.
+    assert err_x <= 1.1 * err_ref + 1e-3, f"relative RMS {err_x} against exact attention (reference's own {err_ref})"
+    assert err_q < err_ref, f"relative RMS {err_q} against the quantised-P reference (exact's: {err_ref})"
     with pytest.raises(ValueError, match="for float8_e4m3fn inputs"):
         fmha.flash_attn_func(rand(b, s_q, h, d), rand(b, s, h_kv, d), rand(b, s, h_kv, d), q_descale=qd)
     with pytest.raises(ValueError, match=r"\[batch, kv heads\]"):

@@ -153,6 +153,16 @@ inline std::vector<uint8_t> to_e4m3(const std::vector<float>& v) {
     return out;
 }
 
+// An e4m3 byte's value, and a double rounded to e4m3 (to nearest even, saturating).
+inline double from_e4m3(uint8_t x) {
+    __nv_fp8_e4m3 v;
+    v.__x = x;
+    return static_cast<double>(static_cast<float>(v));
+}
+inline double round_e4m3(double x) {
+    return from_e4m3(__nv_cvt_float_to_fp8(static_cast<float>(x), __NV_SATFINITE, __NV_E4M3));
+}
+
 template <typename Element>
 const char* element_name() {
     return std::is_same<Element, __half>::value ? "fp16" : "bf16";

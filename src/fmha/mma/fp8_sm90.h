@@ -31,6 +31,13 @@ namespace mma {
 
 constexpr int kE4m3PanelCols = 128;  // e4m3 elements in one 128-byte SW128 row
 
+// How far a QGMMA's S = Q K^T may be from the exact sum of its (exact) products, relative to
+// the sum of their magnitudes: Hopper's FP8 tensor cores keep a limited number of bits of the
+// sum (unlike the 16-bit HGMMA's). Measured on random inputs with outlier channels
+// (tests/unit/mma/test_wgmma_fp8.cu, bench/NOTES.md §54); the driver's reference and the
+// oracle let each score's P lie that far from theirs (src/reference/reference.cu).
+constexpr double kQgmmaSumError = 0.001953125;  // 2^-9
+
 // The key that k slot `slot` of a P fragment (and of V^T's rows) holds; a permutation inside
 // every 16.
 FMHA_HOST_DEVICE constexpr int key_of_slot(int slot) {

@@ -8,11 +8,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "fmha/kernel/ws.h"
+#include "fmha/mma/fp8_sm90.h"
 #include "unit_test.h"
 
 namespace {
@@ -41,14 +43,9 @@ class WsFp8 : public unit::DeviceTestP<Case> {
     int num_sms_ = 0;
 };
 
-double from_e4m3(uint8_t x) {
-    __nv_fp8_e4m3 v;
-    v.__x = x;
-    return static_cast<double>(static_cast<float>(v));
-}
-double round_e4m3(double x) {
-    return from_e4m3(__nv_cvt_float_to_fp8(static_cast<float>(x), __NV_SATFINITE, __NV_E4M3));
-}
+using unit::from_e4m3;
+using unit::round_e4m3;
+
 double from_bf16(uint16_t x) {
     uint32_t u = uint32_t(x) << 16;
     float f;
@@ -103,36 +100,50 @@ TEST_P(WsFp8, MatchesTheQuantisedReference) {
     std::vector<uint16_t> out;
     CUDA_ASSERT(dout.download(&out));
 
-    // Reference per (sequence, head, row) in float64; P rounded to e4m3 at the scale 256 for
-    // the quantised one (the kernel's scale is 2^4..2^8: the same bits above e4m3's subnormals).
+    // Reference per (sequence, head, row) in float64. The quantised one rounds P as the kernel
+    // does: P = 2^(log2(e) S - M) with M the row's max rounded up to an integer, so the
+    // kernel's P (scaled by 2^4 .. 2^8, its M lagging by its slack) differs by a power of two
+    // and rounds to the same e4m3 bits above the subnormals. Each P may still round the other
+    // way where the QGMMA's S lies within kQgmmaSumError of an edge: amb bounds what that moves.
     double err_q = 0, err_x = 0, err_ref = 0, norm = 0, worst_q = 0;
     const int group = c.h / c.h_kv;
-    std::vector<double> s(c.s_kv), o_q(kD), o_x(kD);
+    const double log2e = 1.4426950408889634;
+    std::vector<double> s(c.s_kv), rel(c.s_kv), o_q(kD), o_x(kD), amb(kD);
     for (int bi = 0; bi < c.b; ++bi)
         for (int hi = 0; hi < c.h; ++hi)
             for (int r = 0; r < c.s_q; ++r) {
                 const int kvh = hi / group, last = c.causal ? r + c.s_kv - c.s_q : c.s_kv - 1;
                 const int at = bi * c.h_kv + kvh;
+                const double scale = p.scale_bmm1 * qd[at] * kd[at];
                 const uint8_t* qr = &q8[((int64_t(bi) * c.s_q + r) * c.h + hi) * kD];
                 double mx = -INFINITY;
                 for (int j = 0; j <= last; ++j) {
                     const uint8_t* kr = &k8[((int64_t(bi) * c.s_kv + j) * c.h_kv + kvh) * kD];
-                    double dot = 0;
-                    for (int t = 0; t < kD; ++t) dot += from_e4m3(qr[t]) * from_e4m3(kr[t]);
-                    s[j] = dot * p.scale_bmm1 * qd[at] * kd[at];
+                    double dot = 0, size = 0;
+                    for (int t = 0; t < kD; ++t) {
+                        const double prod = from_e4m3(qr[t]) * from_e4m3(kr[t]);
+                        dot += prod, size += std::abs(prod);
+                    }
+                    s[j] = dot * scale * log2e;                         // log2 units
+                    rel[j] = fmha::mma::kQgmmaSumError * size * scale;  // |dP| / P, to first order
                     mx = std::max(mx, s[j]);
                 }
+                const double m_int = std::ceil(mx);
                 double l = 0;
                 std::fill(o_q.begin(), o_q.end(), 0.0);
                 std::fill(o_x.begin(), o_x.end(), 0.0);
+                std::fill(amb.begin(), amb.end(), 0.0);
                 for (int j = 0; j <= last; ++j) {
-                    const double pj = std::exp(s[j] - mx);
+                    const double pj = std::exp2(s[j] - m_int);
                     const double pq = round_e4m3(pj * 256.0) / 256.0;
+                    const double edge =
+                        (round_e4m3(pj * 256.0 * (1 + rel[j])) - round_e4m3(pj * 256.0 * (1 - rel[j]))) / 256.0;
                     l += pj;
                     const uint8_t* vr = &v8[((int64_t(bi) * c.s_kv + j) * c.h_kv + kvh) * kD];
                     for (int t = 0; t < kD; ++t) {
                         o_q[t] += pq * from_e4m3(vr[t]);
                         o_x[t] += pj * from_e4m3(vr[t]);
+                        amb[t] += edge * std::abs(from_e4m3(vr[t]));
                     }
                 }
                 const uint16_t* got = &out[((int64_t(bi) * c.s_q + r) * c.h + hi) * kD];
@@ -142,18 +153,22 @@ TEST_P(WsFp8, MatchesTheQuantisedReference) {
                     const double want_q = o_q[t] / l * vd[at], want_x = o_x[t] / l * vd[at];
                     const double dq_ = g - want_q, dx = g - want_x, dr = want_q - want_x;
                     err_q += dq_ * dq_, err_x += dx * dx, err_ref += dr * dr, norm += want_x * want_x;
-                    worst_q = std::max(worst_q, std::abs(dq_));
+                    worst_q = std::max(worst_q, std::abs(dq_) - amb[t] / l * vd[at]);
                 }
             }
     const double rms_q = std::sqrt(err_q / norm), rms_x = std::sqrt(err_x / norm), rms_ref = std::sqrt(err_ref / norm);
-    // Against the quantised-P reference: bf16's rounding of O (2^-9 relative) and fp32 sums.
-    EXPECT_LT(rms_q, 4e-3) << "relative RMS against the quantised-P reference";
-    EXPECT_LT(worst_q, 0.02 * *std::max_element(vd.begin(), vd.end()))
-        << "largest error against the quantised-P reference";
-    // Against exact attention, e4m3's P (3 mantissa bits) dominates: the kernel's RMS error
-    // within 1.5x the quantised reference's own (issue #32's bar), bf16's O rounding beside.
-    EXPECT_LE(rms_x, 1.5 * rms_ref + 4e-3) << "relative RMS against exact attention; the quantised "
+    std::printf("%s: relative RMS against the quantised reference %.3g, against exact %.3g (the reference's own %.3g); "
+                "largest past the edges %.3g\n", c.name, rms_q, rms_x, rms_ref, worst_q);
+    // e4m3's P (3 mantissa bits) dominates the error against exact attention. The kernel's RMS
+    // error is within 1.1x the quantised reference's own (issue #32's bar is 1.5x), and it is
+    // closer to that reference than exact attention is: a P rounded on another grid than the
+    // kernel's, or a wrong key order, fails that. Past what P's rounding edges allow (the
+    // QGMMA's S error included), no output is off by more than 2 % of the largest V scale.
+    EXPECT_LE(rms_x, 1.1 * rms_ref + 1e-3) << "relative RMS against exact attention; the quantised "
                                               "reference's own: " << rms_ref;
+    EXPECT_LT(rms_q, rms_ref) << "relative RMS against the quantised-P reference";
+    EXPECT_LT(worst_q, 0.02 * *std::max_element(vd.begin(), vd.end()))
+        << "largest error against the quantised-P reference, past what P's rounding edges allow";
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, WsFp8,
@@ -161,7 +176,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, WsFp8,
                                            Case{"b2_h4_s256_causal", 2, 4, 4, 256, 256, true, false},
                                            Case{"b1_h8_gqa2_sq77_s300_causal_descale", 1, 8, 2, 77, 300, true, true},
                                            Case{"b3_h2_mqa_s1000_descale", 3, 2, 1, 1000, 1000, false, true},
-                                           Case{"b1_h2_s129_causal", 1, 2, 2, 129, 129, true, false}),
+                                           Case{"b1_h2_s129_causal", 1, 2, 2, 129, 129, true, false},
+                                           Case{"b1_h2_sq128_s16384", 1, 2, 2, 128, 16384, false, false},
+                                           Case{"b2_h2_s1000", 2, 2, 2, 1000, 1000, false, false}),
                          [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -6,6 +6,10 @@
 // the host, that key_of_slot permutes each 16 keys.
 #include <cuda_fp8.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
 #include <vector>
 
 #include "fmha/mma/fp8_sm90.h"
@@ -30,22 +34,28 @@ __device__ void fill_sw128(uint8_t* smem, const uint8_t* src, int rows, int cols
 __device__ int acc_row(int e) { return (threadIdx.x / 32) * 16 + (threadIdx.x % 32) / 4 + 8 * (e / 2); }
 __device__ int acc_col(int nt, int e) { return nt * 8 + 2 * (threadIdx.x % 4) + e % 2; }
 
-// q [64, 128], k [128, 128] e4m3 row-major; s [64, 128] = Q K^T.
+// q [64, kPad], k [128, kPad] e4m3 row-major (kPad = kDim rounded up to whole 128-byte
+// panels); s [64, 128] = Q K^T over the first kDim columns (kDim / 32 chained QGMMA k-steps).
+template <int kDim, int kPad = (kDim + 127) / 128 * 128>
 __global__ void qk_kernel(const uint8_t* q, const uint8_t* k, float* s) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    __shared__ __align__(1024) uint8_t smem[kRows * kD + kKeys * kD];
-    fill_sw128(smem, q, kRows, kD);
-    fill_sw128(smem + kRows * kD, k, kKeys, kD);
+    __shared__ __align__(1024) uint8_t smem[kRows * kPad + kKeys * kPad];
+    fill_sw128(smem, q, kRows, kPad);
+    fill_sw128(smem + kRows * kPad, k, kKeys, kPad);
     fmha::memory::fence_proxy_async_smem();
     __syncthreads();
     const uint64_t desc_q = fmha::mma::make_smem_desc_sw128(fmha::smem_u32(smem), 16, fmha::mma::kSw128AtomBytes);
     const uint64_t desc_k =
-        fmha::mma::make_smem_desc_sw128(fmha::smem_u32(smem + kRows * kD), 16, fmha::mma::kSw128AtomBytes);
+        fmha::mma::make_smem_desc_sw128(fmha::smem_u32(smem + kRows * kPad), 16, fmha::mma::kSw128AtomBytes);
     float acc[1][kKeys / 8][4];
     fmha::mma::wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kD / 32; ++kk)
-        fmha::mma::wgmma_ss_e4m3<kKeys>(fmha::mma::flat(acc), desc_q + (kk * 32 >> 4), desc_k + (kk * 32 >> 4), kk > 0);
+    for (int kk = 0; kk < kDim / 32; ++kk) {
+        // k-step kk: panel kk / 4 (rows x 128 bytes each), 32 bytes further per step inside it.
+        const int panel = kk * 32 / fmha::mma::kE4m3PanelCols, at = kk * 32 % fmha::mma::kE4m3PanelCols;
+        fmha::mma::wgmma_ss_e4m3<kKeys>(fmha::mma::flat(acc), desc_q + ((panel * kRows * 128 + at) >> 4),
+                                        desc_k + ((panel * kKeys * 128 + at) >> 4), kk > 0);
+    }
     fmha::mma::wgmma_commit();
     fmha::mma::wgmma_wait<0>();
     fmha::mma::fence_operands(acc);
@@ -114,7 +124,7 @@ TEST_F(WgmmaFp8, QKt) {
     CUDA_ASSERT(dq.upload(unit::to_e4m3(q)));
     CUDA_ASSERT(dk.upload(unit::to_e4m3(k)));
     CUDA_ASSERT(ds.alloc(kRows * kKeys, 0xff));
-    qk_kernel<<<1, 128>>>(dq.get(), dk.get(), ds.get());
+    qk_kernel<kD><<<1, 128>>>(dq.get(), dk.get(), ds.get());
     CUDA_ASSERT_LAUNCH();
     std::vector<float> s;
     CUDA_ASSERT(ds.download(&s));
@@ -124,6 +134,68 @@ TEST_F(WgmmaFp8, QKt) {
             for (int c = 0; c < kD; ++c) want += q[r * kD + c] * k[j * kD + c];
             ASSERT_EQ(s[r * kKeys + j], want) << "row " << r << ", key " << j;
         }
+}
+
+// The QGMMA's sum is not an f32 sum of exact products: Hopper's FP8 tensor cores keep a
+// limited number of bits of it. On random normal inputs, plain and with outlier channels (x16
+// in every 16th), |S - exact| / sum_c |q_c k_c| stays within kQgmmaSumError, which the
+// driver's reference and the oracle allow each score (a P that close to an e4m3 rounding edge
+// may round either way). The worst seen, per k-steps, is printed for bench/NOTES.md.
+struct SumError {
+    double of_sum = 0.0;  // |S - exact| / sum |q_c k_c|
+    double of_max = 0.0;  // |S - exact| / max |q_c k_c|
+};
+
+template <int kDim, int kPad = (kDim + 127) / 128 * 128>
+void measure_sum_error(uint32_t seed, bool outliers, SumError* worst) {
+    std::mt19937 gen(seed);
+    std::normal_distribution<float> normal(0.f, 1.f);
+    std::vector<float> q(kRows * kPad, 0.f), k(kKeys * kPad, 0.f);
+    for (std::vector<float>* t : {&q, &k})
+        for (size_t i = 0; i < t->size(); ++i)
+            if (int(i % kPad) < kDim) (*t)[i] = normal(gen) * (outliers && i % kPad % 16 == 5 ? 16.f : 1.f);
+    const std::vector<uint8_t> q8 = unit::to_e4m3(q), k8 = unit::to_e4m3(k);
+    unit::DeviceBuffer<uint8_t> dq, dk;
+    unit::DeviceBuffer<float> ds;
+    CUDA_ASSERT(dq.upload(q8));
+    CUDA_ASSERT(dk.upload(k8));
+    CUDA_ASSERT(ds.alloc(kRows * kKeys, 0xff));
+    qk_kernel<kDim><<<1, 128>>>(dq.get(), dk.get(), ds.get());
+    CUDA_ASSERT_LAUNCH();
+    std::vector<float> s;
+    CUDA_ASSERT(ds.download(&s));
+    for (int r = 0; r < kRows; ++r)
+        for (int j = 0; j < kKeys; ++j) {
+            double want = 0.0, size = 0.0, top = 0.0;
+            for (int c = 0; c < kDim; ++c) {
+                const double prod = unit::from_e4m3(q8[r * kPad + c]) * unit::from_e4m3(k8[j * kPad + c]);
+                want += prod, size += std::fabs(prod), top = std::max(top, std::fabs(prod));
+            }
+            const double err = std::fabs(double(s[r * kKeys + j]) - want);
+            ASSERT_TRUE(std::isfinite(s[r * kKeys + j])) << "row " << r << ", key " << j;
+            worst->of_sum = std::max(worst->of_sum, err / size);
+            worst->of_max = std::max(worst->of_max, err / top);
+        }
+}
+
+template <int kDim>
+void expect_sum_error_bounded() {
+    for (bool outliers : {false, true}) {
+        SumError worst;
+        for (uint32_t seed = 11; seed < 17; ++seed)
+            ASSERT_NO_FATAL_FAILURE(measure_sum_error<kDim>(seed, outliers, &worst));
+        std::printf("QGMMA k %3d (%d steps)%s: |S - exact| at most %.3g of sum |q k|, %.3g of max |q k|\n", kDim,
+                    kDim / 32, outliers ? ", outliers" : "          ", worst.of_sum, worst.of_max);
+        EXPECT_LE(worst.of_sum, fmha::mma::kQgmmaSumError) << "k " << kDim << (outliers ? ", outliers" : "");
+    }
+}
+
+TEST_F(WgmmaFp8, QKtSumErrorIsBounded) {
+    expect_sum_error_bounded<32>();
+    expect_sum_error_bounded<64>();
+    expect_sum_error_bounded<128>();
+    expect_sum_error_bounded<256>();
+    std::printf("bound (kQgmmaSumError): %.3g\n", fmha::mma::kQgmmaSumError);
 }
 
 TEST_F(WgmmaFp8, TransposedVAndPV) {
