@@ -125,6 +125,35 @@ def test_attention_matches_the_book():
     assert (amb >= 0).all()
 
 
+def test_e4m3_ambiguity_covers_the_qgmma_sum_error(monkeypatch):
+    """e4m3: each P may round either way within QGMMA_SUM_ERROR x sum |q_c k_c| x scale of an
+    edge (the kernel's S is that far off at most): amb is at least the fp32-noise one, larger
+    for some element, and bounds the output moved by perturbing the scores that much."""
+    import tests.gpu.oracle as oracle
+    rng = np.random.default_rng(7)
+    b, s, h, d = 1, 40, 2, 64
+    q, k, v = (oracle.round_to(rng.standard_normal((b, s, h, d)), "e4m3") for _ in range(3))
+    lens, scale = np.array([s]), d ** -0.5
+    args = (q, k, v, lens, lens, scale, 1.0, None, "e4m3")
+    out, amb, _ = attention_fp64(*args)
+    monkeypatch.setattr(oracle, "QGMMA_SUM_ERROR", 0.0)
+    _, amb_fp32, _ = attention_fp64(*args)
+    assert (amb >= amb_fp32).all() and (amb > amb_fp32).any()
+    # The same problem with every score moved by +-(bound): its output within amb of out.
+    monkeypatch.setattr(oracle, "QGMMA_SUM_ERROR", 2.0 ** -9)
+    size = scale * np.einsum("qhd,khd->hqk", np.abs(q[0]), np.abs(k[0]))
+    shift = 0.99 * 2.0 ** -9 * size * rng.choice([-1.0, 1.0], size.shape)
+    scores = scale * np.einsum("qhd,khd->hqk", q[0], k[0]) + shift
+    x = scores * math.log2(math.e)
+    p = np.exp2(x - np.ceil(x.max(axis=-1, keepdims=True)))
+    moved = np.einsum("hqk,khd->qhd", oracle.round_p(p, "e4m3") / p.sum(axis=-1, keepdims=True), v[0])
+    # Beyond amb, only the unrounded weights' own first-order change (the normaliser and P
+    # itself move by the same relative amount as the shift).
+    slack = np.einsum("hqk,khd->qhd", np.abs(shift) * p / p.sum(axis=-1, keepdims=True), np.abs(v[0])) * 3
+    assert (np.abs(moved - out[0]) <= amb[0] + slack + 1e-12).all()
+    assert not (np.abs(moved - out[0]) <= amb_fp32[0] + slack + 1e-12).all()  # the fp32 one alone would not do
+
+
 @pytest.mark.parametrize("mask, softcap, with_sinks, with_alibi", [
     ("padding", 0.0, False, False),
     ("causal", 0.0, True, False),
