@@ -555,3 +555,26 @@ def test_package_bench_problems():
     flops = {r[1]: r[2] for r in rows}
     assert flops["b=1 h=16 s=16384 d=128"] == 4 * 16 * 16384**2 * 128
     assert flops["b=1 h=16 s=16384 d=128 causal"] == 2 * 16 * 16384**2 * 128
+
+
+def test_fp8_accuracy_quantises_per_kv_head_and_measures_relative_error():
+    """bench/fp8_accuracy.py's helpers on the CPU: one descale per (batch, KV head) that brings
+    each group's largest value to e4m3's 448, values back within e4m3's rounding, and errors
+    relative to the reference's RMS."""
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip(f"torch {torch.__version__} has no float8_e4m3fn")
+    from bench import fp8_accuracy as acc
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 5, 4, 8, generator=gen)
+    x8, scale = acc.quantise(torch, x, 2)
+    assert x8.dtype == torch.float8_e4m3fn and scale.shape == (2, 2)
+    back = x8.float() * scale.repeat_interleave(2, 1)[:, None, :, None]
+    assert torch.allclose(back, x, rtol=2.0 ** -4, atol=1e-6)  # 3 mantissa bits: half an ulp
+    top = x8.float().abs().reshape(2, 5, 2, 2, 8).amax(dim=(1, 3, 4))
+    assert torch.equal(top, torch.full((2, 2), 448.0))
+    want = torch.ones(2, 3, dtype=torch.float64)
+    assert acc.errors(want * 1.5, want) == pytest.approx((0.5, 0.5))
+    q = torch.randn(1, 4, 2, 8, generator=gen, dtype=torch.float64)
+    o = acc.attention_fp64(torch, q, q[:, :, :1], q[:, :, :1], causal=True)
+    assert torch.allclose(o[:, 0], q[:, 0, :1].expand(1, 2, 8))  # row 0 sees key 0 only
