@@ -56,22 +56,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     const int lane = th.lane, row_g = th.row_g;
 
     int kv_iter = 0, q_iter = 0;
-    int t = blockIdx.x;
     c.start();
     for (int tile_iter = 0;; ++tile_iter) {
         TileWork w;
-        if constexpr (Tr::kPersistent) {
-            const int slot = tile_iter & 1;
-            memory::mbar_wait(smem.tile_full(slot), (tile_iter >> 1) & 1);
-            t = load_tile_slot(smem.tile_slot(slot), w);
-            // Every thread that read the slot arrives (not one per warp after __syncwarp): the
-            // producer's next write is then ordered after each read by the mbarrier itself.
-            memory::mbar_arrive(smem.tile_empty(slot));
-        } else if (tile_iter > 0) {
-            t = sched.num_tiles;
-        }
-        if (t >= sched.num_tiles) break;
-        if constexpr (!Tr::kPersistent) w = tile_work<Tr, kMask>(p, t, sched.m_blocks, sched.section);
+        if (next_tile<Tr, kMask>(p, smem, sched, tile_iter, w) >= sched.num_tiles) break;
         if (!w.active) continue;
         const int n_blocks = w.n_blocks;
         const int wg_row0 = w.m0 + th.consumer * kWarpgroupRows;  // first query row of this warpgroup

@@ -108,19 +108,9 @@ template <class Tr, mask::Kind kMask>
 FMHA_DEVICE void transpose_v(const Params& p, const Smem<Tr>& smem, const Schedule& sched, int warp, int lane) {
     constexpr int S = Tr::kStages;
     int kv_iter = 0;
-    int t = blockIdx.x;
     for (int tile_iter = 0;; ++tile_iter) {
         TileWork w;
-        if constexpr (Tr::kPersistent) {
-            const int slot = tile_iter & 1;
-            memory::mbar_wait(smem.tile_full(slot), (tile_iter >> 1) & 1);
-            t = load_tile_slot(smem.tile_slot(slot), w);
-            memory::mbar_arrive(smem.tile_empty(slot));
-        } else if (tile_iter > 0) {
-            t = sched.num_tiles;
-        }
-        if (t >= sched.num_tiles) break;
-        if constexpr (!Tr::kPersistent) w = tile_work<Tr, kMask>(p, t, sched.m_blocks, sched.section);
+        if (next_tile<Tr, kMask>(p, smem, sched, tile_iter, w) >= sched.num_tiles) break;
         for (int it = 0; it < w.n_blocks; ++it, ++kv_iter) {
             const int st = kv_iter % S;
             const uint32_t phase = (kv_iter / S) & 1;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "fmha/mask/mask.h"
+#include "fmha/memory/mbarrier_sm90.h"
 #include "fmha/sched/tile_scheduler.h"
 #include "fmha/seq_lens.h"
 #include "fmha/utils.h"
@@ -80,6 +81,26 @@ FMHA_DEVICE int load_tile_slot(uint32_t slot, TileWork& w) {
                  : "=r"(w.kv_off), "=r"(w.blk_end), "=r"(w.n_blocks), "=r"(active) : "r"(slot) : "memory");
     w.active = active != 0;
     return t;
+}
+
+// A reader's next tile (a consumer thread's, a transposing warp thread's), its tile_iter-th:
+// the index, sched.num_tiles when there is none left, and its bounds in w. Persistent: from
+// the producer's slot ring; every thread that read the slot arrives (not one per warp after
+// __syncwarp), so the producer's next write is ordered after each read by the mbarrier
+// itself. Static grid: blockIdx.x's one tile.
+template <class Tr, mask::Kind kMask, class SmemT>
+FMHA_DEVICE int next_tile(const Params& p, const SmemT& smem, const Schedule& sched, int tile_iter, TileWork& w) {
+    if constexpr (Tr::kPersistent) {
+        const int slot = tile_iter & 1;
+        memory::mbar_wait(smem.tile_full(slot), (tile_iter >> 1) & 1);
+        const int t = load_tile_slot(smem.tile_slot(slot), w);
+        memory::mbar_arrive(smem.tile_empty(slot));
+        return t;
+    } else {
+        const int t = tile_iter == 0 ? int(blockIdx.x) : sched.num_tiles;
+        if (t < sched.num_tiles) w = tile_work<Tr, kMask>(p, t, sched.m_blocks, sched.section);
+        return t;
+    }
 }
 
 }  // namespace ws
