@@ -64,6 +64,19 @@ __global__ void qk_kernel(const uint8_t* q, const uint8_t* k, float* s) {
 #endif
 }
 
+// s = qk_kernel<kDim>(q8, k8) on the device ([64, kPad] and [128, kPad] e4m3 bytes in, [64, 128] out).
+template <int kDim>
+void run_qk(const std::vector<uint8_t>& q8, const std::vector<uint8_t>& k8, std::vector<float>* s) {
+    unit::DeviceBuffer<uint8_t> dq, dk;
+    unit::DeviceBuffer<float> ds;
+    CUDA_ASSERT(dq.upload(q8));
+    CUDA_ASSERT(dk.upload(k8));
+    CUDA_ASSERT(ds.alloc(kRows * kKeys, 0xff));
+    qk_kernel<kDim><<<1, 128>>>(dq.get(), dk.get(), ds.get());
+    CUDA_ASSERT_LAUNCH();
+    CUDA_ASSERT(ds.download(s));
+}
+
 // p [64, 128] f32 (values exact in e4m3), v [128 keys, 128] e4m3; o [64, 128] = P V, and vt
 // [128, 128] V^T as transpose_v_e4m3 left it, read back in logical (row, slot) order.
 __global__ void pv_kernel(const float* p, const uint8_t* v, float* o, uint8_t* vt_out) {
@@ -119,15 +132,8 @@ TEST(KeyOfSlot, PermutesEverySixteenKeys) {
 
 TEST_F(WgmmaFp8, QKt) {
     const std::vector<float> q = unit::dyadic(kRows * kD, true, 1), k = unit::dyadic(kKeys * kD, true, 2);
-    unit::DeviceBuffer<uint8_t> dq, dk;
-    unit::DeviceBuffer<float> ds;
-    CUDA_ASSERT(dq.upload(unit::to_e4m3(q)));
-    CUDA_ASSERT(dk.upload(unit::to_e4m3(k)));
-    CUDA_ASSERT(ds.alloc(kRows * kKeys, 0xff));
-    qk_kernel<kD><<<1, 128>>>(dq.get(), dk.get(), ds.get());
-    CUDA_ASSERT_LAUNCH();
     std::vector<float> s;
-    CUDA_ASSERT(ds.download(&s));
+    ASSERT_NO_FATAL_FAILURE(run_qk<kD>(unit::to_e4m3(q), unit::to_e4m3(k), &s));
     for (int r = 0; r < kRows; ++r)
         for (int j = 0; j < kKeys; ++j) {
             float want = 0.f;
@@ -155,15 +161,8 @@ void measure_sum_error(uint32_t seed, bool outliers, SumError* worst) {
         for (size_t i = 0; i < t->size(); ++i)
             if (int(i % kPad) < kDim) (*t)[i] = normal(gen) * (outliers && i % kPad % 16 == 5 ? 16.f : 1.f);
     const std::vector<uint8_t> q8 = unit::to_e4m3(q), k8 = unit::to_e4m3(k);
-    unit::DeviceBuffer<uint8_t> dq, dk;
-    unit::DeviceBuffer<float> ds;
-    CUDA_ASSERT(dq.upload(q8));
-    CUDA_ASSERT(dk.upload(k8));
-    CUDA_ASSERT(ds.alloc(kRows * kKeys, 0xff));
-    qk_kernel<kDim><<<1, 128>>>(dq.get(), dk.get(), ds.get());
-    CUDA_ASSERT_LAUNCH();
     std::vector<float> s;
-    CUDA_ASSERT(ds.download(&s));
+    ASSERT_NO_FATAL_FAILURE(run_qk<kDim>(q8, k8, &s));
     for (int r = 0; r < kRows; ++r)
         for (int j = 0; j < kKeys; ++j) {
             double want = 0.0, size = 0.0, top = 0.0;
