@@ -18,12 +18,13 @@ printf '| kernel | tool | mask | errors |\n|---|---|---|---|\n' >"$OUT/sanitize.
 for k in $kernels; do
     [[ $k == $glob ]] || continue
     d=$(echo "$k" | sed -E 's/.*_d([0-9]+)_.*/\1/')
-    dtype=-fp16
-    [[ $k == *_bf16_* ]] && dtype=-bf16
-    [[ $k == *_fp16_fp32_* ]] && dtype=-fp16-fp32
+    dtype=(-fp16)
+    [[ $k == *_bf16_* ]] && dtype=(-bf16)
+    [[ $k == *_fp16_fp32_* ]] && dtype=(-fp16-fp32)
+    [[ $k == *_e4m3_* ]] && dtype=(-e4m3 -bf16-output)
     for tool in memcheck racecheck; do
         for mask in ${SANITIZE_MASKS:-causal padding}; do
-            args=(-kernel "$k" -d "$d" "$dtype" -b 3 -h 4 -gqa 2 -s 333 -min-s 1 -s-q 200 -separate-q-k-v
+            args=(-kernel "$k" -d "$d" "${dtype[@]}" -b 3 -h 4 -gqa 2 -s 333 -min-s 1 -s-q 200 -separate-q-k-v
                   -runs 1 -warm-up-runs 1)
             if [[ $k == *_decode_* ]]; then  # query rows per KV head within the kernel's block_m
                 rows=$(echo "$k" | sed -E 's/.*_d[0-9]+_([0-9]+)x[0-9]+_.*/\1/')
@@ -39,7 +40,7 @@ for k in $kernels; do
                     s=2
                     [[ $rows == 8 ]] && heads=(-h 8 -gqa 2 -s-q 2)  # s_q <= s
                 fi
-                args=(-kernel "$k" -d "$d" "$dtype" -b 3 "${heads[@]}" -s "$s" -min-s 1 -separate-q-k-v
+                args=(-kernel "$k" -d "$d" "${dtype[@]}" -b 3 "${heads[@]}" -s "$s" -min-s 1 -separate-q-k-v
                       -runs 1 -warm-up-runs 1)
             fi
             [[ $mask == causal ]] && args+=(-causal-mask)

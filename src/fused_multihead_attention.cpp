@@ -211,7 +211,8 @@ struct ReferenceRun {
 };
 
 // The reference path, timed once, where the checks or -save-tensors need it.
-ReferenceRun time_reference(const Problem& p, const SeqLens& lens, const DeviceTensors& t, cudaStream_t stream) {
+ReferenceRun time_reference(const Problem& p, const SeqLens& lens, const DeviceTensors& t, const KernelMeta& kernel,
+                            cudaStream_t stream) {
     ReferenceRun r;
     r.ran = !p.skip_checks || !p.save_dir.empty();
     if (!r.ran) return r;
@@ -221,7 +222,9 @@ ReferenceRun time_reference(const Problem& p, const SeqLens& lens, const DeviceT
     if (p.save_softmax) r.lse = DeviceBuffer<float>(t.lse.size());  // [b, h, s_q_max] as the kernel's
     CUDA_CHECK(prepare_reference(t.logical, p.dtype));
     r.ms = time_on_stream(stream, [&] {
-        CUDA_CHECK(run_reference(t.logical, p.dtype, r.o.get(), r.amb.get(), r.lse.get(), stream));
+        // e4m3: P is rounded on the grid of the exact running max of the kernel's key blocks.
+        const int p_block_keys = p.dtype == DataType::kE4m3 ? kernel.block_n : 0;
+        CUDA_CHECK(run_reference(t.logical, p.dtype, p_block_keys, r.o.get(), r.amb.get(), r.lse.get(), stream));
     });
     return r;
 }
@@ -257,7 +260,7 @@ int run(int argc, char** argv) {
     const DeviceBuffer<char> workspace = attach_workspace(kernel, t.params);
     cudaStream_t stream;
     CUDA_CHECK(cudaStreamCreate(&stream));
-    const ReferenceRun ref = time_reference(p, lens, t, stream);
+    const ReferenceRun ref = time_reference(p, lens, t, kernel, stream);
 
     // One clean launch on a poisoned O: this is the output that is checked and saved.
     poison_output(t, stream);

@@ -188,7 +188,9 @@ void save_tensors(const Problem& p, const SeqLens& lens, const DeviceTensors& t,
         .add("attention_sinks", p.attention_sinks)
         .add("save_softmax", p.save_softmax)
         .add("paged_kv", p.layout == Layout::kPagedKv)
-        .add("tokens_per_block", p.layout == Layout::kPagedKv ? p.tokens_per_block : 0);
+        .add("tokens_per_block", p.layout == Layout::kPagedKv ? p.tokens_per_block : 0)
+        // e4m3: the key block whose exact running max sets P's rounding grid (reference.h).
+        .add("p_block_keys", p.dtype == DataType::kE4m3 ? kernel.block_n : 0);
     if (p.sliding_window_size > 0) meta.add("sliding_window_size", p.sliding_window_size);
     else meta.null("sliding_window_size");
     if (p.chunked_attention_size > 0) meta.add("chunked_attention_size", p.chunked_attention_size);

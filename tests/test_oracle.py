@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from tests.gpu.oracle import (E4M3_MAX, alibi_slopes_fp64, attention_backward_fp64, attention_fp64, rms_error, round_p,
-                              round_to, spec_error, visible_fp64)
+from tests.gpu.oracle import (E4M3_MAX, alibi_slopes_fp64, attention_backward_fp64, attention_fp64, block_running_max,
+                              rms_error, round_p, round_to, spec_error, visible_fp64)
 
 
 def test_alibi_slopes_are_the_papers():
@@ -152,6 +152,53 @@ def test_e4m3_ambiguity_covers_the_qgmma_sum_error(monkeypatch):
     slack = np.einsum("hqk,khd->qhd", np.abs(shift) * p / p.sum(axis=-1, keepdims=True), np.abs(v[0])) * 3
     assert (np.abs(moved - out[0]) <= amb[0] + slack + 1e-12).all()
     assert not (np.abs(moved - out[0]) <= amb_fp32[0] + slack + 1e-12).all()  # the fp32 one alone would not do
+
+
+def streamed_e4m3(q, k, v, scale, block, visible):
+    """One sequence and head as the e4m3 kernels stream it: key blocks of `block`, last first;
+    M the exact running max (raised only past it), O and l rescaled when it rises, each
+    block's P rounded to e4m3 at the scale 2^8 against that M, l summing P unrounded."""
+    x = scale * (q @ k.T) * math.log2(math.e)
+    x = np.where(visible, x, -np.inf)
+    m, l, o = np.full(len(q), -np.inf), np.zeros(len(q)), np.zeros((len(q), v.shape[1]))
+    for start in range(((k.shape[0] - 1) // block) * block, -1, -block):
+        xb = x[:, start:start + block]
+        m_new = np.maximum(m, xb.max(axis=-1))
+        rise = m_new > m
+        alpha = np.where(rise & np.isfinite(m), np.exp2(m - np.where(np.isfinite(m_new), m_new, 0)), 1.0)
+        alpha = np.where(rise & ~np.isfinite(m), 0.0, alpha)
+        o, l, m = o * alpha[:, None], l * alpha, m_new
+        p = np.exp2(xb - np.where(np.isfinite(m), m, 0)[:, None])
+        l = l + p.sum(axis=-1)
+        o = o + round_p(p, "e4m3") @ v[start:start + block]
+    return o / np.where(l > 0, l, 1)[:, None]
+
+
+@pytest.mark.parametrize("mask", ["padding", "causal"])
+def test_e4m3_block_rule_is_the_streamed_kernels(mask):
+    """attention_fp64 with p_block_keys (the e4m3 kernels' rule, bench/NOTES.md §56) is what a
+    kernel streaming blocks last first with the exact running max computes, to float64's
+    noise; and it differs from the max-rounded-up rule's P (a different grid)."""
+    rng = np.random.default_rng(11)
+    b, s_q, s, h, d, block = 1, 50, 200, 2, 32, 64
+    q, k, v = (round_to(rng.standard_normal(shape), "e4m3") for shape in ((b, s_q, h, d), (b, s, h, d), (b, s, h, d)))
+    lens_q, lens_k, scale, meta = np.array([s_q]), np.array([s]), 0.5, {"mask": mask}
+    visible = lambda i, lq, lk: visible_fp64(meta, lq, lk)
+    out, amb, _ = attention_fp64(q, k, v, lens_q, lens_k, scale, 1.0, visible, "e4m3", p_block_keys=block)
+    for head in range(h):
+        want = streamed_e4m3(q[0, :, head], k[0, :, head], v[0, :, head], scale, block, visible(0, s_q, s))
+        assert np.allclose(out[0, :, head], want, rtol=0, atol=1e-12), head
+    rounded_up, _, _ = attention_fp64(q, k, v, lens_q, lens_k, scale, 1.0, visible, "e4m3")
+    assert not np.allclose(out, rounded_up, rtol=0, atol=1e-6)
+    assert (amb > 0).any()
+
+
+def test_block_running_max_takes_the_blocks_last_first():
+    x = np.array([[[1.0, 5.0, 2.0, 3.0, -np.inf, 0.5]]])  # blocks of 2: [1, 5] [2, 3] [-inf, 0.5]
+    m, arg = block_running_max(x, 2)
+    assert m.tolist() == [[[5.0, 5.0, 3.0, 3.0, 0.5, 0.5]]] and arg.tolist() == [[[1, 1, 3, 3, 5, 5]]]
+    m, arg = block_running_max(np.full((1, 1, 3), -np.inf), 2)  # a row that sees nothing
+    assert np.isneginf(m).all() and (arg == -1).all()
 
 
 @pytest.mark.parametrize("mask, softcap, with_sinks, with_alibi", [

@@ -23,6 +23,9 @@
 // anywhere in [o_ref - o_amb, o_ref + o_amb] before it applies epsilon (check.cpp). For e4m3
 // a also covers the QGMMA's own error in S (mma::kQgmmaSumError times the sum of |q_c k_c|):
 // one e4m3 P rounded the other way moved an output of a row with a few keys by 15-30 %.
+// e4m3 also replays the kernels' order (run_reference's p_block_keys): their M is the exact
+// running max of the key blocks visited so far, last block first, and a P is rounded on its
+// own block's grid; a then also covers the S of the key that set M.
 #include "reference/reference.h"
 
 #include "fmha/mma/fp8_sm90.h"
@@ -55,9 +58,8 @@ template <> __device__ inline float round_to<__half>(double x) { return __half2f
 template <> __device__ inline float round_to<__nv_bfloat16>(double x) {
     return __bfloat162float(__double2bfloat16(x));
 }
-// e4m3 P at the scale 2^8 (P <= 1 here: M is the exact max rounded up), as the e4m3 kernels
-// round it (their scale is 2^4 .. 2^8: the same bits wherever 2^4 P is not subnormal, below
-// which the ambiguity term does not reach: bench/NOTES.md §53).
+// e4m3 P at the scale 2^8 (P <= 1 here, against the running max), as the e4m3 kernels round
+// it: their largest P is 2^8 (bench/NOTES.md §53, §56).
 template <> __device__ inline float round_to<__nv_fp8_e4m3>(double x) {
     return static_cast<float>(__nv_fp8_e4m3(static_cast<float>(x * 256.0))) / 256.f;
 }
@@ -118,7 +120,7 @@ __device__ inline bool key_visible(const Params& p, int seq, int r, int j, int p
 // kColChunks: columns per lane, ceil(dv / 32) rounded up to a power of two.
 template <class T, int kColChunks>
 __global__ void __launch_bounds__(kMaxWarps * kWarpSize)
-reference_kernel(Params p, Smem geo, float* o_ref, float* o_amb, float* lse) {
+reference_kernel(Params p, Smem geo, int p_block_keys, float* o_ref, float* o_amb, float* lse) {
     constexpr bool kE4m3 = std::is_same<T, __nv_fp8_e4m3>::value;
     const int seq = blockIdx.z, head = blockIdx.y;
     const int q_len = seq_q_len(p, seq), kv_len = seq_kv_len(p, seq);
@@ -167,63 +169,77 @@ reference_kernel(Params p, Smem geo, float* o_ref, float* o_amb, float* lse) {
         for (int c = 0; c < kColChunks; ++c) acc[i][c] = amb[i][c] = 0.f;
     }
 
-    for (int tile = 0; tile < key_end; tile += kKeysPerTile) {
-        __syncthreads();  // the previous V tile is consumed (and Q is staged)
+    // The scores of keys [tile, tile + 32) against this warp's rows, lane j holding key
+    // tile + j: log2 units, -inf where hidden. e4m3: size, the sum of the products'
+    // magnitudes, bounds how far a QGMMA's S may be off.
+    double score[kRowsPerWarp], size[kRowsPerWarp];
+    const auto tile_scores = [&](int tile) {
+        __syncthreads();  // the previous tile's K or V is consumed (and Q is staged)
         for (int j = warp; j < kKeysPerTile; j += warps)
             for (int c = lane; c < geo.d_pad; c += kWarpSize)
                 kv_s[j * geo.k_stride + c] =
                     (tile + j < kv_len && c < p.d) ? load(k + int64_t(tile + j) * p.k_row_stride + c) : 0.f;
         __syncthreads();
-
-        // Scores of key `tile + lane` against this warp's rows.
         // (each product exact in fp32, the sum in float64)
-        // e4m3: size, the sum of the products' magnitudes, bounds how far a QGMMA's S may be off.
-        double s[kRowsPerWarp] = {}, size[kRowsPerWarp] = {};
+        double dot[kRowsPerWarp] = {};
+#pragma unroll
+        for (int i = 0; i < kRowsPerWarp; ++i) size[i] = 0.0;
         const float4* k_row = reinterpret_cast<const float4*>(kv_s + lane * geo.k_stride);
         for (int c = 0; c < geo.d_pad / kVec; ++c) {
             const float4 kk = k_row[c];
 #pragma unroll
             for (int i = 0; i < kRowsPerWarp; ++i) {
                 const float4 qq = reinterpret_cast<const float4*>(q_s + (my_row + i) * geo.d_pad)[c];
-                s[i] += double(qq.x * kk.x) + double(qq.y * kk.y) + double(qq.z * kk.z) + double(qq.w * kk.w);
+                dot[i] += double(qq.x * kk.x) + double(qq.y * kk.y) + double(qq.z * kk.z) + double(qq.w * kk.w);
                 if (kE4m3)
                     size[i] += fabs(double(qq.x * kk.x)) + fabs(double(qq.y * kk.y)) + fabs(double(qq.z * kk.z)) +
                                fabs(double(qq.w * kk.w));
             }
         }
-
         const int key = tile + lane;
 #pragma unroll
         for (int i = 0; i < kRowsPerWarp; ++i) {
             const int r = row0 + my_row + i;
             const bool visible = r < q_len && key < kv_len && key_visible(p, seq, r, key, r + shift);
-            // Scores in log2 units; m is the integer-valued running max in those units.
-            double logit = s[i] * double(p.scale_bmm1);
+            double logit = dot[i] * double(p.scale_bmm1);
             if (p.softcap > 0.f) logit = p.softcap * tanh(logit / p.softcap);
             if (p.alibi_slopes != nullptr) logit -= double(p.alibi_slopes[head]) * fabs(double(r + shift - key));
             if (p.attention_bias != nullptr && visible)
                 logit += load(static_cast<const T*>(p.attention_bias) + seq * p.bias_batch_stride +
                               head * p.bias_head_stride + int64_t(r) * p.bias_row_stride + key);
-            const double score = visible ? logit * kLog2eD : -INFINITY;
-            const double m_new = fmax(m[i], ceil(warp_max(score)));
-            // m_new == -inf: nothing visible yet, keep everything at zero.
-            const double prob = m_new == -INFINITY ? 0.0 : exp2(score - m_new);
-            const double alpha = m_new == -INFINITY ? 1.0 : exp2(m[i] - m_new);  // a power of two
-            l[i] = l[i] * alpha + warp_sum(prob);
-            m[i] = m_new;
+            score[i] = visible ? logit * kLog2eD : -INFINITY;
+        }
+    };
+    // O and l times alpha: the running max rose (alpha = 1 where nothing is visible yet).
+    const auto rescale = [&](int i, double m_new) {
+        const double alpha = m_new == -INFINITY ? 1.0 : exp2(m[i] - m_new);
+        l[i] *= alpha;
 #pragma unroll
-            for (int c = 0; c < kColChunks; ++c) {
-                acc[i][c] *= static_cast<float>(alpha);
-                amb[i][c] *= static_cast<float>(alpha);
-            }
+        for (int c = 0; c < kColChunks; ++c) {
+            acc[i][c] *= static_cast<float>(alpha);
+            amb[i][c] *= static_cast<float>(alpha);
+        }
+        m[i] = m_new;
+    };
+    // P of the scores against the running max m, rounded as the kernel rounds it, and its
+    // rounding ambiguity; `m_size`: the size of the key that set m (e4m3: its S is as inexact).
+    const auto probabilities = [&](const double (&m_size)[kRowsPerWarp]) {
+#pragma unroll
+        for (int i = 0; i < kRowsPerWarp; ++i) {
+            // m == -inf: nothing visible yet, keep everything at zero.
+            const double prob = m[i] == -INFINITY ? 0.0 : exp2(score[i] - m[i]);
+            l[i] += warp_sum(prob);
             p_s[(my_row + i) * kKeysPerTile + lane] = round_to<T>(prob);
             // |dP| / P = |dS| scale_bmm1 to first order (softcap's tanh only shrinks it).
-            const double a = kE4m3 ? fmax(kAmbiguity, mma::kQgmmaSumError * size[i] * fabs(double(p.scale_bmm1)))
-                                   : kAmbiguity;
+            const double a =
+                kE4m3 ? fmax(kAmbiguity, mma::kQgmmaSumError * (size[i] + m_size[i]) * fabs(double(p.scale_bmm1)))
+                      : kAmbiguity;
             amb_s[(my_row + i) * kKeysPerTile + lane] = round_to<T>(prob * (1.0 + a)) - round_to<T>(prob * (1.0 - a));
         }
+    };
+    // O += P V over keys [tile, tile + 32).
+    const auto accumulate = [&](int tile) {
         __syncthreads();  // every warp is done with the K tile
-
         for (int j = warp; j < kKeysPerTile; j += warps)
             for (int c = lane; c < p.dv; c += kWarpSize)
                 kv_s[j * p.dv + c] =
@@ -252,6 +268,52 @@ reference_kernel(Params p, Smem geo, float* o_ref, float* o_amb, float* lse) {
                 }
             }
         }
+    };
+
+    if (kE4m3 && p_block_keys > 0) {
+        // The e4m3 kernels' rule: M is the exact running max of the blocks of p_block_keys
+        // keys visited so far, last block first, and a P is rounded on the grid of the M of
+        // its own block's visit. Each block is read twice: its max, then its P V.
+        double m_size[kRowsPerWarp];  // the size of the key that set m
+#pragma unroll
+        for (int i = 0; i < kRowsPerWarp; ++i) m_size[i] = 0.0;
+        for (int block = (key_end + p_block_keys - 1) / p_block_keys - 1; block >= 0; --block) {
+            const int block_end = min((block + 1) * p_block_keys, key_end);
+            double b_max[kRowsPerWarp], b_size[kRowsPerWarp];
+#pragma unroll
+            for (int i = 0; i < kRowsPerWarp; ++i) b_max[i] = -INFINITY, b_size[i] = 0.0;
+            for (int tile = block * p_block_keys; tile < block_end; tile += kKeysPerTile) {
+                tile_scores(tile);
+#pragma unroll
+                for (int i = 0; i < kRowsPerWarp; ++i) {
+                    const double t_max = warp_max(score[i]);
+                    const double t_size = warp_max(score[i] == t_max ? size[i] : 0.0);
+                    if (t_max > b_max[i]) b_max[i] = t_max, b_size[i] = t_size;
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < kRowsPerWarp; ++i)
+                if (b_max[i] > m[i]) rescale(i, b_max[i]), m_size[i] = b_size[i];
+            for (int tile = block * p_block_keys; tile < block_end; tile += kKeysPerTile) {
+                tile_scores(tile);
+                probabilities(m_size);
+                accumulate(tile);
+            }
+        }
+    } else {
+        // M is the running max rounded up to an integer (a power-of-two rescale): the rounded P
+        // does not depend on the order of the keys, which go by in tiles of 32.
+        const double no_size[kRowsPerWarp] = {};
+        for (int tile = 0; tile < key_end; tile += kKeysPerTile) {
+            tile_scores(tile);
+#pragma unroll
+            for (int i = 0; i < kRowsPerWarp; ++i) {
+                const double m_new = fmax(m[i], ceil(warp_max(score[i])));
+                if (m_new != m[i]) rescale(i, m_new);
+            }
+            probabilities(no_size);
+            accumulate(tile);
+        }
     }
 
     const float out_scale = p.scale_softmax * p.scale_bmm2;
@@ -276,7 +338,7 @@ reference_kernel(Params p, Smem geo, float* o_ref, float* o_amb, float* lse) {
     }
 }
 
-using KernelFn = void (*)(Params, Smem, float*, float*, float*);
+using KernelFn = void (*)(Params, Smem, int, float*, float*, float*);
 
 template <class T>
 KernelFn pick_kernel(int dv) {
@@ -324,13 +386,13 @@ cudaError_t prepare_reference(const Params& p, DataType dtype) {
     return plan(p, dtype, &l);
 }
 
-cudaError_t run_reference(const Params& p, DataType dtype, float* o_ref, float* o_amb, float* lse,
-                          cudaStream_t stream) {
+cudaError_t run_reference(const Params& p, DataType dtype, int p_block_keys, float* o_ref, float* o_amb,
+                          float* lse, cudaStream_t stream) {
     Launch l;
     cudaError_t err = plan(p, dtype, &l);
     if (err != cudaSuccess) return err;
     const dim3 grid((p.s_q_max + l.geo.rows - 1) / l.geo.rows, p.h, p.b);
-    l.fn<<<grid, l.warps * kWarpSize, l.geo.bytes(), stream>>>(p, l.geo, o_ref, o_amb, lse);
+    l.fn<<<grid, l.warps * kWarpSize, l.geo.bytes(), stream>>>(p, l.geo, p_block_keys, o_ref, o_amb, lse);
     return cudaGetLastError();
 }
 

@@ -15,8 +15,13 @@ namespace fmha {
 //        the input type fp32 cannot decide may move it (reference.cu; nullptr: not written).
 // lse:   optional fp32 [b, h, s_q_max], natural-log sum of exp of the scaled scores
 //        (nullptr: not written).
-// Inputs are fp16 or bf16 (dtype); Params::o is ignored.
-cudaError_t run_reference(const Params& p, DataType dtype, float* o_ref, float* o_amb, float* lse,
+// p_block_keys: e4m3 only, the kernel's key block (KernelMeta::block_n). The e4m3 kernels
+//        subtract the exact running max of the blocks they have visited, last block first,
+//        so a P's rounding grid depends on its block; the reference replays that order.
+//        0: the max rounded up to an integer, on which the rounded P depends on no order
+//        (the 16-bit kernels' rule, and how P was rounded for e4m3 before bench/NOTES.md §56).
+// Inputs are fp16, bf16 or e4m3 (dtype); Params::o is ignored.
+cudaError_t run_reference(const Params& p, DataType dtype, int p_block_keys, float* o_ref, float* o_amb, float* lse,
                           cudaStream_t stream);
 
 // Loads the reference kernel and sets its shared-memory limit, so that a following

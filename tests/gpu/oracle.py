@@ -102,8 +102,29 @@ def alibi_slopes_fp64(h: int) -> np.ndarray:
     return np.array(power_of_2(closest) + list(alibi_slopes_fp64(2 * closest)[0::2][:h - closest]))
 
 
+def block_running_max(x: np.ndarray, block: int) -> tuple:
+    """The e4m3 kernels' running max (bench/NOTES.md §56): keys in blocks of `block`, visited
+    last block first, M after each visit the exact max of the blocks seen. For x [h, lq, lk]
+    (log2 units, -inf where hidden) returns (M at each key's block's visit, [h, lq, lk]; the
+    key that set it, as an index into lk, -1 where none has)."""
+    h, lq, lk = x.shape
+    blocks = -(-lk // block)
+    padded = np.full((h, lq, blocks * block), -np.inf)
+    padded[..., :lk] = x
+    padded = padded.reshape(h, lq, blocks, block)
+    top, where = padded.max(axis=-1), padded.argmax(axis=-1) + np.arange(blocks) * block
+    m = np.full((h, lq, blocks), -np.inf)
+    arg = np.full((h, lq, blocks), -1)
+    run, run_arg = np.full((h, lq), -np.inf), np.full((h, lq), -1)
+    for nb in range(blocks - 1, -1, -1):
+        rise = top[..., nb] > run  # the kernel raises M only past it
+        run, run_arg = np.where(rise, top[..., nb], run), np.where(rise, where[..., nb], run_arg)
+        m[..., nb], arg[..., nb] = run, run_arg
+    return np.repeat(m, block, axis=-1)[..., :lk], np.repeat(arg, block, axis=-1)[..., :lk]
+
+
 def attention_fp64(q, k, v, q_lens, kv_lens, scale_bmm1, scale_out, visible, dtype, softcap=0.0, sinks=None,
-                   alibi=None, bias=None):
+                   alibi=None, bias=None, p_block_keys=0):
     """Plain softmax attention per sequence in float64. q [b, s_q, h, d], k [b, s, h_kv, d],
     v [b, s, h_kv, dv]; visible(i, lq, lk) gives the [lq, lk] keys each query row of sequence
     i may see (None: all of them). A row that sees no key is 0. sinks [h] (gpt-oss attention
@@ -117,7 +138,10 @@ def attention_fp64(q, k, v, q_lens, kv_lens, scale_bmm1, scale_out, visible, dty
     same P as the kernel's and the driver's reference, computed independently.
     Returns (out, amb, lse): amb bounds how far the P within AMBIGUITY of a rounding edge, which
     a kernel computing P in fp32 may round the other way, move each output element (e4m3: within
-    QGMMA_SUM_ERROR times the score's sum of |q_c k_c| times scale_bmm1, if more); lse
+    QGMMA_SUM_ERROR times the score's sum of |q_c k_c| times scale_bmm1, if more). e4m3 with
+    p_block_keys (meta.json's, the kernel's key block): P is rounded against the exact running
+    max of the blocks the kernel has visited (block_running_max), as the e4m3 kernels do, and the
+    ambiguity adds the S error of the key that set that max; 0: the max rounded up. lse
     [b, h, s_q] is each row's natural-log log-sum-exp of its logits, the sink's exp(sink) in
     the sum (-inf for a row that sees nothing; 0 past a sequence's length, as lse.npy)."""
     b, s_q, h, _ = q.shape
@@ -144,19 +168,30 @@ def attention_fp64(q, k, v, q_lens, kv_lens, scale_bmm1, scale_out, visible, dty
         # scale makes P's rounding independent of where the kernel saw the max.
         x = scores * np.log2(np.e)
         m = x.max(axis=-1, keepdims=True)
-        p = np.exp2(x - np.ceil(np.where(np.isfinite(m), m, 0)))
-        norm = p.sum(axis=-1, keepdims=True)
+        exact = dtype == "e4m3" and p_block_keys > 0
+        if exact:  # each P against its block's running max, then brought to the row's max M
+            m_key, m_arg = block_running_max(x, p_block_keys)
+            m_top = m_key[..., :1] if lk else m
+            p = np.exp2(x - np.where(np.isfinite(m_key), m_key, 0))
+            to_top = np.exp2(np.where(np.isfinite(m_key), m_key - np.where(np.isfinite(m_top), m_top, 0), 0))
+        else:
+            m_top = np.ceil(np.where(np.isfinite(m), m, 0))
+            p = np.exp2(x - m_top)
+            to_top = 1.0
+        norm = (p * to_top).sum(axis=-1, keepdims=True)
         if sinks is not None:  # exp(sink) on the same 2^(-M) scale as p, for rows that see a key
-            m_int = np.ceil(np.where(np.isfinite(m), m, 0))
-            norm = norm + np.where(np.isfinite(m), np.exp2(sinks[:, None, None] * np.log2(np.e) - m_int), 0)
+            top = np.where(np.isfinite(m_top), m_top, 0)
+            norm = norm + np.where(np.isfinite(m), np.exp2(sinks[:, None, None] * np.log2(np.e) - top), 0)
         norm = np.where(norm > 0, norm, 1)
-        out[i, :lq] = scale_out * np.einsum("hqk,khd->qhd", round_p(p, dtype) / norm, vi)
+        out[i, :lq] = scale_out * np.einsum("hqk,khd->qhd", round_p(p, dtype) * to_top / norm, vi)
         near = AMBIGUITY
         if dtype == "e4m3":  # |dP| / P = |dS| scale_bmm1 to first order (softcap's tanh only shrinks it)
             size = abs(scale_bmm1) * np.einsum("qhd,khd->hqk", np.abs(qi), np.abs(ki))
+            if exact:  # and the S of the key that set the max is as inexact
+                size = size + np.where(m_arg >= 0, np.take_along_axis(size, np.maximum(m_arg, 0), axis=-1), 0)
             near = np.maximum(AMBIGUITY, QGMMA_SUM_ERROR * size)
         edge = round_p(p * (1 + near), dtype) - round_p(p * (1 - near), dtype)
-        amb[i, :lq] = abs(scale_out) * np.einsum("hqk,khd->qhd", edge / norm, np.abs(vi))
+        amb[i, :lq] = abs(scale_out) * np.einsum("hqk,khd->qhd", edge * to_top / norm, np.abs(vi))
         # The LSE straight from the logits (no 2^-M scale): a log-sum-exp about the true max.
         terms = [scores] if sinks is None else [scores, np.broadcast_to(sinks[:, None, None], (h, lq, 1))]
         logits = np.concatenate(terms, axis=-1)

@@ -7,6 +7,9 @@ import math
 
 import pytest
 
+from generator.families.ws import fp8_tile
+
+from .oracle import block_running_max
 from .package import load_package
 
 torch, fmha = load_package()
@@ -324,8 +327,8 @@ def test_every_call_is_one_launch():
 @pytest.mark.parametrize("causal", [False, True])
 def test_fp8_with_descales(causal):
     """float8_e4m3fn q, k, v with FA3's descales per (batch, KV head): O in bf16, against a
-    float64 reference on the dequantised inputs that rounds P to e4m3 as the kernel does (at
-    a power-of-two scale), and within 1.1x that reference's own error of exact attention."""
+    float64 reference on the dequantised inputs that rounds P to e4m3 as the kernel does
+    (against its running max), and within 1.1x that reference's own error of exact attention."""
     if not hasattr(torch, "float8_e4m3fn"):
         pytest.skip(f"torch {torch.__version__} has no float8_e4m3fn")
     torch.manual_seed(31)
@@ -344,12 +347,15 @@ def test_fp8_with_descales(causal):
         shift = s - s_q
         visible = torch.arange(s, device=DEV)[None, :] <= torch.arange(s_q, device=DEV)[:, None] + shift
         scores = scores.masked_fill(~visible, -math.inf)
-    # P = 2^(log2(e) S - M), M the row's max rounded up to an integer: the kernel's P is a power
-    # of two times this, so it rounds to the same e4m3 bits (oracle.attention_fp64).
+    # P as the kernel rounds it (oracle.block_running_max, bench/NOTES.md §56): 2^(log2(e) S - M) at the
+    # scale 2^8, M the exact running max of the key blocks visited so far, last block first.
     x = scores * math.log2(math.e)
-    p = torch.exp2(x - torch.ceil(x.amax(-1, keepdim=True)))
+    m_key = torch.from_numpy(block_running_max(x.reshape(-1, s_q, s).cpu().numpy(), fp8_tile(d)[1])[0]).to(DEV)
+    top = m_key.reshape(x.shape)[..., :1]
+    m_key = torch.where(torch.isfinite(m_key.reshape(x.shape)), m_key.reshape(x.shape), top)  # no key seen yet: P = 0
+    p = torch.exp2(x - top)
     l = p.sum(-1, keepdim=True)
-    p_q = (p * 256).float().to(torch.float8_e4m3fn).double() / 256
+    p_q = (torch.exp2(x - m_key) * 256).float().to(torch.float8_e4m3fn).double() / 256 * torch.exp2(m_key - top)
     want_q = torch.einsum("bhij,bjhd->bihd", p_q / l, v)
     want_x = torch.einsum("bhij,bjhd->bihd", p / l, v)
     rms = lambda x: x.pow(2).mean().sqrt().item()

@@ -49,7 +49,8 @@ def expected_fp64(t: dict, meta: dict, dtype: str) -> tuple:
                           meta["scale_bmm1"], meta["scale_softmax"] * meta["scale_bmm2"],
                           lambda i, lq, lk: visible_fp64(meta, lq, lk, custom[i] if custom is not None else None),
                           dtype, meta["softcapping_scale_bmm1"] or 0.0, t["sinks"],
-                          alibi_slopes_fp64(t["q"].shape[2]) if meta["alibi"] else None, t["bias"])
+                          alibi_slopes_fp64(t["q"].shape[2]) if meta["alibi"] else None, t["bias"],
+                          meta["p_block_keys"])
 
 
 @pytest.mark.gpu

@@ -28,9 +28,16 @@ namespace softmax {
 // kPOffset: P comes out scaled by 2^kPOffset (e4m3 P keeps its small values out of the
 // subnormals; bench/NOTES.md §53), and the slack shrinks by as much, so P <= 256 either way.
 // The scale cancels in O = P V / l; the sinks' term and the LSE take it out.
-template <int kPOffset>
+// kExactMax (e4m3, FA3's rule): M is the exact running max, not rounded up, and raised by any
+// larger block max, so the largest P of the block that set M is 2^8 exactly, which e4m3 holds
+// without error; rounded up, that P lay anywhere in (2^7, 2^8] and lost up to 2^-4 of its
+// weight where one key dominates a row (bench/NOTES.md §54, §56). The rescales are then no
+// powers of two, and which e4m3 grid a P is rounded on depends on the blocks before it (the
+// driver's reference replays the kernel's block order: reference.cu).
+template <int kPOffset, bool kExactMax = false>
 struct OnlineSoftmaxScaled {
     static_assert(kPOffset >= 0 && kPOffset <= 8, "P <= 2^8");
+    static_assert(!kExactMax || kPOffset == 8, "the exact max leaves no slack: P's top is 2^8");
     static constexpr float kMaxSlack = 8.f - kPOffset;  // P <= 256: far from overflow in fp16, bf16 and f32 sums
 
     // M in the exponent P carries (M - kPOffset), and back; written out so that kPOffset = 0
@@ -44,6 +51,7 @@ struct OnlineSoftmaxScaled {
         else return row_max - float(kPOffset);
     }
     float row_max[2];  // running M per row: an integer, at most kMaxSlack below ceil(scale_log2 * max S)
+                       // (kExactMax: scale_log2 * max S itself)
     float row_sum[2];  // this lane's partial running sum
 
     FMHA_DEVICE void init() {
@@ -61,7 +69,8 @@ struct OnlineSoftmaxScaled {
             float mx = -CUDART_INF_F;
 #pragma unroll
             for (int ni = 0; ni < kNTiles; ++ni) mx = fmaxf(mx, fmaxf(s[0][ni][2 * h], s[0][ni][2 * h + 1]));
-            mx = ceilf(quad_max(mx) * scale_log2);
+            mx = quad_max(mx) * scale_log2;
+            if constexpr (!kExactMax) mx = ceilf(mx);
             mx = mx > row_max[h] + kMaxSlack ? mx : row_max[h];  // -inf + slack: the first block sets it
             const float max_scaled = (kCheckInf && mx == -CUDART_INF_F) ? 0.f : mx;
             alpha[h] = mx != row_max[h] ? fast_exp2(row_max[h] - max_scaled) : 1.f;

@@ -1,6 +1,7 @@
 // Softmax statistics (-save-softmax): each query row's log-sum-exp, written where the row's
 // sum is final (the same places as the sink term), to Params::softmax_lse. The kernels
-// keep a row as (M, l): M the running max in log2 units rounded up to an integer, l the sum
+// keep a row as (M, l): M the running max in log2 units rounded up to an integer (e4m3: the
+// exact running max), l the sum
 // of exp2(logit * log2(e) - M), the sink's share included; then
 //   LSE = ln(sum_j exp(logit_j)) = (M + log2(l)) * ln(2).
 // Only the LSE is stored: (M, l) is one of many pairs with the same LSE (M is rounded, not

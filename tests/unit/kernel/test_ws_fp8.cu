@@ -2,8 +2,8 @@
 // tile, persistent) launched directly through ws::launch on an SM90 GPU, before the
 // generator, the C API and fmha.exe serve it: fixed-length sequences, GQA, causal and not,
 // s_q < s_kv, FA3's descales, against a float64 reference on the dequantised inputs with P rounded to e4m3
-// as the kernel rounds it (at a power-of-two scale: the same bits in e4m3's normal range),
-// and against exact attention. O is bf16.
+// as the kernel rounds it (against the exact running max of its key blocks, in its order), and
+// against exact attention. O is bf16.
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -101,14 +101,15 @@ TEST_P(WsFp8, MatchesTheQuantisedReference) {
     CUDA_ASSERT(dout.download(&out));
 
     // Reference per (sequence, head, row) in float64. The quantised one rounds P as the kernel
-    // does: P = 2^(log2(e) S - M) with M the row's max rounded up to an integer, so the
-    // kernel's P (scaled by 2^4 .. 2^8, its M lagging by its slack) differs by a power of two
-    // and rounds to the same e4m3 bits above the subnormals. Each P may still round the other
-    // way where the QGMMA's S lies within kQgmmaSumError of an edge: amb bounds what that moves.
+    // does (bench/NOTES.md §56): keys in blocks of kBlockN, visited last block first, each P
+    // 2^(8 + log2(e) S - M) against M, the exact max of the blocks visited so far, then brought
+    // to the row's max. Each P may still round the other way where the QGMMA's S of its key or
+    // of the key that set M lies within kQgmmaSumError of an edge: amb bounds what that moves.
     double err_q = 0, err_x = 0, err_ref = 0, norm = 0, worst_q = 0;
     const int group = c.h / c.h_kv;
     const double log2e = 1.4426950408889634;
-    std::vector<double> s(c.s_kv), rel(c.s_kv), o_q(kD), o_x(kD), amb(kD);
+    constexpr int kBlockN = Traits::kBlockN;
+    std::vector<double> s(c.s_kv), rel(c.s_kv), m_key(c.s_kv), m_rel(c.s_kv), o_q(kD), o_x(kD), amb(kD);
     for (int bi = 0; bi < c.b; ++bi)
         for (int hi = 0; hi < c.h; ++hi)
             for (int r = 0; r < c.s_q; ++r) {
@@ -116,7 +117,6 @@ TEST_P(WsFp8, MatchesTheQuantisedReference) {
                 const int at = bi * c.h_kv + kvh;
                 const double scale = p.scale_bmm1 * qd[at] * kd[at];
                 const uint8_t* qr = &q8[((int64_t(bi) * c.s_q + r) * c.h + hi) * kD];
-                double mx = -INFINITY;
                 for (int j = 0; j <= last; ++j) {
                     const uint8_t* kr = &k8[((int64_t(bi) * c.s_kv + j) * c.h_kv + kvh) * kD];
                     double dot = 0, size = 0;
@@ -126,18 +126,24 @@ TEST_P(WsFp8, MatchesTheQuantisedReference) {
                     }
                     s[j] = dot * scale * log2e;                         // log2 units
                     rel[j] = fmha::mma::kQgmmaSumError * size * scale;  // |dP| / P, to first order
-                    mx = std::max(mx, s[j]);
                 }
-                const double m_int = std::ceil(mx);
+                double mx = -INFINITY, mx_rel = 0;  // the running max and its key's rel
+                for (int blk = last / kBlockN; blk >= 0; --blk) {
+                    const int end = std::min(last + 1, (blk + 1) * kBlockN);
+                    for (int j = blk * kBlockN; j < end; ++j)
+                        if (s[j] > mx) mx = s[j], mx_rel = rel[j];
+                    for (int j = blk * kBlockN; j < end; ++j) m_key[j] = mx, m_rel[j] = mx_rel;
+                }
                 double l = 0;
                 std::fill(o_q.begin(), o_q.end(), 0.0);
                 std::fill(o_x.begin(), o_x.end(), 0.0);
                 std::fill(amb.begin(), amb.end(), 0.0);
                 for (int j = 0; j <= last; ++j) {
-                    const double pj = std::exp2(s[j] - m_int);
-                    const double pq = round_e4m3(pj * 256.0) / 256.0;
+                    const double pj = std::exp2(s[j] - mx), pb = std::exp2(s[j] - m_key[j]);
+                    const double to_top = std::exp2(m_key[j] - mx), a = rel[j] + m_rel[j];
+                    const double pq = round_e4m3(pb * 256.0) / 256.0 * to_top;
                     const double edge =
-                        (round_e4m3(pj * 256.0 * (1 + rel[j])) - round_e4m3(pj * 256.0 * (1 - rel[j]))) / 256.0;
+                        (round_e4m3(pb * 256.0 * (1 + a)) - round_e4m3(pb * 256.0 * (1 - a))) / 256.0 * to_top;
                     l += pj;
                     const uint8_t* vr = &v8[((int64_t(bi) * c.s_kv + j) * c.h_kv + kvh) * kD];
                     for (int t = 0; t < kD; ++t) {

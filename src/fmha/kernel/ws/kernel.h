@@ -34,7 +34,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using Element = typename Tr::Element;
     using OutElement = typename Tr::OutElement;  // O's type (e4m3 inputs: bf16)
-    using Softmax = softmax::OnlineSoftmaxScaled<Tr::kPOffset>;
+    using Softmax = softmax::OnlineSoftmaxScaled<Tr::kPOffset, Tr::kExactMax>;
     constexpr int S = Tr::kStages;
     extern __shared__ char smem_raw[];
     const Smem<Tr> smem(smem_raw);

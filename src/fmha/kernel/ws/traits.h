@@ -90,7 +90,9 @@ struct Traits {
     static constexpr int kTransposeWarps = kFp8 ? 3 : 0;
     // log2 of P's scale before it is rounded to e4m3, and the running max's slack, which
     // together keep P <= 2^8 = 256 < 448 (bench/NOTES.md §53); 16-bit P: no scale, slack 8.
-    static constexpr int kPOffset = kFp8 ? 4 : 0;
+    // e4m3 subtracts the exact running max (no slack): a row's top P is 256 exactly (§56).
+    static constexpr int kPOffset = kFp8 ? 8 : 0;
+    static constexpr bool kExactMax = kFp8;
     // Persistent tiles: two slots, each the next tile's index and TileWork (tile_slot_*).
     static constexpr int kTileSlotBytes = 48;
     static constexpr int kTileSlotsOffset = (8 * kNumBarriers + 15) / 16 * 16;
