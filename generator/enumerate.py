@@ -64,7 +64,7 @@ def flash(config: Config) -> list[KernelSpec]:
 def ws(config: Config) -> list[KernelSpec]:
     """The ws family (FlashAttention-3 design over wgmma + TMA, warp-specialised, sm_90a)."""
     return (_specs("ws", _ws.DTYPES, _ws.HEAD_SIZES + MLA_HEAD_SIZES, _ws.tile)
-            + _specs("ws", _ws.FP8_DTYPES, _ws.FP8_HEAD_SIZES, _ws.fp8_tile))
+            + _specs("ws", _ws.FP8_DTYPES, _ws.FP8_HEAD_SIZES + MLA_HEAD_SIZES, _ws.fp8_tile))
 
 
 def decode(config: Config) -> list[KernelSpec]:

@@ -34,11 +34,11 @@ def names(environ):
 # flash: d = 16, 24, ..., 256 (31 sizes) and MLA's d = 192 / dv = 128: 32 per (dtype, acc).
 N_HEADS = 32
 # ws: d = 32, 40, 64, 72, 80, 96, 104, 128, 160, 192, 256 and MLA: 12 per dtype; and e4m3
-# (FP8) at d = 64, 128 and 256 so far.
+# (FP8) at d = 64, 128, 256 and MLA so far.
 N_WS = 12
-N_WS_FP8 = 3
+N_WS_FP8 = 4
 WS_FP8 = ["fmha_v2_ws_e4m3_d64_128x128_w8x1_sm90", "fmha_v2_ws_e4m3_d128_128x128_w8x1_sm90",
-          "fmha_v2_ws_e4m3_d256_128x64_w8x1_sm90"]
+          "fmha_v2_ws_e4m3_d256_128x64_w8x1_sm90", "fmha_v2_ws_e4m3_d192_dv128_128x128_w8x1_sm90"]
 # decode: portable like flash, so every build has them: 2 dtypes x d 32, 64, 128, 256 x (the
 # mma path + the warp path's rows 1, 4, 8).
 N_DEC = 32
@@ -110,9 +110,9 @@ def test_default_kernels():
 
 
 def test_hopper_build_with_hmma_fp32():
-    """TORCH_CUDA_ARCH_LIST=9.0 ENABLE_HMMA_FP32=1 (bench/gpu_tier.sh's build): 155 kernels."""
+    """TORCH_CUDA_ARCH_LIST=9.0 ENABLE_HMMA_FP32=1 (bench/gpu_tier.sh's build): 156 kernels."""
     got = names({"TORCH_CUDA_ARCH_LIST": "9.0", "ENABLE_HMMA_FP32": "1"})
-    assert len(got) == 155
+    assert len(got) == 156
     assert got == (decode_names("fp16_fp32") + decode_names("bf16") + ws_names("fp16_fp32") + ws_names("bf16")
                    + WS_FP8 + flash_names("fp16") + flash_names("bf16") + flash_names("fp16_fp32"))
 
@@ -171,7 +171,7 @@ def test_every_candidate_passes_the_rules():
     """With every flag that turns kernels on, no candidate of any family is rejected."""
     config = parse({"ENABLE_HMMA_FP32": "1"})
     specs = [s for family in enum.candidates(config).values() for s in family]
-    assert {s.family for s in specs} == {"decode", "ws", "flash"} and len(specs) == 155
+    assert {s.family for s in specs} == {"decode", "ws", "flash"} and len(specs) == 156
     assert [(s.name, broken(s, config)) for s in specs if broken(s, config)] == []
 
 
@@ -191,16 +191,16 @@ def test_ws_tile():
     ("*_fp16_d64_*", 1),
     ("*bf16*", 32 + 12 + 16),               # flash + ws + decode
     ("*_flash_bf16*", 32),
-    ("*_ws_*", 27),                         # fp16 (fp32 accumulation), bf16, and e4m3 at d = 64, 128, 256
+    ("*_ws_*", 28),                         # fp16 (fp32 accumulation), bf16, and e4m3 at d = 64, 128, 256, MLA
     ("*_d128_*,*_d256_*", 4 + 6 + 16),      # flash + ws (+ e4m3) + decode (2 dtypes x 4 tiles each)
     (" *_d128_* , *_d256_* ,", 4 + 6 + 16), # blanks and empty entries are ignored
-    ("*_e4m3_*", 3),
+    ("*_e4m3_*", 4),
     ("fmha_v2_flash_fp16_d32_128x64_w4x1_sm80", 1),
     ("fmha_v2_ws_bf16_d256_128x64_w8x1_sm90", 1),
     ("*_flash_fp16_fp32*", 0),              # rules come first: HMMA_FP32 is off
     ("*_ws_fp16_fp32*", 12),                # the ws family's fp16 kernels need no flag
     ("nothing*", 0),
-    ("", 123),                              # empty = unset = everything
+    ("", 124),                              # empty = unset = everything
 ])
 def test_fmha_filter(globs, count):
     assert len(names({"FMHA_FILTER": globs})) == count
@@ -302,7 +302,7 @@ def test_setup_prints_one_line_per_family(tmp_path, flags, flash):
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     assert lines[0].startswith("decode (decode family, s_q <= 16, split-KV, mma.sync or CUDA cores): 32 kernels -> ")
-    assert lines[1].startswith("ws (ws family, wgmma + TMA, warp-specialised): 27 kernels -> ")
+    assert lines[1].startswith("ws (ws family, wgmma + TMA, warp-specialised): 28 kernels -> ")
     assert lines[2].startswith(f"flash (sm80 family, mma.sync): {flash} kernels -> ")
     assert "rejected" not in run.stdout
 

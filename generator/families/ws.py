@@ -15,9 +15,11 @@ HEAD_SIZES = (32, 40, 64, 72, 80, 96, 104, 128, 160, 192, 256)
 # rules.py keeps it behind ENABLE_HMMA_FP32=1, as for the flash family.
 DTYPES = (("fp16", "fp32"), ("bf16", "fp32"))
 # FP8 (e4m3 Q, K, V; QGMMA; V made K-major in shared memory by the producer warpgroup; O in
-# bf16): the head sizes served so far (bench/NOTES.md §53), on two consumer warpgroups
-# (fp8_tile: 128 x 128 at d = 64 and 128, 128 x 64 at d = 256). d = 64 pads V to a 128-byte
-# panel, so its P V runs N = 128 over 64 zero columns (a first version).
+# bf16): the head sizes served so far (bench/NOTES.md §53), and MLA's (192, 128) from
+# enumerate.MLA_HEAD_SIZES, on two consumer warpgroups (fp8_tile: 128 x 128 at d = 64, 128 and
+# MLA, 128 x 64 at d = 256). Head tiles are whole 128-byte panels: d = 64 pads V to one, so its
+# P V runs N = 128 over 64 zero columns, and MLA's d = 192 pads Q and K to 256 columns (first
+# versions).
 FP8_DTYPES = (("e4m3", "fp32"),)
 FP8_HEAD_SIZES = (64, 128, 256)
 
