@@ -92,13 +92,18 @@ def test_decode_warp_constants(name):
     assert constants(spec(name)) == {"kMaxSq": 16, "kMma": False, "kHeads": 1, "kOneHeadBlockN": 0, "kQuadBlockN": 0}
 
 
-def test_decode_siblings_are_named():
+def test_siblings_are_named():
     assert sibling_names(spec("fmha_v2_decode_bf16_d64_32x64_w1x4_sm80")) == (
         "fmha_v2_decode_bf16_d64_16x128_w1x4_sm80", "fmha_v2_decode_bf16_d64_16x64_w1x4_sm80")
     assert sibling_names(spec("fmha_v2_decode_fp16_fp32_d32_64x64_w1x4_sm80")) == (
         "fmha_v2_decode_fp16_fp32_d32_16x256_w1x4_sm80",)
     assert sibling_names(spec("fmha_v2_decode_bf16_d128_16x64_w1x4_sm80")) == ()
-    assert sibling_names(spec("fmha_v2_ws_bf16_d64_192x128_w12x1_sm90")) == ()
+    # ws: the 192-row tiles' Short sibling, 128 rows on two consumer warpgroups; none for 128 rows.
+    assert sibling_names(spec("fmha_v2_ws_bf16_d64_192x128_w12x1_sm90")) == ("fmha_v2_ws_bf16_d64_128x128_w8x1_sm90",)
+    assert sibling_names(spec("fmha_v2_ws_fp16_fp32_d32_192x128_w12x1_sm90")) == (
+        "fmha_v2_ws_fp16_fp32_d32_128x128_w8x1_sm90",)
+    assert sibling_names(spec("fmha_v2_ws_bf16_d128_128x128_w8x1_sm90")) == ()
+    assert sibling_names(spec("fmha_v2_ws_e4m3_d64_128x128_w8x1_sm90")) == ()
 
 
 def test_max_s_q():

@@ -5,6 +5,8 @@ translation units hand to ws::Traits (constants()).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 # The head sizes fmha_v2 serves. Traits take any multiple of 8 (shared memory rounds d up to
 # whole 64-column TMA panels, zero-filled); the other multiples of 8 run on the flash family,
 # and a size joins this list when a model needs it (each costs two more translation units of
@@ -111,6 +113,26 @@ VARIANT_EXCLUSIONS = {
     "softcap": lambda spec: not softcap(spec),
     "bias": lambda spec: spec.dtype == "e4m3",  # a bias in the inputs' dtype has no use at 8 bits
 }
+
+
+# The 192-row tiles' sibling, Short: the same kernel on 128 rows (two consumer warpgroups),
+# which the launch runs for causal problems of at most 1024 keys (ws/launch.h runs_short;
+# bench/NOTES.md §55, §57). ws::Traits derives it from the row's (Traits::Short).
+SHORT_SIBLING_BLOCK_M = 192
+
+
+def siblings(spec) -> dict:
+    """The tiles a launch of `spec` may run instead of its own, by the Traits' name for them:
+    {"Short": (block_m, block_n, warps_m, warps_n)}; empty for the 128-row tiles."""
+    if spec.block_m != SHORT_SIBLING_BLOCK_M:
+        return {}
+    return {"Short": (128, spec.block_n, 128 // 16, spec.warps_n)}
+
+
+def sibling_names(spec) -> tuple:
+    """The kernel names of siblings(spec): the row's tile swapped for each."""
+    return tuple(replace(spec, block_m=bm, block_n=bn, warps_m=wm, warps_n=wn).name
+                 for bm, bn, wm, wn in siblings(spec).values())
 
 
 def constants(spec) -> dict:

@@ -178,7 +178,8 @@ def test_failed_check_exits_1(exe, gpu_sm):
 def test_verbose_names_the_tile_that_ran(exe, gpu_sm):
     """A decode row of several KV heads a CTA names its one-head sibling first; -v 1 says it
     ran where the problem's one-head units fit a wave (b = 1, 8 KV heads: 8 units)."""
-    rows = [k for k in KERNELS if k.get("siblings") and k["dtype"] == "bf16" and runs_on(k, gpu_sm)]
+    rows = [k for k in KERNELS if k["family"] == "decode" and k.get("siblings") and k["dtype"] == "bf16" and
+            runs_on(k, gpu_sm)]
     if not rows:
         pytest.skip("no decode row with siblings in this build for this GPU")
     kernel = min(rows, key=lambda k: k["d"])
@@ -187,3 +188,21 @@ def test_verbose_names_the_tile_that_ran(exe, gpu_sm):
     assert proc.returncode == 0, describe(proc)
     match = TILE_RAN_RE.search(proc.stdout)
     assert match and match["tile"] == kernel["siblings"][0], describe(proc)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("args, short", [(["-causal-mask", "-s", "1000"], True), (["-causal-mask", "-s", "1025"], False),
+                                         (["-s", "1000"], False)])
+def test_ws_short_sibling_runs_for_short_causal_problems(exe, gpu_sm, args, short):
+    """A 192-row ws row runs its 128-row sibling (Short) for causal problems of at most 1024
+    keys, its own tile otherwise; -v 1 names the tile, and the checks pass either way."""
+    rows = [k for k in KERNELS if k["family"] == "ws" and k.get("siblings") and runs_on(k, gpu_sm)]
+    if not rows:
+        pytest.skip("no ws row with a sibling in this build for this GPU")
+    kernel = min(rows, key=lambda k: (k["d"], k["dtype"]))
+    flag = "-bf16" if kernel["dtype"] == "bf16" else "-fp16-fp32"
+    proc = run_fmha(exe, ["-d", str(kernel["d"]), "-b", "2", "-h", "4", *args, flag, "-kernel", kernel["name"],
+                          "-v", "1", *ONE_RUN[2:]])
+    assert proc.returncode == 0, describe(proc)
+    match = TILE_RAN_RE.search(proc.stdout)
+    assert match and match["tile"] == (kernel["siblings"][0] if short else kernel["name"]), describe(proc)

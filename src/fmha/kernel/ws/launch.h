@@ -45,7 +45,8 @@ cudaError_t allow_smem() {
 // instantiation (d, dv, b, h, h_kv, alignment and strides as flash_sm80; persistent: a
 // tile counter), or when an extent is not in [1, INT32_MAX] (TMA coordinates are 32-bit),
 // and cudaErrorNotSupported when the driver offers no tensor-map encoder.
-template <class Tr>
+// kCausalOnly: instantiate the causal kernels only (a sibling that runs no other mask).
+template <class Tr, bool kCausalOnly = false>
 cudaError_t launch_with_extents(const Params& p, int64_t q_tokens, int64_t kv_tokens, cudaStream_t stream) {
     // TMA moves e4m3 as 16-bit pairs (Traits::TmaElement): head sizes and strides in pairs.
     using Element = typename Tr::TmaElement;
@@ -57,7 +58,9 @@ cudaError_t launch_with_extents(const Params& p, int64_t q_tokens, int64_t kv_to
                                p.v_head_stride, p.k_block_stride, p.v_block_stride})
             if (stride % 16 != 0) return cudaErrorInvalidValue;
     }
-    if (entry<Tr>(p.mask) == nullptr) return cudaErrorInvalidValue;  // a mask the family does not implement
+    if constexpr (!kCausalOnly) {  // (entry() would instantiate every mask's kernel)
+        if (entry<Tr>(p.mask) == nullptr) return cudaErrorInvalidValue;  // a mask the family does not implement
+    }
     if (p.wide_logits) return cudaErrorInvalidValue;  // one FFMA a score: no kVariantWideLogits
     if (Tr::kPersistent && p.tile_counter == nullptr) return cudaErrorInvalidValue;
     int num_sms = 0;
@@ -99,7 +102,7 @@ cudaError_t launch_with_extents(const Params& p, int64_t q_tokens, int64_t kv_to
         [&](auto kind, auto mod) {
             constexpr mask::Kind kMask = decltype(kind)::value;
             constexpr softmax::ScoreMod kMod = decltype(mod)::value;
-            if constexpr (!Tr::template kHasMod<kMod>) {
+            if constexpr (!Tr::template kHasMod<kMod> || (kCausalOnly && kMask != mask::Kind::kCausal)) {
                 return cudaErrorInvalidValue;  // not a variant of this kernel (Traits::kHasMod)
             } else {
                 const auto go = [&](auto paged_only) {
@@ -122,10 +125,31 @@ cudaError_t launch_with_extents(const Params& p, int64_t q_tokens, int64_t kv_to
     return cudaGetLastError();
 }
 
+// Causal problems of at most this many keys run a 192-row tile's 128-row sibling (Tr::Short):
+// 0.89x the time at s = 512 and 1k, d = 64, and 1.07x at 2k (bench/NOTES.md §55, §57).
+constexpr int kShortMaxKeys = 1024;
+
+template <class Tr>
+bool runs_short(const Params& p) {
+    if constexpr (Tr::kHasShort) return p.mask == MaskType::kCausal && p.s_kv_max <= kShortMaxKeys;
+    return false;
+}
+
+// The registry's TileFn: 0 the row's own tile, 1 its sibling Short.
+template <class Tr>
+int sibling_index(const Params& p) {
+    return runs_short<Tr>(p) ? 1 : 0;
+}
+
 // The registry's LaunchFn: the storage extents come from Params (q_tokens, kv_tokens).
 template <class Tr>
 cudaError_t launch(const Params& p, cudaStream_t stream) {
     if (p.q_tokens < 1 || p.kv_tokens < 1) return cudaErrorInvalidValue;
+    if constexpr (Tr::kHasShort) {
+        if (runs_short<Tr>(p)) {
+            return launch_with_extents<typename Tr::Short, true>(p, p.q_tokens, p.kv_tokens, stream);
+        }
+    }
     return launch_with_extents<Tr>(p, p.q_tokens, p.kv_tokens, stream);
 }
 

@@ -61,6 +61,12 @@ struct Traits {
     // Ping-pong: the consumer warpgroups take turns issuing their wgmmas (named barriers),
     // so that one's softmax runs while another's GEMMs own the tensor cores.
     static constexpr bool kPingPong = kPingPong_ && kConsumerWarpgroups >= 2;
+    // The 192-row tile's sibling (KernelMeta::siblings): the same kernel on two consumer
+    // warpgroups, 128 x kBlockN, which short causal problems run instead (launch.h runs_short:
+    // its diagonal blocks waste less, bench/NOTES.md §55, §57).
+    static constexpr bool kHasShort = kBlockM_ == 192;
+    using Short = Traits<Config_, Element_, kHeadDim_, kHeadDimV_, 128, kBlockN_, 8, kWarpsN_, kAccFp16_, kPersistent_,
+                         kStages_, kPingPong_>;
 
     // Columns in shared memory: whole 64-column panels (zero fill past d, dv).
     static constexpr int kDimQK = Config::kDimQK;
