@@ -35,6 +35,27 @@ std::string describe_row(const Problem& p, const SeqLens& lens, int64_t storage_
            std::to_string(storage_row % p.s_q) + ", length " + std::to_string(lens.q_lens[seq]) + ")";
 }
 
+// x rounded once to e4m3 (nearest even, saturating at +-448), as the kernels' cvt.rn.satfinite.
+double round_e4m3(double x) {
+    const double a = std::fabs(x);
+    if (!std::isfinite(a)) return x;
+    // Normal: 3 mantissa bits, the step 2^(e - 3) of its binade; below 2^-6 the fixed 2^-9.
+    const int e = a >= 0x1p-6 ? std::ilogb(a) : -6;
+    const double step = std::ldexp(1.0, e - 3);
+    const double q = std::fmin(std::nearbyint(a / step) * step, 448.0);  // the default rounding: ties to even
+    return std::copysign(q, x);
+}
+
+// O as the driver stores it: 16-bit elements, or bytes for e4m3 O.
+struct OutputBits {
+    const std::vector<uint16_t>& raw;
+    bool e4m3;
+    uint32_t bits(int64_t i) const {
+        return e4m3 ? reinterpret_cast<const uint8_t*>(raw.data())[i] : raw[size_t(i)];
+    }
+    uint32_t poison() const { return e4m3 ? kPoisonBitsE4m3 : kPoisonBits; }
+};
+
 }  // namespace
 
 float half_bits_to_float(uint16_t bits) {
@@ -75,7 +96,12 @@ CheckResult check_output(const Problem& p, const SeqLens& lens, const std::vecto
                          const std::vector<float>& o_ref, const std::vector<float>& o_amb) {
     CheckResult r;
     const int64_t row = int64_t(p.h) * p.dv;  // elements per token
-    const BitsToFloat to_float = bits_to_float(p.out_dtype);
+    const bool e4m3 = p.out_dtype == DataType::kE4m3;
+    const OutputBits out{o_raw, e4m3};
+    const BitsToFloat to_float = e4m3 ? nullptr : bits_to_float(p.out_dtype);
+    const auto value = [&](int64_t i) {
+        return e4m3 ? e4m3_bits_to_float(uint8_t(out.bits(i))) : to_float(uint16_t(out.bits(i)));
+    };
     int reported = 0;
 
     std::vector<char> covered(static_cast<size_t>(lens.q_storage_tokens), 0);
@@ -83,16 +109,18 @@ CheckResult check_output(const Problem& p, const SeqLens& lens, const std::vecto
         for (int pos = 0; pos < lens.q_lens[seq]; ++pos) {
             const int64_t token = int64_t(lens.q_offsets[seq]) + pos;
             covered[token] = 1;
-            const uint16_t* got = o_raw.data() + (token + kGuardRows) * row;
+            const int64_t got = (token + kGuardRows) * row;
             const float* want = o_ref.data() + token * row;
             const float* amb = o_amb.data() + token * row;
             for (int64_t e = 0; e < row; ++e) {
                 // The reference's value nearest the kernel's within its rounding ambiguity
-                // (0 for most elements: only P within 2^-16 of a rounding edge count).
-                const float a = to_float(got[e]);
-                const float b =
-                    std::isfinite(a) ? std::fmin(std::fmax(a, want[e] - amb[e]), want[e] + amb[e]) : want[e];
+                // (0 for most elements: only P within 2^-16 of a rounding edge count); e4m3 O:
+                // that value rounded as the kernel rounds O (it is the kernel's own where the
+                // kernel's O is the rounding of any point of the interval).
+                const float a = value(got + e);
+                float b = std::isfinite(a) ? std::fmin(std::fmax(a, want[e] - amb[e]), want[e] + amb[e]) : want[e];
                 r.ambiguous += b != want[e];
+                if (e4m3) b = static_cast<float>(round_e4m3(b));
                 const Verdict v = compare(a, b, p.epsilon);
                 ++r.checked;
                 if (std::isfinite(a)) {
@@ -120,16 +148,16 @@ CheckResult check_output(const Problem& p, const SeqLens& lens, const std::vecto
     for (int64_t a = 0; a < rows_total; ++a) {
         const int64_t token = a - kGuardRows;
         if (token >= 0 && token < lens.q_storage_tokens && covered[token]) continue;
-        const uint16_t* got = o_raw.data() + a * row;
         for (int64_t e = 0; e < row; ++e) {
             ++r.untouched_checked;
-            if (got[e] == kPoisonBits) continue;
+            const uint32_t bits = out.bits(a * row + e);
+            if (bits == out.poison()) continue;
             ++r.touched;
             if (touched_reported++ < kMaxReported)
                 r.report.push_back(format(
                     "written outside the sequences: %s, h=%d, d=%d: bits 0x%04x (poison 0x%04x)",
                     describe_row(p, lens, token).c_str(), static_cast<int>(e / p.dv),
-                    static_cast<int>(e % p.dv), got[e], kPoisonBits));
+                    static_cast<int>(e % p.dv), bits, out.poison()));
         }
     }
     return r;

@@ -36,7 +36,8 @@ struct CheckResult {
 // missed sink or a wrong scale moves the LSE by much more on the tested shapes.
 constexpr double kLseTolerance = 1e-3;
 
-// o_raw: the whole O allocation (kGuardRows before and after), fp16/bf16 bits.
+// o_raw: the whole O allocation (kGuardRows before and after), fp16/bf16 bits; e4m3 O
+//        (Problem::out_dtype) one byte an element from its start.
 // o_ref: the reference, dense [q storage tokens, h, dv].
 // o_amb: the reference's rounding ambiguity, laid out as o_ref (reference.h): the kernel's
 //        value is compared with the point of [o_ref - o_amb, o_ref + o_amb] nearest to it.

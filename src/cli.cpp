@@ -46,10 +46,11 @@ dtype
   -fp16-fp32        fp16 in/out, P*V accumulated in fp32
   -bf16             bf16 in/out (fp32 accumulation)
   -e4m3             FP8 e4m3 Q, K, V, fp32 accumulation, P rounded to e4m3 at a power-of-two
-                    scale; O in e4m3 by default (no kernel writes that yet: add -bf16-output)
+                    scale; O in e4m3 by default (-scale-bmm2 scales it into range; rounded to
+                    nearest, saturating at +-448)
   -e4m3-fp32        the same (Hopper's QGMMA accumulates in fp32 either way)
   -bf16-output      O in bf16 (with -e4m3)
-  -fp16-output      O in fp16 (with -e4m3; no kernel writes it yet)
+  -fp16-output      O in fp16 (with -e4m3; refused: no kernel writes it yet)
 mask              (p = r + kv_len - q_len: query row r's position among the keys)
   (default)         padding: key j is visible iff j < kv_len
   -causal-mask      also j <= p (bottom-right aligned)
@@ -308,16 +309,15 @@ void resolve_and_validate(Problem& p, const std::set<std::string>& seen) {
     }
 
     // O's dtype: the inputs' for fp16 and bf16; e4m3 by default for e4m3 inputs (fmha_v2's),
-    // or what -bf16-output / -fp16-output ask. The e4m3 kernels write bf16 only so far.
+    // or what -bf16-output / -fp16-output ask. The e4m3 kernels write e4m3 or bf16.
     const bool fp8 = p.dtype == DataType::kE4m3;
     if (!given("-bf16-output") && !given("-fp16-output")) p.out_dtype = p.dtype;
     if (!fp8 && p.out_dtype != p.dtype)
         fail_args(std::string(given("-bf16-output") ? "-bf16-output" : "-fp16-output") +
                   " is for e4m3 inputs (-e4m3): fp16 and bf16 runs write O in their own dtype");
-    if (fp8 && p.out_dtype != DataType::kBf16)
-        fail_args(std::string("-e4m3") + (given("-fp16-output") ? " -fp16-output" : "") +
-                  ": no kernel writes O in " + (given("-fp16-output") ? "fp16" : "e4m3") +
-                  " yet; add -bf16-output");
+    if (fp8 && p.out_dtype == DataType::kFp16)
+        fail_args("-e4m3 -fp16-output: no kernel writes O in fp16 yet; the e4m3 kernels write e4m3 (the default) "
+                  "or bf16 (-bf16-output)");
     if (fp8 && (given("-attention-bias") || given("-attention-bias-shape")))
         fail_args("-attention-bias with -e4m3: the bias is in the inputs' dtype, and no e4m3 kernel takes one");
 

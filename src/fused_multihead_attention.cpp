@@ -263,7 +263,7 @@ int run(int argc, char** argv) {
     const ReferenceRun ref = time_reference(p, lens, t, kernel, stream);
 
     // One clean launch on a poisoned O: this is the output that is checked and saved.
-    poison_output(t, stream);
+    poison_output(p, t, stream);
     launch(kernel, t.params, stream);
     CUDA_CHECK(cudaStreamSynchronize(stream));
     std::vector<uint16_t> o_raw;

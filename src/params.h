@@ -183,6 +183,10 @@ struct Params {
     const float* q_descale = nullptr;
     const float* k_descale = nullptr;
     const float* v_descale = nullptr;
+    // e4m3 inputs: O in e4m3 (fmha_v2's default output: scale_bmm2 scales it into range, values
+    // round to nearest and saturate at +-448; o strides in e4m3 elements), else in bf16. The
+    // 16-bit kernels refuse it (launch_checks.h params_fit).
+    bool o_e4m3 = false;
 };
 
 }  // namespace fmha

@@ -16,7 +16,9 @@ Params tensor_params(const Problem& p, const SeqLens& lens, const DeviceTensors&
     prm.q = q.base;
     prm.k = k.base;
     prm.v = v.base;
-    prm.o = t.o.get() + kGuardRows * h * dv;
+    // O's elements are 2 bytes, or 1 for e4m3 O (the allocation is as large either way).
+    prm.o = reinterpret_cast<char*>(t.o.get()) + kGuardRows * h * dv * element_bytes(p.out_dtype);
+    prm.o_e4m3 = p.out_dtype == DataType::kE4m3;
     prm.q_row_stride = q.row_stride;
     prm.q_head_stride = q.head_stride;
     prm.k_row_stride = k.row_stride;
@@ -120,8 +122,11 @@ std::vector<Params> timing_input_sets(const DeviceTensors& t, size_t l2_bytes,
     return out;
 }
 
-void poison_output(DeviceTensors& t, cudaStream_t stream) {
-    poison(t.o.get(), static_cast<int64_t>(t.o.size()), kPoisonBits, stream);
+void poison_output(const Problem& p, DeviceTensors& t, cudaStream_t stream) {
+    if (p.out_dtype == DataType::kE4m3)  // its NaN byte, on every byte (check_output reads e4m3 O as bytes)
+        poison(reinterpret_cast<uint8_t*>(t.o.get()), static_cast<int64_t>(t.o.bytes()), kPoisonBitsE4m3, stream);
+    else
+        poison(t.o.get(), static_cast<int64_t>(t.o.size()), kPoisonBits, stream);
     if (t.lse.size() > 0)
         poison(reinterpret_cast<uint32_t*>(t.lse.get()), static_cast<int64_t>(t.lse.size()), kPoisonLseBits, stream);
 }

@@ -45,8 +45,8 @@ constexpr int kMaxTimingSets = 8;
 std::vector<Params> timing_input_sets(const DeviceTensors& t, size_t l2_bytes,
                                       std::vector<DeviceBuffer<uint8_t>>* copies);
 
-// Writes kPoisonBits over the whole O allocation, guard rows included, and kPoisonLseBits
-// over the softmax statistics when the run saves them.
-void poison_output(DeviceTensors& t, cudaStream_t stream);
+// Writes kPoisonBits over the whole O allocation, guard rows included (e4m3 O: kPoisonBitsE4m3
+// on every byte), and kPoisonLseBits over the softmax statistics when the run saves them.
+void poison_output(const Problem& p, DeviceTensors& t, cudaStream_t stream);
 
 }  // namespace fmha

@@ -107,6 +107,7 @@ class Case:
     tag: str = ""
     heads: int = 0     # query heads; 0 = the attention type's default
     kv_heads: int = 0  # KV heads of a "gqa" case; 0 = the attention type's default
+    e4m3_out: bool = False  # e4m3 kernels: O in e4m3 (else bf16)
 
     @property
     def h(self) -> int:
@@ -118,7 +119,7 @@ class Case:
 
     def args(self) -> list[str]:
         k = self.kernel
-        out = ["-d", str(k["d"]), "-dv", str(k["dv"]), *dtype_flags(k), "-h", str(self.h)]
+        out = ["-d", str(k["d"]), "-dv", str(k["dv"]), *dtype_flags(k, self.e4m3_out), "-h", str(self.h)]
         attn_flags = ["-gqa", str(self.kv_heads)] if self.kv_heads else ATTENTION[self.attn][2]
         out += attn_flags + LAYOUT_FLAGS[self.layout] + self.shape.flags()
         return out + mask_flags(self.mask, self.shape.s) + list(self.extra)
@@ -130,6 +131,8 @@ class Case:
                  LAYOUT_TAGS[self.layout], self.attn, self.shape.tag]
         if self.heads:
             parts.insert(4, f"h{self.h}x{self.h_kv}")
+        if self.e4m3_out:
+            parts.append("o_e4m3")
         return "-".join(parts + ([self.tag] if self.tag else []))
 
     @property

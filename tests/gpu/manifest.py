@@ -46,10 +46,11 @@ def is_decode(kernel: dict) -> bool:
     return bool(FAMILIES[kernel["family"]].max_s_q)
 
 
-def dtype_flags(kernel: dict) -> list[str]:
-    """fmha.exe's flags for the kernel's dtype (e4m3: O in bf16, what the e4m3 kernels write)."""
+def dtype_flags(kernel: dict, e4m3_out: bool = False) -> list[str]:
+    """fmha.exe's flags for the kernel's dtype (e4m3: O in bf16, or with e4m3_out in e4m3, the
+    driver's default for e4m3 inputs; the e4m3 kernels write either)."""
     if kernel["dtype"] == "e4m3":
-        return ["-e4m3", "-bf16-output"]
+        return ["-e4m3"] if e4m3_out else ["-e4m3", "-bf16-output"]
     if kernel["dtype"] == "bf16":
         return ["-bf16"]
     return ["-fp16-fp32" if kernel["acc"] == "fp32" else "-fp16"]

@@ -33,6 +33,7 @@ def test_kernel(case: Case, exe, gpu_sm, perf_record, request):
         "d": k["d"], "dv": k["dv"], "dtype": dtype_label(k), "mask": case.mask,
         "attn": case.attn, "qkv_layout": case.layout, "wm": k["warps_m"], "wn": k["warps_n"],
         "warp_spec": warp_spec(k),
+        "output_dtype": {"e4m3": "E4M3" if case.e4m3_out else "BF16", "bf16": "BF16"}.get(k["dtype"], "FP16"),
     }
     got = {key: type(value)(fields[key]) for key, value in expected.items()}
     assert got == expected, describe(proc)

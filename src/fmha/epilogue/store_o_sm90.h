@@ -3,9 +3,12 @@
 //     swizzle), for a TMA store of a slab whose rows all belong to the sequence;
 //   store_o_rows: straight from the wgmma accumulator layout to global memory with one
 //     predicate per row, for a slab that ends past the sequence's q_len (a TMA store of the
-//     whole slab would spill into the next sequence of a packed batch).
+//     whole slab would spill into the next sequence of a packed batch);
+//   store_o_rows_e4m3: the same for e4m3 O, every slab.
 // Neither writes columns past dv to global memory.
 #pragma once
+
+#include <cuda_fp8.h>
 
 #include "fmha/utils.h"
 
@@ -34,6 +37,25 @@ FMHA_DEVICE void store_o_rows(const float (&o)[1][kNTilesO][4], const float (&in
 #pragma unroll
         for (int nt = 0; nt < kNTilesOut; ++nt) {
             *reinterpret_cast<uint32_t*>(dst + 8 * nt) = scaled_pair<Element>(o, inv, nt, h);
+        }
+    }
+}
+
+// store_o_rows for e4m3 O (Params::o_e4m3): each pair one 16-bit store, rounded to nearest
+// even and saturated at +-448.
+template <int kNTilesOut, int kNTilesO>
+FMHA_DEVICE void store_o_rows_e4m3(const float (&o)[1][kNTilesO][4], const float (&inv)[2], __nv_fp8_e4m3* gmem,
+                                   int64_t row_stride, int row_g, int lane, int valid_rows) {
+    static_assert(kNTilesOut <= kNTilesO, "stores past the accumulator");
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int row = row_g + 8 * h;
+        if (row >= valid_rows) continue;
+        __nv_fp8_e4m3* dst = gmem + row * row_stride + 2 * (lane % 4);
+#pragma unroll
+        for (int nt = 0; nt < kNTilesOut; ++nt) {
+            *reinterpret_cast<__nv_fp8x2_storage_t*>(dst + 8 * nt) = __nv_cvt_float2_to_fp8x2(
+                make_float2(o[0][nt][2 * h] * inv[h], o[0][nt][2 * h + 1] * inv[h]), __NV_SATFINITE, __NV_E4M3);
         }
     }
 }

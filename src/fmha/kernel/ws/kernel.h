@@ -202,7 +202,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         // tile without key blocks loaded nothing there; its O (zeros) goes from registers.
         const bool o_in_v = kStageOverV && n_blocks > 0;
         if (o_in_v) th.consumers_barrier();
-        if ((Tr::kOBeside || o_in_v) && wg_row0 + kWarpgroupRows <= w.q_len) {
+        if (Tr::kFp8 && p.o_e4m3) {  // e4m3 O: from registers (kStageOverV is off for e4m3)
+            auto* o = static_cast<__nv_fp8_e4m3*>(p.o) + static_cast<int64_t>(w.q_off + wg_row0) * p.o_row_stride +
+                      static_cast<int64_t>(w.head) * p.o_head_stride;
+            epilogue::store_o_rows_e4m3<Tr::kNTilesOut>(acc_o, inv, o, p.o_row_stride, row_g, lane,
+                                                        w.q_len - wg_row0);
+        } else if ((Tr::kOBeside || o_in_v) && wg_row0 + kWarpgroupRows <= w.q_len) {
             // The slab's rows are all this sequence's: stage it in shared memory, one thread
             // stores it with TMA. The slab's buffer is free once the last store has read it.
             const uint32_t slab = smem.o + th.consumer * (Tr::kSmemO / Tr::kConsumerWarpgroups);

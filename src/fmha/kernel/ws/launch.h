@@ -52,7 +52,7 @@ cudaError_t launch_with_extents(const Params& p, int64_t q_tokens, int64_t kv_to
     using Element = typename Tr::TmaElement;
     constexpr int kUnit = 2 / Tr::kElemBytes;
     if (q_tokens < 1 || kv_tokens < 1 || q_tokens > INT32_MAX || kv_tokens > INT32_MAX) return cudaErrorInvalidValue;
-    if (!kernel::params_fit(p, Tr::kHeadDim, Tr::kHeadDimV)) return cudaErrorInvalidValue;
+    if (!kernel::params_fit(p, Tr::kHeadDim, Tr::kHeadDimV, Tr::kFp8)) return cudaErrorInvalidValue;
     if constexpr (Tr::kFp8) {  // 16-byte strides for TMA, of e4m3 bytes
         for (int64_t stride : {p.q_row_stride, p.q_head_stride, p.k_row_stride, p.k_head_stride, p.v_row_stride,
                                p.v_head_stride, p.k_block_stride, p.v_block_stride})
@@ -92,7 +92,7 @@ cudaError_t launch_with_extents(const Params& p, int64_t q_tokens, int64_t kv_to
                                                       p.v_row_stride / kUnit, p.v_head_stride / kUnit, Tr::kBlockN);
         }
     }
-    if (err == cudaSuccess && Tr::kStoreOTma) {
+    if (err == cudaSuccess && Tr::kStoreOTma && !p.o_e4m3) {  // e4m3 O leaves from registers
         err = memory::make_head_tile_map<typename Tr::OutElement>(&maps.o, p.o, q_tokens, p.h, Tr::kHeadDimV,
                                                                   p.o_row_stride, p.o_head_stride, kWarpgroupRows);
     }
