@@ -64,7 +64,7 @@ def test_save_tensors(kind, config, exe, gpu_sm, tmp_path):
     require_arch(kernel, gpu_sm)
     flags = configs_for(kind)[config]
     # e4m3 kernels: O in e4m3 (the driver's default) for every other config, else bf16.
-    e4m3_out = SAVE_CONFIGS.index(config) % 2 == 0
+    e4m3_out = list(SAVE_CONFIGS).index(config) % 2 == 0
     args = ["-d", str(kernel["d"]), "-dv", str(kernel["dv"]), *dtype_flags(kernel, e4m3_out), *flags]
     proc = run_fmha(exe, [*args, "-kernel", kernel["name"], "-save-tensors", str(tmp_path),
                           "-v", "0", "-runs", "1", "-warm-up-runs", "0"])

@@ -41,21 +41,31 @@ FMHA_DEVICE void store_o_rows(const float (&o)[1][kNTilesO][4], const float (&in
     }
 }
 
-// store_o_rows for e4m3 O (Params::o_e4m3): each pair one 16-bit store, rounded to nearest
-// even and saturated at +-448.
+// store_o_rows for e4m3 O (Params::o_e4m3): rounded to nearest even, saturated at +-448. A
+// thread's pairs of two adjacent n8 tiles and its quad partner's (lane ^ 1) make 4 contiguous
+// bytes, so a quad stores 16 contiguous bytes of a row per two tiles, 4 bytes a lane: even
+// lanes columns 8 nt + 2 t .. + 3, odd lanes 8 nt + 8 + 2 (t - 1) .. + 3. Every lane shuffles
+// (rows past valid_rows only skip the store).
 template <int kNTilesOut, int kNTilesO>
 FMHA_DEVICE void store_o_rows_e4m3(const float (&o)[1][kNTilesO][4], const float (&inv)[2], __nv_fp8_e4m3* gmem,
                                    int64_t row_stride, int row_g, int lane, int valid_rows) {
-    static_assert(kNTilesOut <= kNTilesO, "stores past the accumulator");
+    static_assert(kNTilesOut <= kNTilesO && kNTilesOut % 2 == 0, "whole pairs of n8 tiles of the accumulator");
+    const int t = lane % 4;
+    const bool odd = t % 2 != 0;
+    const auto pair = [&](int nt, int h) -> uint32_t {
+        return __nv_cvt_float2_to_fp8x2(make_float2(o[0][nt][2 * h] * inv[h], o[0][nt][2 * h + 1] * inv[h]),
+                                        __NV_SATFINITE, __NV_E4M3);
+    };
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int row = row_g + 8 * h;
-        if (row >= valid_rows) continue;
-        __nv_fp8_e4m3* dst = gmem + row * row_stride + 2 * (lane % 4);
+        __nv_fp8_e4m3* dst = gmem + row * row_stride + (odd ? 8 + 2 * (t - 1) : 2 * t);
 #pragma unroll
-        for (int nt = 0; nt < kNTilesOut; ++nt) {
-            *reinterpret_cast<__nv_fp8x2_storage_t*>(dst + 8 * nt) = __nv_cvt_float2_to_fp8x2(
-                make_float2(o[0][nt][2 * h] * inv[h], o[0][nt][2 * h + 1] * inv[h]), __NV_SATFINITE, __NV_E4M3);
+        for (int nt = 0; nt < kNTilesOut; nt += 2) {
+            const uint32_t a = pair(nt, h), b = pair(nt + 1, h);
+            const uint32_t got = __shfl_xor_sync(0xffffffffu, odd ? a : b, 1);  // what the partner keeps not
+            const uint32_t word = odd ? (got | (b << 16)) : (a | (got << 16));
+            if (row < valid_rows) *reinterpret_cast<uint32_t*>(dst + 8 * nt) = word;
         }
     }
 }
