@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 /* Bumped when a struct or a signature changes; fmha_version() returns the library's. */
-#define FMHA_API_VERSION 2
+#define FMHA_API_VERSION 3
 
 typedef enum fmha_status {
     FMHA_SUCCESS = 0,
@@ -67,7 +67,7 @@ typedef struct fmha_tensor {
 
 typedef struct fmha_problem {
     uint32_t struct_size; /* sizeof(fmha_problem_t), set by fmha_problem_init */
-    fmha_dtype_t dtype;   /* of Q, K, V and O: FP16 or BF16; E4M3: Q, K, V, and O in BF16 */
+    fmha_dtype_t dtype;   /* of Q, K, V and O: FP16 or BF16; E4M3: Q, K, V, and O in BF16 (or o_e4m3) */
     fmha_dtype_t acc;     /* P V accumulation: FP32 (default) or FP16 */
     int b, h, h_kv;       /* batch, query heads, key/value heads (h % h_kv == 0) */
     int d, dv;            /* head size of Q and K, of V and O */
@@ -116,6 +116,8 @@ typedef struct fmha_problem {
     const float* q_descale;
     const float* k_descale;
     const float* v_descale;
+    int o_e4m3; /* E4M3 only: nonzero writes O in e4m3 (fmha_v2's output: rounded to nearest,
+                   saturating at +-448; v_descale scales it into range), else in BF16 */
 } fmha_problem_t;
 
 typedef struct fmha_plan {

@@ -108,6 +108,8 @@ def test_plan_picks_the_kernel_without_a_gpu(lib):
     ({"dtype": E4M3, "acc": FP32, "k": Tensor(0x20000000, 128 * 256, 264, 64)}, INVALID,
      "k: token_stride 264, head_stride 64: positive token stride, both multiples of 16 elements"),
     ({"q_descale": 0x60000000}, INVALID, "for FMHA_DTYPE_E4M3 inputs only"),
+    ({"o_e4m3": 1}, INVALID, "o_e4m3: for FMHA_DTYPE_E4M3 inputs only"),
+    ({"dtype": E4M3, "acc": FP32, "o_e4m3": 1}, NOT_SUPPORTED, "no kernel of this build serves dtype e4m3"),
     ({"dtype": 7}, INVALID, "dtype must be"),
     ({"b": 0}, INVALID, "b = 0: must be in [1, 65535]"),
     ({"h_kv": 3}, INVALID, "h_kv = 3: must divide h = 4"),

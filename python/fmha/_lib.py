@@ -11,7 +11,7 @@ from pathlib import Path
 SUCCESS, INVALID_VALUE, NOT_SUPPORTED, WORKSPACE, CUDA = range(5)
 FP16, BF16, FP32, E4M3 = range(4)
 MASK_NONE, MASK_CAUSAL, MASK_SLIDING, MASK_BIDIRECTIONAL, MASK_CHUNKED, MASK_CUSTOM = range(6)
-API_VERSION = 2
+API_VERSION = 3
 
 
 class Tensor(ctypes.Structure):
@@ -37,6 +37,7 @@ class Problem(ctypes.Structure):
         ("num_blocks", ctypes.c_int), ("k_block_stride", ctypes.c_int64), ("v_block_stride", ctypes.c_int64),
         ("lse", ctypes.c_void_p),
         ("q_descale", ctypes.c_void_p), ("k_descale", ctypes.c_void_p), ("v_descale", ctypes.c_void_p),
+        ("o_e4m3", ctypes.c_int),
     ]
 
 

@@ -21,9 +21,11 @@ if hasattr(torch, "float8_e4m3fn"):
     _DTYPES[torch.float8_e4m3fn] = _lib.E4M3  # O in bf16 (include/fmha.h)
 
 
-def _out_dtype(dtype: torch.dtype) -> torch.dtype:
-    """O's dtype for inputs of `dtype`: the same, bf16 for e4m3."""
-    return torch.bfloat16 if _DTYPES.get(dtype) == _lib.E4M3 else dtype
+def _out_dtype(dtype: torch.dtype, o_e4m3: bool = False) -> torch.dtype:
+    """O's dtype for inputs of `dtype`: the same; for e4m3 bf16, or e4m3 with o_e4m3."""
+    if _DTYPES.get(dtype) != _lib.E4M3:
+        return dtype
+    return dtype if o_e4m3 else torch.bfloat16
 
 
 def _library():
@@ -128,7 +130,8 @@ def _prepare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Op
              max_seqlen_q: int, max_seqlen_k: int, scale: float, mask: int, window: int, chunk: int, softcap: float,
              alibi_slopes: Optional[torch.Tensor], sinks: Optional[torch.Tensor], bias: Optional[torch.Tensor],
              mask_bits: Optional[torch.Tensor], want_lse: bool, q_descale: Optional[torch.Tensor] = None,
-             k_descale: Optional[torch.Tensor] = None, v_descale: Optional[torch.Tensor] = None) -> _Prepared:
+             k_descale: Optional[torch.Tensor] = None, v_descale: Optional[torch.Tensor] = None,
+             o_e4m3: bool = False) -> _Prepared:
     """The problem of the op's arguments, planned (a NotImplementedError or ValueError with the
     library's reason where no kernel serves it)."""
     so = _library()
@@ -162,6 +165,7 @@ def _prepare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Op
     else:
         p.k, p.v = _tensor(k, True), _tensor(v, True)
     p.mask, p.window, p.chunk = mask, window, chunk
+    p.o_e4m3 = int(o_e4m3)
     p.scale, p.softcap = scale, softcap
     if bias is not None:  # [b or 1, h or 1, s_q, s_k]; a dimension of size 1 broadcasts
         p.bias_batch_stride = bias.stride(0) if bias.shape[0] > 1 else 0
@@ -192,7 +196,7 @@ def _prepare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Op
             p.acc = _lib.FP32
             status = so.fmha_plan(p, sm, num_sms, plan)
     _lib.raise_for(so, status, "fmha")
-    out_dtype = _out_dtype(q.dtype)
+    out_dtype = _out_dtype(q.dtype, o_e4m3)
     like_q = tuple(out_shape) == tuple(q.shape) and q.is_contiguous() and out_dtype == q.dtype
     return _Prepared(p, plan, out_shape, (b, h, max_seqlen_q) if want_lse else None, out_dtype, q.device, inputs,
                      like_q)
@@ -208,9 +212,11 @@ def _fwd_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: O
               max_seqlen_q: int, max_seqlen_k: int, scale: float, mask: int, window: int, chunk: int, softcap: float,
               alibi_slopes: Optional[torch.Tensor], sinks: Optional[torch.Tensor], bias: Optional[torch.Tensor],
               mask_bits: Optional[torch.Tensor], want_lse: bool, q_descale: Optional[torch.Tensor],
-              k_descale: Optional[torch.Tensor], v_descale: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+              k_descale: Optional[torch.Tensor], v_descale: Optional[torch.Tensor],
+              o_e4m3: bool) -> tuple[torch.Tensor, torch.Tensor]:
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, max_seqlen_q, max_seqlen_k, scale, mask,
-            window, chunk, softcap, alibi_slopes, sinks, bias, mask_bits, want_lse, q_descale, k_descale, v_descale)
+            window, chunk, softcap, alibi_slopes, sinks, bias, mask_bits, want_lse, q_descale, k_descale, v_descale,
+            o_e4m3)
     out, lse = _prepare(*args).run(_tensors(args))
     return out, lse if lse is not None else q.new_empty((0,), dtype=torch.float32)
 
@@ -273,8 +279,8 @@ def _call(key: Optional[tuple], *args):
 
 @_fwd.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, max_seqlen_q, max_seqlen_k, scale, mask,
-      window, chunk, softcap, alibi_slopes, sinks, bias, mask_bits, want_lse, q_descale, k_descale, v_descale):
+      window, chunk, softcap, alibi_slopes, sinks, bias, mask_bits, want_lse, q_descale, k_descale, v_descale, o_e4m3):
     b = cu_seqlens_q.shape[0] - 1 if cu_seqlens_q is not None else q.shape[0]
-    out = q.new_empty(q.shape[:-1] + (v.shape[-1],), dtype=_out_dtype(q.dtype))
+    out = q.new_empty(q.shape[:-1] + (v.shape[-1],), dtype=_out_dtype(q.dtype, o_e4m3))
     lse = q.new_empty((b, q.shape[-2], max_seqlen_q) if want_lse else (0,), dtype=torch.float32)
     return out, lse

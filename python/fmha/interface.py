@@ -18,7 +18,7 @@ import torch
 
 from . import _lib
 from ._masks import fa3_mask as _mask
-from ._op import _DTYPES, _MAX_PREPARED, _call, _lookup, _ready, _strides
+from ._op import _DTYPES, _MAX_PREPARED, _call, _lookup, _out_dtype, _ready, _strides
 
 
 def _unsupported(**args) -> None:
@@ -100,6 +100,17 @@ def _descales(q, b: int, h_kv: int, q_descale, k_descale, v_descale) -> tuple:
     return tuple(out)
 
 
+def _o_e4m3(q, out_dtype) -> bool:
+    """out_dtype checked: None (the default: q's dtype, bf16 for float8_e4m3fn q), or for
+    float8_e4m3fn q torch.bfloat16 or torch.float8_e4m3fn (True: O in e4m3)."""
+    if out_dtype is None or out_dtype == _out_dtype(q.dtype):
+        return False
+    if _DTYPES.get(q.dtype) == _lib.E4M3 and out_dtype == q.dtype:
+        return True
+    raise TypeError(f"fmha: out_dtype={out_dtype} for {q.dtype} inputs; float8_e4m3fn inputs write bfloat16 or "
+                    f"float8_e4m3fn, 16-bit inputs their own dtype")
+
+
 def _func_key(q, k, v, *options):
     """A prepared call's key: (kind, options, each tensor's shape, strides, dtype, device)."""
     return ("func", options, q.shape, q.stride(), q.dtype, q.get_device(), k.shape, k.stride(), k.dtype,
@@ -109,15 +120,16 @@ def _func_key(q, k, v, *options):
 def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descale=None, k_descale=None,
                     v_descale=None, window_size=(-1, -1), attention_chunk=0, softcap=0.0, num_splits=1,
                     pack_gqa=None, deterministic=False, sm_margin=0, return_attn_probs=False, *,
-                    alibi_slopes=None, sinks=None, attn_bias=None, attn_mask=None):
+                    alibi_slopes=None, sinks=None, attn_bias=None, attn_mask=None, out_dtype=None):
     """Attention over [batch, seqlen, heads, headdim] tensors, as FA3's flash_attn_func: returns
     out [b, s_q, h, dv], and softmax_lse [b, h, s_q] (fp32, natural log) with
     return_attn_probs. Extras: alibi_slopes [h] and sinks [h] (fp32); attn_bias, added to the
     scaled logits, [b or 1, h or 1, s_q, s_k] in q's dtype; attn_mask, bool [b or 1, s_q, s_k]
-    (True: attend), the same for every head, instead of causal or a window."""
+    (True: attend), the same for every head, instead of causal or a window; out_dtype (float8_e4m3fn
+    inputs only): torch.float8_e4m3fn writes O in e4m3 (v_descale scales it), bf16 the default."""
     key = None
     if qv is None and q_descale is None and k_descale is None and v_descale is None and alibi_slopes is None and \
-            sinks is None and attn_bias is None and attn_mask is None:
+            sinks is None and attn_bias is None and attn_mask is None and out_dtype is None:
         key, prepared = _lookup(_func_key, q, k, v, softmax_scale, causal, window_size, attention_chunk, softcap,
                                 return_attn_probs)
         if _ready(prepared, q, k, v):
@@ -147,7 +159,8 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
         key = None  # copies were made: the prepared call describes them, not the inputs
     q, k, v = views
     out, lse = _call(key, q, k, v, None, None, None, None, q.shape[1], k.shape[1], scale, mask, window, chunk,
-                     float(softcap), alibi_slopes, sinks, attn_bias, bits, bool(return_attn_probs), *descales)
+                     float(softcap), alibi_slopes, sinks, attn_bias, bits, bool(return_attn_probs), *descales,
+                     _o_e4m3(q, out_dtype))
     return (out, lse) if return_attn_probs else out
 
 
@@ -184,12 +197,13 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            seqused_k=None, softmax_scale=None, causal=False, qv=None, q_descale=None,
                            k_descale=None, v_descale=None, window_size=(-1, -1), attention_chunk=0, softcap=0.0,
                            num_splits=1, pack_gqa=None, deterministic=False, sm_margin=0, return_attn_probs=False,
-                           *, alibi_slopes=None, sinks=None):
+                           *, alibi_slopes=None, sinks=None, out_dtype=None):
     """Attention over packed [total, heads, headdim] tensors with cu_seqlens, as FA3's:
-    returns out [total_q, h, dv], and softmax_lse [h, total_q] with return_attn_probs."""
+    returns out [total_q, h, dv], and softmax_lse [h, total_q] with return_attn_probs; out_dtype as
+    flash_attn_func's."""
     key = None
     if qv is None and q_descale is None and k_descale is None and v_descale is None and seqused_q is None and \
-            seqused_k is None and alibi_slopes is None and sinks is None:
+            seqused_k is None and alibi_slopes is None and sinks is None and out_dtype is None:
         key, prepared = _lookup(_varlen_key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                 softmax_scale, causal, window_size, attention_chunk, softcap, return_attn_probs)
         if _ready(prepared, q, k, v):
@@ -211,7 +225,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     mask, window, chunk = _mask(causal, window_size, attention_chunk)
     out, lse = _call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, None, int(max_seqlen_q),
                      int(max_seqlen_k), scale, mask, window, chunk, float(softcap), alibi_slopes, sinks, None, None,
-                     bool(return_attn_probs), *descales)
+                     bool(return_attn_probs), *descales, _o_e4m3(q, out_dtype))
     if return_attn_probs:
         return out, _varlen_lse(lse, cu_seqlens_q, q.shape[0])
     return out
@@ -250,7 +264,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
                             max_seqlen_q=None, rotary_seqlens=None, q_descale=None, k_descale=None, v_descale=None,
                             softmax_scale=None, causal=False, window_size=(-1, -1), attention_chunk=0, softcap=0.0,
                             rotary_interleaved=True, scheduler_metadata=None, num_splits=0, pack_gqa=None,
-                            sm_margin=0, return_softmax_lse=False, *, alibi_slopes=None, sinks=None):
+                            sm_margin=0, return_softmax_lse=False, *, alibi_slopes=None, sinks=None, out_dtype=None):
     """Decode and chunked prefill over a KV cache, as FA3's: q [b, s_q, h, d] against
     k_cache/v_cache [b, s_cache, h_kv, d] or, with page_table [b, max_blocks] (int32), a paged
     pool [num_blocks, block_size, h_kv, d]; cache_seqlens (int or [b] int32) keys each. Returns
@@ -259,7 +273,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     if k is None and v is None and qv is None and rotary_cos is None and rotary_sin is None and \
             cache_batch_idx is None and cache_leftpad is None and cu_seqlens_q is None and \
             cu_seqlens_k_new is None and rotary_seqlens is None and q_descale is None and k_descale is None and \
-            v_descale is None and alibi_slopes is None and sinks is None:
+            v_descale is None and alibi_slopes is None and sinks is None and out_dtype is None:
         key, prepared = _lookup(_kvcache_key, q, k_cache, v_cache, cache_seqlens, page_table, softmax_scale, causal,
                                 window_size, attention_chunk, softcap, return_softmax_lse)
         if _ready(prepared, q, k_cache, v_cache):
@@ -309,7 +323,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     descales = _descales(q, q.shape[0], k_cache.shape[2], q_descale, k_descale, v_descale)
     out, lse = _call(key, q, k_cache, v_cache, None, None, cache_seqlens, page_table, q.shape[1], max_seqlen_k,
                      scale, mask, window, chunk, float(softcap), alibi_slopes, sinks, None, None,
-                     bool(return_softmax_lse), *descales)
+                     bool(return_softmax_lse), *descales, _o_e4m3(q, out_dtype))
     return (out, lse) if return_softmax_lse else out
 
 

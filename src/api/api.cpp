@@ -74,6 +74,8 @@ fmha_status_t check(const fmha_problem_t* pr, Params& p, Request& r) {
     if (!fp8 && (pr->q_descale != nullptr || pr->k_descale != nullptr || pr->v_descale != nullptr))
         return fail(FMHA_ERROR_INVALID_VALUE, "q_descale, k_descale, v_descale: for FMHA_DTYPE_E4M3 inputs only");
     if (fp8 && pr->acc != FMHA_DTYPE_FP32) return fail(FMHA_ERROR_INVALID_VALUE, "e4m3: acc must be FMHA_DTYPE_FP32");
+    if (!fp8 && pr->o_e4m3 != 0)
+        return fail(FMHA_ERROR_INVALID_VALUE, "o_e4m3: for FMHA_DTYPE_E4M3 inputs only (16-bit inputs write O in their dtype)");
     if (pr->acc != FMHA_DTYPE_FP32 && pr->acc != FMHA_DTYPE_FP16)
         return fail(FMHA_ERROR_INVALID_VALUE, "acc must be FMHA_DTYPE_FP32 or FMHA_DTYPE_FP16");
     if (pr->b < 1 || pr->b > 65535) return fail(FMHA_ERROR_INVALID_VALUE, field("b", pr->b) + ": must be in [1, 65535]");
@@ -94,7 +96,8 @@ fmha_status_t check(const fmha_problem_t* pr, Params& p, Request& r) {
         if (t.data == nullptr) return fail(FMHA_ERROR_INVALID_VALUE, std::string(names[i]) + ".data is NULL");
         if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0)
             return fail(FMHA_ERROR_INVALID_VALUE, std::string(names[i]) + ".data is not 16-byte aligned");
-        // 16 bytes: 8 16-bit elements; e4m3's Q, K and V 16 (TMA), its O (bf16) 8.
+        // 16 bytes: 8 16-bit elements; e4m3's Q, K and V 16 (TMA), its O 8 (bf16; e4m3 O: 8
+        // bytes, which its 4-byte stores need).
         const int64_t step = fp8 && i < 3 ? 16 : 8;
         if (t.token_stride <= 0 || t.token_stride % step != 0 || t.head_stride < 0 || t.head_stride % step != 0)
             return fail(FMHA_ERROR_INVALID_VALUE, std::string(names[i]) + ": token_stride " +
@@ -202,6 +205,7 @@ fmha_status_t check(const fmha_problem_t* pr, Params& p, Request& r) {
     p.q_descale = pr->q_descale;
     p.k_descale = pr->k_descale;
     p.v_descale = pr->v_descale;
+    p.o_e4m3 = pr->o_e4m3 != 0;
     if (paged) {
         p.kv_block_table = pr->block_table;
         p.kv_table_stride = pr->block_table_stride;

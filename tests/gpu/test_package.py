@@ -366,6 +366,19 @@ def test_fp8_with_descales(causal):
     # exact attention (issue #32's bar is 1.5x), and closer to that reference than exact is.
     assert err_x <= 1.1 * err_ref + 1e-3, f"relative RMS {err_x} against exact attention (reference's own {err_ref})"
     assert err_q < err_ref, f"relative RMS {err_q} against the quantised-P reference (exact's: {err_ref})"
+    # out_dtype=float8_e4m3fn: O in e4m3 from the same fp32 values as the bf16 O, so within the two
+    # roundings of each other (e4m3's half ulp 2^-4, bf16's 2^-9, e4m3's subnormal step 2^-10).
+    out8 = fmha.flash_attn_func(q8, k8, v8, causal=causal, q_descale=qd, k_descale=kd, v_descale=vd,
+                                out_dtype=torch.float8_e4m3fn)
+    assert out8.dtype == torch.float8_e4m3fn and out8.shape == out.shape
+    o8, o16 = out8.double(), out.double()
+    assert torch.all((o8 - o16).abs() <= (2.0 ** -4 + 2.0 ** -8) * o16.abs() + 2.0 ** -10), "e4m3 O is not bf16 O rounded"
+    assert torch.equal(fmha.flash_attn_func(q8, k8, v8, causal=causal, q_descale=qd, k_descale=kd, v_descale=vd,
+                                            out_dtype=torch.bfloat16), out)
+    with pytest.raises(TypeError, match="out_dtype"):
+        fmha.flash_attn_func(q8, k8, v8, out_dtype=torch.float16)
+    with pytest.raises(TypeError, match="out_dtype"):
+        fmha.flash_attn_func(rand(b, s_q, h, d), rand(b, s, h_kv, d), rand(b, s, h_kv, d), out_dtype=torch.float8_e4m3fn)
     with pytest.raises(ValueError, match="for float8_e4m3fn inputs"):
         fmha.flash_attn_func(rand(b, s_q, h, d), rand(b, s, h_kv, d), rand(b, s, h_kv, d), q_descale=qd)
     with pytest.raises(ValueError, match=r"\[batch, kv heads\]"):
