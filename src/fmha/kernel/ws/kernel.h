@@ -203,10 +203,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         const bool o_in_v = kStageOverV && n_blocks > 0;
         if (o_in_v) th.consumers_barrier();
         if (Tr::kFp8 && p.o_e4m3) {  // e4m3 O: from registers (kStageOverV is off for e4m3)
-            auto* o = static_cast<__nv_fp8_e4m3*>(p.o) + static_cast<int64_t>(w.q_off + wg_row0) * p.o_row_stride +
-                      static_cast<int64_t>(w.head) * p.o_head_stride;
-            epilogue::store_o_rows_e4m3<Tr::kNTilesOut>(acc_o, inv, o, p.o_row_stride, row_g, lane,
-                                                        w.q_len - wg_row0);
+            if constexpr (Tr::kFp8) {  // (instantiated for the e4m3 kernels only)
+                auto* o = static_cast<__nv_fp8_e4m3*>(p.o) +
+                          static_cast<int64_t>(w.q_off + wg_row0) * p.o_row_stride +
+                          static_cast<int64_t>(w.head) * p.o_head_stride;
+                epilogue::store_o_rows_e4m3<Tr::kNTilesOut>(acc_o, inv, o, p.o_row_stride, row_g, lane,
+                                                            w.q_len - wg_row0);
+            }
         } else if ((Tr::kOBeside || o_in_v) && wg_row0 + kWarpgroupRows <= w.q_len) {
             // The slab's rows are all this sequence's: stage it in shared memory, one thread
             // stores it with TMA. The slab's buffer is free once the last store has read it.
