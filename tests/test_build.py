@@ -284,7 +284,7 @@ def test_ws_exe_lists_its_kernel(built_ws):
     # family sm dtype acc d dv tile warps masks warp_spec tma sched max_s_q min_s_kv archs siblings
     assert row.split()[1:] == ["ws", "90", "bf16", "fp32", "64", "64", "192x128", "12x1",
                                "padding,causal,sliding_window,bidirectional_sliding_window,chunked,custom", "true",
-                               "true", "persistent", "-", "-", "sm_90a", "-"]
+                               "true", "persistent", "-", "-", "sm_90a", "fmha_v2_ws_bf16_d64_128x128_w8x1_sm90"]
 
 
 @pytest.mark.build
@@ -305,13 +305,14 @@ def test_ws_kernel_does_not_spill(built_ws):
     """ptxas -v on the generated TU: the three mask kinds (padding, causal, local) x the score modifiers
     the kernel has (none, ALiBi, bias; this 192-row tile has no softcapping: families/ws.py),
     and the custom mask (padding kind only), each twice on this tile (token storage, and a paged KV
-    cache's producer: Traits::kSeparatePaged), sm_90a, no stack and no spills."""
+    cache's producer: Traits::kSeparatePaged), and the causal ones of its 128-row sibling (Short),
+    sm_90a, no stack and no spills."""
     tree, _ = built_ws
     result = run(["nvcc", "-std=c++17", "-Isrc", "--expt-relaxed-constexpr", "-O3", SM90A.split()[0],
                   SM90A.split()[1], "-Xptxas", "-v", "-c", f"generated/kernels/{WS_KERNEL}.cu",
                   "-o", "ptxas_check.o"], tree)
     assert result.returncode == 0, result.stderr
     entries = re.findall(r"Compiling entry function '(_ZN4fmha2ws\S*)' for '(sm_\w+)'", result.stderr)
-    assert len(entries) == 20 and {arch for _, arch in entries} == {"sm_90a"}, result.stderr
+    assert len(entries) == 23 and {arch for _, arch in entries} == {"sm_90a"}, result.stderr
     usage = re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", result.stderr)
-    assert len(usage) == 20 and all(u == ("0", "0", "0") for u in usage), result.stderr
+    assert len(usage) == 23 and all(u == ("0", "0", "0") for u in usage), result.stderr
