@@ -297,13 +297,15 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
 
         // dV += P^T dO and dK += dS^T Q: [16 keys, this warp's 64 columns], over the block's queries.
         {
-            uint32_t pa[1][Tr::kKSlicesM][4], dsa[1][Tr::kKSlicesM][4];
+            uint32_t pa[1][Tr::kKSlicesM][4];
 #pragma unroll
-            for (int kk = 0; kk < Tr::kKSlicesM; ++kk) {
-                mma::ldmatrix_x4(pa[0][kk], p_a(0, 2 * kk));
-                mma::ldmatrix_x4(dsa[0][kk], ds_a(0, 2 * kk));
-            }
+            for (int kk = 0; kk < Tr::kKSlicesM; ++kk) mma::ldmatrix_x4(pa[0][kk], p_a(0, 2 * kk));
             mma::gemm_pv<Element, false>(acc_dv, pa, do_t);
+        }
+        {
+            uint32_t dsa[1][Tr::kKSlicesM][4];
+#pragma unroll
+            for (int kk = 0; kk < Tr::kKSlicesM; ++kk) mma::ldmatrix_x4(dsa[0][kk], ds_a(0, 2 * kk));
             mma::gemm_pv<Element, false>(acc_dk, dsa, q_t);
         }
 
@@ -316,7 +318,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
 #pragma unroll
                 for (int e = 0; e < 4; ++e) dq[0][nt][e] = 0.f;
             }
-#pragma unroll
+#pragma unroll 1
             for (int kk = 0; kk < Tr::kKSlicesN; ++kk) {
                 uint32_t a[4];  // dS [16 queries of kr, keys 16 kk ..]
                 mma::ldmatrix_x4_trans(a, ds_t(16 * kk, 2 * kr));
@@ -343,6 +345,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
             }
         }
     }
+    memory::cp_async_wait<0>();  // a CTA whose keys no query block sees loaded K and V all the same
 
     // dK (scaled) and dV of this query head, to the workspace rows of its keys.
 #pragma unroll
