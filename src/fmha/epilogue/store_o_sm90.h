@@ -63,7 +63,7 @@ FMHA_DEVICE void store_o_rows_e4m3(const float (&o)[1][kNTilesO][4], const float
 #pragma unroll
         for (int nt = 0; nt < kNTilesOut; nt += 2) {
             const uint32_t a = pair(nt, h), b = pair(nt + 1, h);
-            const uint32_t got = __shfl_xor_sync(0xffffffffu, odd ? a : b, 1);  // what the partner keeps not
+            const uint32_t got = __shfl_xor_sync(0xffffffffu, odd ? a : b, 1);  // the pair the partner stores
             const uint32_t word = odd ? (got | (b << 16)) : (a | (got << 16));
             if (row < valid_rows) *reinterpret_cast<uint32_t*>(dst + 8 * nt) = word;
         }
