@@ -39,7 +39,8 @@ namespace fmha {
 namespace flash_bwd {
 
 // The backward problem: the forward's (q, k, v, o and their strides, lengths, mask, scale)
-// and what the backward adds. dO has O's strides, dQ Q's, dK K's, dV V's.
+// and what the backward adds. dO has O's strides; dQ, dK, dV their own (elements; row = one
+// token, head = one head), over the same token storage as Q, K, V.
 struct BwdParams {
     Params p;
     const void* d_o = nullptr;
@@ -47,6 +48,8 @@ struct BwdParams {
     void* dq = nullptr;
     void* dk = nullptr;
     void* dv = nullptr;
+    int64_t dq_row_stride = 0, dq_head_stride = 0, dk_row_stride = 0, dk_head_stride = 0;
+    int64_t dv_row_stride = 0, dv_head_stride = 0;
     // fp32 workspace (workspace_floats):
     float* dq_accum = nullptr;  // [q_tokens, h, d]
     float* dk_accum = nullptr;  // [kv_tokens, h, d], one row per query head
@@ -145,7 +148,7 @@ __global__ void __launch_bounds__(256) postprocess_kernel(const __grid_constant_
     if (i < p.q_tokens * p.h * d) {  // dQ[token, head, c]
         const int64_t token = i / (int64_t(p.h) * d);
         const int head = int(i / d % p.h), c = int(i % d);
-        static_cast<Element*>(bp.dq)[token * p.q_row_stride + int64_t(head) * p.q_head_stride + c] =
+        static_cast<Element*>(bp.dq)[token * bp.dq_row_stride + int64_t(head) * bp.dq_head_stride + c] =
             from_f32<Element>(bp.dq_accum[i] * p.scale_bmm1);
     }
     if (i < p.kv_tokens * p.h_kv * d) {  // dK, dV[token, kv head, c]
@@ -157,9 +160,9 @@ __global__ void __launch_bounds__(256) postprocess_kernel(const __grid_constant_
             dk += bp.dk_accum[at];
             dv += bp.dv_accum[at];
         }
-        static_cast<Element*>(bp.dk)[token * p.k_row_stride + int64_t(kv_head) * p.k_head_stride + c] =
+        static_cast<Element*>(bp.dk)[token * bp.dk_row_stride + int64_t(kv_head) * bp.dk_head_stride + c] =
             from_f32<Element>(dk);
-        static_cast<Element*>(bp.dv)[token * p.v_row_stride + int64_t(kv_head) * p.v_head_stride + c] =
+        static_cast<Element*>(bp.dv)[token * bp.dv_row_stride + int64_t(kv_head) * bp.dv_head_stride + c] =
             from_f32<Element>(dv);
     }
 }

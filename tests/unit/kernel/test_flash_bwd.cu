@@ -122,6 +122,8 @@ void run(const Case& c) {
     p.mask = c.causal ? fmha::MaskType::kCausal : fmha::MaskType::kPadding;
     p.scale_bmm1 = float(scale);
     bp.d_o = gdo.get(), bp.lse = glse.get(), bp.dq = gdq.get(), bp.dk = gdk.get(), bp.dv = gdv.get();
+    bp.dq_row_stride = p.q_row_stride, bp.dq_head_stride = p.q_head_stride;
+    bp.dk_row_stride = bp.dv_row_stride = p.k_row_stride, bp.dk_head_stride = bp.dv_head_stride = p.k_head_stride;
     CUDA_ASSERT(gws.alloc(fmha::flash_bwd::workspace_floats(p)));
     fmha::flash_bwd::carve_workspace(bp, gws.get());
     CUDA_ASSERT(fmha::flash_bwd::launch<Tr>(bp, nullptr));
