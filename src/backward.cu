@@ -13,6 +13,7 @@
 #include "fmha/kernel/flash_bwd_sm80.h"
 #include "inputs.h"
 #include "reference/reference_bwd.h"
+#include "save_tensors.h"
 
 namespace fmha {
 namespace {
@@ -82,12 +83,19 @@ BackwardResult run_backward(const Problem& p, const SeqLens& lens, const DeviceT
 
     CUDA_CHECK(launch(p.dtype, p.d, bp, stream));
     CUDA_CHECK(cudaStreamSynchronize(stream));
-    if (!p.skip_checks) {
-        DeviceBuffer<float> dq_ref(dq.size()), dk_ref(dk.size()), dv_ref(dv.size()),
-            scratch(reference_bwd_scratch_floats(prm));
+    const bool reference = !p.skip_checks || !p.save_dir.empty();
+    DeviceBuffer<float> dq_ref, dk_ref, dv_ref;
+    if (reference) {
+        dq_ref = DeviceBuffer<float>(dq.size()), dk_ref = DeviceBuffer<float>(dk.size());
+        dv_ref = DeviceBuffer<float>(dv.size());
+        DeviceBuffer<float> scratch(reference_bwd_scratch_floats(prm));
         CUDA_CHECK(run_reference_bwd(prm, p.dtype, bp.d_o, dq_ref.get(), dk_ref.get(), dv_ref.get(), scratch.get(),
                                      stream));
         CUDA_CHECK(cudaStreamSynchronize(stream));
+    }
+    if (!p.save_dir.empty())
+        save_backward(p, t, bp.d_o, dq.get(), dk.get(), dv.get(), dq_ref.get(), dk_ref.get(), dv_ref.get(), stream);
+    if (!p.skip_checks) {
         // Rows inside the sequences (the reference writes no others).
         std::vector<char> q_in(size_t(q_rows), 0), kv_in(size_t(kv_rows), 0);
         for (int b = 0; b < p.b; ++b) {
