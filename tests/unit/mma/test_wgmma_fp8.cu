@@ -34,6 +34,16 @@ __device__ void fill_sw128(uint8_t* smem, const uint8_t* src, int rows, int cols
 __device__ int acc_row(int e) { return (threadIdx.x / 32) * 16 + (threadIdx.x % 32) / 4 + 8 * (e / 2); }
 __device__ int acc_col(int nt, int e) { return nt * 8 + 2 * (threadIdx.x % 4) + e % 2; }
 
+// Waits for the committed wgmma group that writes acc, then stores acc row-major into out [64, kN].
+template <int kN>
+__device__ void wait_and_store(float (&acc)[1][kN / 8][4], float* out) {
+    fmha::mma::wgmma_commit();
+    fmha::mma::wgmma_wait<0>();
+    fmha::mma::fence_operands(acc);
+    for (int nt = 0; nt < kN / 8; ++nt)
+        for (int e = 0; e < 4; ++e) out[acc_row(e) * kN + acc_col(nt, e)] = acc[0][nt][e];
+}
+
 // q [64, kPad], k [128, kPad] e4m3 row-major (kPad = kDim rounded up to whole 128-byte
 // panels); s [64, 128] = Q K^T over the first kDim columns (kDim / 32 chained QGMMA k-steps).
 template <int kDim, int kPad = (kDim + 127) / 128 * 128>
@@ -56,11 +66,7 @@ __global__ void qk_kernel(const uint8_t* q, const uint8_t* k, float* s) {
         fmha::mma::wgmma_ss_e4m3<kKeys>(fmha::mma::flat(acc), desc_q + ((panel * kRows * 128 + at) >> 4),
                                         desc_k + ((panel * kKeys * 128 + at) >> 4), kk > 0);
     }
-    fmha::mma::wgmma_commit();
-    fmha::mma::wgmma_wait<0>();
-    fmha::mma::fence_operands(acc);
-    for (int nt = 0; nt < kKeys / 8; ++nt)
-        for (int e = 0; e < 4; ++e) s[acc_row(e) * kKeys + acc_col(nt, e)] = acc[0][nt][e];
+    wait_and_store<kKeys>(acc, s);
 #endif
 }
 
@@ -103,11 +109,7 @@ __global__ void pv_kernel(const float* p, const uint8_t* v, float* o, uint8_t* v
 #pragma unroll
     for (int kk = 0; kk < kKeys / 32; ++kk)
         fmha::mma::wgmma_rs_e4m3<kD>(fmha::mma::flat(acc_o), frag[kk], desc_v + (kk * 32 >> 4), kk > 0);
-    fmha::mma::wgmma_commit();
-    fmha::mma::wgmma_wait<0>();
-    fmha::mma::fence_operands(acc_o);
-    for (int nt = 0; nt < kD / 8; ++nt)
-        for (int e = 0; e < 4; ++e) o[acc_row(e) * kD + acc_col(nt, e)] = acc_o[0][nt][e];
+    wait_and_store<kD>(acc_o, o);
 #endif
 }
 
