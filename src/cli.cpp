@@ -3,6 +3,8 @@
 // flags runs after the whole command line has been read.
 #include "cli.h"
 
+#include "backward.h"
+
 #include "api/select.h"
 
 #include <cerrno>
@@ -92,6 +94,10 @@ numerics
                     (gpt-oss); drawn from -seed, uniform in [-1, 3]
   -save-softmax     the kernel also writes each row's log-sum-exp of its logits (sinks
                     included), checked against the reference; lse.npy with -save-tensors
+  -bwd              then the backward pass on dO from -seed (draft: fp16/bf16, d = dv = 64 or
+                    128, padding or causal mask; implies -save-softmax): dQ, dK, dV checked
+                    against the GPU reference, a Backward line with its time (Tflop/s at 2.5x
+                    the forward's FLOPs)
 inputs and checks
   -range-q/-range-k/-range-v R   uniform in [-R, R] (default 1); std R with -randn
   -scale-q/-scale-k/-scale-v X   multiply the inputs by X (default 1)
@@ -197,6 +203,7 @@ const Switch kSwitches[] = {
     {"-randn", [](Problem& p) { p.randn = true; }},
     {"-use-attention-sinks", [](Problem& p) { p.attention_sinks = true; }},
     {"-save-softmax", [](Problem& p) { p.save_softmax = true; }},
+    {"-bwd", [](Problem& p) { p.bwd = true; }},
     {"-alibi", [](Problem& p) { p.alibi = true; }},
     {"-attention-bias", [](Problem& p) { p.attention_bias = true; }},
     {"-custom-mask", [](Problem& p) { p.mask = MaskType::kCustom; }},
@@ -392,6 +399,11 @@ void resolve_and_validate(Problem& p, const std::set<std::string>& seen) {
         p.epsilon = p.dtype == DataType::kE4m3   ? kDefaultEpsilonE4m3
                     : p.dtype == DataType::kBf16 ? kDefaultEpsilonBf16
                                                  : kDefaultEpsilonFp16;
+    if (p.bwd) {  // the forward's LSE is the backward's input
+        const std::string why = backward_refusal(p);
+        if (!why.empty()) fail_args(why);
+        p.save_softmax = true;
+    }
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backward.h"
 #include "check.h"
 #include "cli.h"
 #include "cuda_check.h"
@@ -290,8 +291,22 @@ int run(int argc, char** argv) {
     print_results(p, dev, kernel, tile_that_runs(kernel, t.params), lens, t.variants.custom_mask_host, check,
                   timing);
 
+    bool bwd_passed = true;
+    if (p.bwd) {
+        const BackwardResult bwd = run_backward(p, lens, t, stream);
+        const double flops = 2.5 * attention_flops(p, lens, t.variants.custom_mask_host);
+        print_field("Backward", format("%.6f us, %.2f Tflop/s", bwd.us, flops / (bwd.us * 1e-6) / 1e12));
+        if (bwd.checked) {
+            print_field("Bwd checks", format("%s (relative RMS dQ %.3g, dK %.3g, dV %.3g; max error over max |ref| "
+                                             "dQ %.3g, dK %.3g, dV %.3g)",
+                                             bwd.passed ? "SUCCESS" : "FAILED", bwd.rms[0], bwd.rms[1], bwd.rms[2],
+                                             bwd.worst[0], bwd.worst[1], bwd.worst[2]));
+        }
+        bwd_passed = !bwd.checked || bwd.passed;
+    }
+
     CUDA_CHECK(cudaStreamDestroy(stream));
-    return p.skip_checks || check.passed() ? kExitOk : kExitCheckFailed;
+    return p.skip_checks || (check.passed() && bwd_passed) ? kExitOk : kExitCheckFailed;
 }
 
 }  // namespace

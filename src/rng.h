@@ -21,7 +21,8 @@ enum RngStream : uint64_t {
     kStreamBias = 6,
     kStreamMask = 7,
     kStreamPages = 8,     // -paged-kv: the pool's block order
-    kStreamPageTail = 9   // -paged-kv: the rows of a last block past the sequence's length
+    kStreamPageTail = 9,  // -paged-kv: the rows of a last block past the sequence's length
+    kStreamDO = 10        // -bwd: dL/dO
 };
 
 // splitmix64's finaliser: a bijective mix, good enough to turn a counter into bits.

@@ -190,13 +190,32 @@ void save_tensors(const Problem& p, const SeqLens& lens, const DeviceTensors& t,
         .add("paged_kv", p.layout == Layout::kPagedKv)
         .add("tokens_per_block", p.layout == Layout::kPagedKv ? p.tokens_per_block : 0)
         // e4m3: the key block whose exact running max sets P's rounding grid (reference.h).
-        .add("p_block_keys", p.dtype == DataType::kE4m3 ? kernel.block_n : 0);
+        .add("p_block_keys", p.dtype == DataType::kE4m3 ? kernel.block_n : 0)
+        .add("bwd", p.bwd);  // -bwd: do.npy, dq.npy, dk.npy, dv.npy and their _ref files follow
     if (p.sliding_window_size > 0) meta.add("sliding_window_size", p.sliding_window_size);
     else meta.null("sliding_window_size");
     if (p.chunked_attention_size > 0) meta.add("chunked_attention_size", p.chunked_attention_size);
     else meta.null("chunked_attention_size");
     const std::string path = dir + "/meta.json";
     if (!meta.write(path)) fail_args("-save-tensors: cannot write " + path);
+}
+
+void save_backward(const Problem& p, const DeviceTensors& t, const void* d_o, const void* dq, const void* dk,
+                   const void* dv, const float* dq_ref, const float* dk_ref, const float* dv_ref, cudaStream_t stream) {
+    const Params& q = t.logical;
+    const int *q_off = t.q_offsets.get(), *q_len = t.q_lens.get(), *kv_off = t.kv_offsets.get(),
+              *kv_len = t.kv_lens.get();
+    const std::string& dir = p.save_dir;
+    const int64_t hd = int64_t(p.h) * p.d, kvd = int64_t(p.h_kv) * p.d, kvdv = int64_t(p.h_kv) * p.dv;
+    save_one(dir, "do.npy", d_o, p.dtype, q.o_row_stride, q.o_head_stride, p.h, p.dv, q_off, q_len, p.b, p.s_q,
+             stream);
+    save_one(dir, "dq.npy", dq, p.dtype, hd, p.d, p.h, p.d, q_off, q_len, p.b, p.s_q, stream);
+    save_one(dir, "dk.npy", dk, p.dtype, kvd, p.d, p.h_kv, p.d, kv_off, kv_len, p.b, p.s, stream);
+    save_one(dir, "dv.npy", dv, p.dtype, kvdv, p.dv, p.h_kv, p.dv, kv_off, kv_len, p.b, p.s, stream);
+    if (dq_ref == nullptr) return;
+    save_one(dir, "dq_ref.npy", dq_ref, DataType::kFp32, hd, p.d, p.h, p.d, q_off, q_len, p.b, p.s_q, stream);
+    save_one(dir, "dk_ref.npy", dk_ref, DataType::kFp32, kvd, p.d, p.h_kv, p.d, kv_off, kv_len, p.b, p.s, stream);
+    save_one(dir, "dv_ref.npy", dv_ref, DataType::kFp32, kvdv, p.dv, p.h_kv, p.dv, kv_off, kv_len, p.b, p.s, stream);
 }
 
 }  // namespace fmha

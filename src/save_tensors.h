@@ -21,4 +21,10 @@ void prepare_save_dir(const std::string& dir);
 void save_tensors(const Problem& p, const SeqLens& lens, const DeviceTensors& t, const float* o_ref,
                   const float* lse_ref, const KernelMeta& kernel, cudaStream_t stream);
 
+// -bwd: do (dO, O's layout), dq [q tokens, h, d] and dk, dv [kv tokens, h_kv, d | dv] (dense,
+// the input dtype) and their fp32 references (dense alike, null: not written), as do.npy,
+// dq.npy, dk.npy, dv.npy and dq_ref.npy, dk_ref.npy, dv_ref.npy in the logical padded layout.
+void save_backward(const Problem& p, const DeviceTensors& t, const void* d_o, const void* dq, const void* dk,
+                   const void* dv, const float* dq_ref, const float* dk_ref, const float* dv_ref, cudaStream_t stream);
+
 }  // namespace fmha

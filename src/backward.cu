@@ -1,0 +1,138 @@
+#include "backward.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "check.h"
+#include "cuda_check.h"
+#include "device_buffer.h"
+#include "fmha/kernel/flash_bwd_sm80.h"
+#include "inputs.h"
+#include "reference/reference_bwd.h"
+#include "save_tensors.h"
+
+namespace fmha {
+namespace {
+
+cudaError_t launch(DataType dtype, int d, const flash_bwd::BwdParams& bp, cudaStream_t stream) {
+    using flash_bwd::Traits;
+    if (dtype == DataType::kBf16) {
+        return d == 64 ? flash_bwd::launch<Traits<__nv_bfloat16, 64>>(bp, stream)
+                       : flash_bwd::launch<Traits<__nv_bfloat16, 128>>(bp, stream);
+    }
+    return d == 64 ? flash_bwd::launch<Traits<__half, 64>>(bp, stream)
+                   : flash_bwd::launch<Traits<__half, 128>>(bp, stream);
+}
+
+// Relative RMS and max error / max |reference| of a 16-bit dense [rows, cols] output against
+// its fp32 reference, over the rows `take` keeps.
+template <class Take>
+void compare(const std::vector<uint16_t>& got, const std::vector<float>& want, BitsToFloat to_float, int64_t rows,
+             int64_t cols, Take take, double* rms, double* worst) {
+    double err = 0, ref = 0, top = 0, max_err = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+        if (!take(r)) continue;
+        for (int64_t c = 0; c < cols; ++c) {
+            const double a = to_float(got[size_t(r * cols + c)]), b = want[size_t(r * cols + c)];
+            const double e = std::isfinite(a) ? std::fabs(a - b) : INFINITY;
+            err += e * e, ref += b * b, top = std::max(top, std::fabs(b)), max_err = std::max(max_err, e);
+        }
+    }
+    *rms = ref > 0 ? std::sqrt(err / ref) : std::sqrt(err);
+    *worst = top > 0 ? max_err / top : max_err;
+}
+
+}  // namespace
+
+std::string backward_refusal(const Problem& p) {
+    if (p.dtype != DataType::kFp16 && p.dtype != DataType::kBf16) return "-bwd: fp16 or bf16 inputs only";
+    if (p.d != p.dv || (p.d != 64 && p.d != 128)) return "-bwd: d = dv = 64 or 128 only (the flash-bwd draft)";
+    if (p.mask != MaskType::kPadding && p.mask != MaskType::kCausal) return "-bwd: the padding and causal masks only";
+    if (p.alibi || p.softcapping_scale_bmm1 > 0.f || p.attention_bias || p.attention_sinks)
+        return "-bwd: no score modifier or sinks yet";
+    if (p.layout == Layout::kPagedKv) return "-bwd: not with -paged-kv";
+    return "";
+}
+
+BackwardResult run_backward(const Problem& p, const SeqLens& lens, const DeviceTensors& t, cudaStream_t stream) {
+    BackwardResult r;
+    const Params& prm = t.params;
+    const int64_t q_rows = lens.q_storage_tokens, kv_rows = lens.kv_storage_tokens;
+    // dO laid out as O (guard rows included), random from -seed's own stream.
+    DeviceBuffer<uint16_t> d_o(t.o.size());
+    fill_flat(p.dtype, d_o.get(), static_cast<int64_t>(d_o.size()),
+              FillSpec{p.seed, kStreamDO, 1.f, 1.f, false, p.randn});
+    DeviceBuffer<uint16_t> dq(size_t(q_rows) * p.h * p.d), dk(size_t(kv_rows) * p.h_kv * p.d),
+        dv(size_t(kv_rows) * p.h_kv * p.dv);
+
+    flash_bwd::BwdParams bp;
+    bp.p = prm;
+    bp.d_o = static_cast<const char*>(static_cast<const void*>(d_o.get())) +
+             (static_cast<const char*>(prm.o) - reinterpret_cast<const char*>(t.o.get()));
+    bp.lse = t.lse.get();
+    bp.dq = dq.get(), bp.dk = dk.get(), bp.dv = dv.get();
+    bp.dq_row_stride = int64_t(p.h) * p.d, bp.dq_head_stride = p.d;
+    bp.dk_row_stride = int64_t(p.h_kv) * p.d, bp.dk_head_stride = p.d;
+    bp.dv_row_stride = int64_t(p.h_kv) * p.dv, bp.dv_head_stride = p.dv;
+    DeviceBuffer<float> workspace(flash_bwd::workspace_floats(prm));
+    flash_bwd::carve_workspace(bp, workspace.get());
+
+    CUDA_CHECK(launch(p.dtype, p.d, bp, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    const bool reference = !p.skip_checks || !p.save_dir.empty();
+    DeviceBuffer<float> dq_ref, dk_ref, dv_ref;
+    if (reference) {
+        dq_ref = DeviceBuffer<float>(dq.size()), dk_ref = DeviceBuffer<float>(dk.size());
+        dv_ref = DeviceBuffer<float>(dv.size());
+        DeviceBuffer<float> scratch(reference_bwd_scratch_floats(prm));
+        CUDA_CHECK(run_reference_bwd(prm, p.dtype, bp.d_o, dq_ref.get(), dk_ref.get(), dv_ref.get(), scratch.get(),
+                                     stream));
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+    }
+    if (!p.save_dir.empty())
+        save_backward(p, t, bp.d_o, dq.get(), dk.get(), dv.get(), dq_ref.get(), dk_ref.get(), dv_ref.get(), stream);
+    if (!p.skip_checks) {
+        // Rows inside the sequences (the reference writes no others).
+        std::vector<char> q_in(size_t(q_rows), 0), kv_in(size_t(kv_rows), 0);
+        for (int b = 0; b < p.b; ++b) {
+            for (int i = 0; i < lens.q_lens[b]; ++i) q_in[size_t(lens.q_offsets[b] + i)] = 1;
+            for (int j = 0; j < lens.kv_lens[b]; ++j) kv_in[size_t(lens.kv_offsets[b] + j)] = 1;
+        }
+        const BitsToFloat to_float = bits_to_float(p.dtype);
+        compare(to_host(dq), to_host(dq_ref), to_float, q_rows, int64_t(p.h) * p.d,
+                [&](int64_t row) { return q_in[size_t(row)] != 0; }, &r.rms[0], &r.worst[0]);
+        compare(to_host(dk), to_host(dk_ref), to_float, kv_rows, int64_t(p.h_kv) * p.d,
+                [&](int64_t row) { return kv_in[size_t(row)] != 0; }, &r.rms[1], &r.worst[1]);
+        compare(to_host(dv), to_host(dv_ref), to_float, kv_rows, int64_t(p.h_kv) * p.dv,
+                [&](int64_t row) { return kv_in[size_t(row)] != 0; }, &r.rms[2], &r.worst[2]);
+        // P and dS are rounded to the input dtype before their products (as FlashAttention's
+        // kernels round them), the outputs once more: bf16 keeps 8 bits, fp16 11. A draft's
+        // bounds, to be set from measured figures.
+        const bool bf16 = p.dtype == DataType::kBf16;
+        const double rms_bound = bf16 ? 2e-2 : 4e-3, max_bound = bf16 ? 6e-2 : 1.5e-2;
+        r.checked = true;
+        for (int i = 0; i < 3; ++i) r.passed = r.passed && r.rms[i] <= rms_bound && r.worst[i] <= max_bound;
+    }
+
+    // Timing: the three launches, p.runs times after p.warm_up_runs.
+    for (int i = 0; i < p.warm_up_runs; ++i) CUDA_CHECK(launch(p.dtype, p.d, bp, stream));
+    cudaEvent_t start, stop;
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventCreate(&stop));
+    CUDA_CHECK(cudaEventRecord(start, stream));
+    for (int i = 0; i < p.runs; ++i) CUDA_CHECK(launch(p.dtype, p.d, bp, stream));
+    CUDA_CHECK(cudaEventRecord(stop, stream));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    CUDA_CHECK(cudaEventDestroy(start));
+    CUDA_CHECK(cudaEventDestroy(stop));
+    r.us = 1e3 * ms / p.runs;
+    return r;
+}
+
+}  // namespace fmha

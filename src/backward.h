@@ -1,0 +1,29 @@
+// fmha.exe -bwd (draft, issue #33): the backward pass after the forward, on the same inputs,
+// through the flash-bwd draft (src/fmha/kernel/flash_bwd_sm80.h), checked against the GPU
+// reference (src/reference/reference_bwd.cu) and timed.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "cli.h"
+#include "layouts.h"
+#include "tensors.h"
+
+namespace fmha {
+
+// Why the backward cannot run this problem ("" where it can): what the draft serves.
+std::string backward_refusal(const Problem& p);
+
+struct BackwardResult {
+    bool checked = false, passed = true;
+    double us = 0;                            // a launch (preprocess, main, postprocess)
+    double rms[3] = {}, worst[3] = {};        // dQ, dK, dV: relative RMS, max error / max |reference|
+};
+
+// Runs, checks (unless -skip-checks) and times the backward of the forward in `t` (its O and
+// LSE as the forward kernel wrote them).
+BackwardResult run_backward(const Problem& p, const SeqLens& lens, const DeviceTensors& t, cudaStream_t stream);
+
+}  // namespace fmha

@@ -1,0 +1,407 @@
+// The flash-bwd family (draft, issue #33; bench/NOTES.md §59): the attention backward pass on
+// SM80+ tensor cores (mma.sync m16n8k16), FlashAttention-2's schedule.
+//
+// Three launches:
+//   preprocess: D = rowsum(dO * O) per query row (fp32), the dQ accumulator zeroed;
+//   main:       one CTA per (64-key block, query head, batch) keeps dK and dV of its keys in
+//               fp32 registers and walks the 64-query blocks that see them; per block it
+//               recomputes S^T = K Q^T, P^T = exp(S^T scale - LSE) (the forward's LSE),
+//               dP^T = V dO^T, dS^T = P^T (dP^T - D); dV += P^T dO, dK += dS^T Q, and adds
+//               dQ = dS K into the fp32 accumulator (atomics); at the end dK (times the
+//               scale) and dV of its query head go to fp32 workspace rows;
+//   postprocess: dQ (times the scale) to the input dtype; dK and dV summed over the query
+//               heads of each KV head (GQA) and converted.
+// Warps: 4 * kSplit (kSplit = d / 64). For S^T and dP^T warp w owns keys 16 (w % 4) .. + 15
+// and queries (64 / kSplit) (w / 4) ..; P^T and dS^T go through shared memory, from which the
+// dV / dK products take 16 keys x 64 columns (w / 4) per warp and the dQ product 16 queries
+// (w % 4) x 64 columns (w / 4).
+//
+// What it serves (launch refuses the rest): __half or __nv_bfloat16; d = dv = 64 or 128;
+// padding and causal masks (bottom-right aligned); fixed or var-len sequences (seq_lens.h);
+// GQA/MQA; token storage (no paged cache); no score modifier, no sinks, no dropout yet.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "fmha/memory/gmem_tile.h"
+#include "fmha/memory/smem_layout.h"
+#include "fmha/mma/warp_gemm.h"
+#include "fmha/seq_lens.h"
+#include "fmha/utils.h"
+#include "params.h"
+
+namespace fmha {
+namespace flash_bwd {
+
+// The backward problem: the forward's (q, k, v, o and their strides, lengths, mask, scale)
+// and what the backward adds. dO has O's strides; dQ, dK, dV their own (elements; row = one
+// token, head = one head), over the same token storage as Q, K, V.
+struct BwdParams {
+    Params p;
+    const void* d_o = nullptr;
+    const float* lse = nullptr;  // the forward's LSE [b, h, s_q_max], natural log
+    void* dq = nullptr;
+    void* dk = nullptr;
+    void* dv = nullptr;
+    int64_t dq_row_stride = 0, dq_head_stride = 0, dk_row_stride = 0, dk_head_stride = 0;
+    int64_t dv_row_stride = 0, dv_head_stride = 0;
+    // fp32 workspace (workspace_floats):
+    float* dq_accum = nullptr;  // [q_tokens, h, d]
+    float* dk_accum = nullptr;  // [kv_tokens, h, d], one row per query head
+    float* dv_accum = nullptr;  // [kv_tokens, h, dv]
+    float* d_sum = nullptr;     // [b, h, s_q_max]
+};
+
+// Floats of workspace a problem needs, and where each part starts in it.
+inline size_t workspace_floats(const Params& p) {
+    return size_t(p.q_tokens) * p.h * p.d + size_t(p.kv_tokens) * p.h * (p.d + p.dv) + size_t(p.b) * p.h * p.s_q_max;
+}
+inline void carve_workspace(BwdParams& bp, float* ws) {
+    const Params& p = bp.p;
+    bp.dq_accum = ws;
+    bp.dk_accum = bp.dq_accum + size_t(p.q_tokens) * p.h * p.d;
+    bp.dv_accum = bp.dk_accum + size_t(p.kv_tokens) * p.h * p.d;
+    bp.d_sum = bp.dv_accum + size_t(p.kv_tokens) * p.h * p.dv;
+}
+
+template <typename Element>
+FMHA_DEVICE float to_f32(Element x) {
+    if constexpr (ElementTraits<Element>::kIsBf16) return __bfloat162float(x);
+    else return __half2float(x);
+}
+template <typename Element>
+FMHA_DEVICE Element from_f32(float x) {
+    if constexpr (ElementTraits<Element>::kIsBf16) return __float2bfloat16_rn(x);
+    else return __float2half_rn(x);
+}
+
+template <typename Element_, int kHeadDim_>
+struct Traits {
+    using Element = Element_;
+    static constexpr int kHeadDim = kHeadDim_;  // d == dv
+    static constexpr int kBlockM = 64;          // queries a step
+    static constexpr int kBlockN = 64;          // keys a CTA
+    static constexpr int kSplit = kHeadDim / 64;
+    static constexpr int kWarps = 4 * kSplit;
+    static constexpr int kThreads = kWarps * kWarpSize;
+    static constexpr int kQueriesS = kBlockM / kSplit;  // queries of a warp's S^T, dP^T
+    static constexpr int kNTilesS = kQueriesS / 8;
+    static constexpr int kKSlicesD = kHeadDim / 16;     // k16 steps over d
+    static constexpr int kKSlicesM = kBlockM / 16;      // ... over a block's queries
+    static constexpr int kKSlicesN = kBlockN / 16;      // ... over the keys
+    static constexpr int kNTilesW = 64 / 8;             // a warp's 64 columns of dK, dV, dQ
+
+    using LayoutKV = memory::SmemLayout<kBlockN, kHeadDim>;  // K, V: [keys, d]
+    using LayoutQ = memory::SmemLayout<kBlockM, kHeadDim>;   // Q, dO: [queries, d]
+    using LayoutP = memory::SmemLayout<kBlockN, kBlockM>;    // P^T, dS^T: [keys, queries]
+    using LoaderKV = memory::TileLoader<LayoutKV, kHeadDim / kElemsPerChunk, kThreads>;
+    using LoaderQ = memory::TileLoader<LayoutQ, kHeadDim / kElemsPerChunk, kThreads>;
+
+    static constexpr int kSmemK = 0;
+    static constexpr int kSmemV = kSmemK + LayoutKV::kBytes;
+    static constexpr int kSmemQ = kSmemV + LayoutKV::kBytes;
+    static constexpr int kSmemDO = kSmemQ + LayoutQ::kBytes;
+    static constexpr int kSmemP = kSmemDO + LayoutQ::kBytes;
+    static constexpr int kSmemDS = kSmemP + LayoutP::kBytes;
+    static constexpr int kSmemRows = kSmemDS + LayoutP::kBytes;  // LSE (log2 units) and D of the block's queries
+    static constexpr int kSmemBytes = kSmemRows + 2 * kBlockM * 4;
+
+    static_assert(kIsSupportedElement<Element>, "Element must be __half or __nv_bfloat16");
+    static_assert(kHeadDim == 64 || kHeadDim == 128, "flash-bwd draft: d = dv = 64 or 128");
+    static_assert(kNTilesS % 2 == 0, "S^T is read 16 queries at a time");
+    static_assert(kSmemBytes <= kMaxSmemPerCta, "tiles exceed shared memory");
+};
+
+// D = rowsum(dO * O) per (batch, head, row); one thread a row. grid (ceil(s_q_max / 128), h,
+// b), 128 threads. (The launch zeroes the workspace's accumulators before it.)
+template <class Tr>
+__global__ void __launch_bounds__(128) preprocess_kernel(const __grid_constant__ BwdParams bp) {
+    using Element = typename Tr::Element;
+    const Params& p = bp.p;
+    const int batch = blockIdx.z, head = blockIdx.y, row = blockIdx.x * 128 + threadIdx.x;
+    if (row >= p.s_q_max) return;
+    const int q_len = seq_q_len(p, batch);
+    float d = 0.f;
+    if (row < q_len) {
+        const int64_t token = seq_q_offset(p, batch) + row;
+        const Element* o = static_cast<const Element*>(p.o) + token * p.o_row_stride + int64_t(head) * p.o_head_stride;
+        const Element* d_o =
+            static_cast<const Element*>(bp.d_o) + token * p.o_row_stride + int64_t(head) * p.o_head_stride;
+        for (int c = 0; c < p.dv; ++c) d += to_f32(o[c]) * to_f32(d_o[c]);
+    }
+    bp.d_sum[(int64_t(batch) * p.h + head) * p.s_q_max + row] = d;
+}
+
+// dQ (scaled) to the input dtype, and dK, dV summed over each KV head's query heads; one
+// thread an element. grid (ceil(rows * h * d / 256)), 256 threads, rows the larger storage.
+template <class Tr>
+__global__ void __launch_bounds__(256) postprocess_kernel(const __grid_constant__ BwdParams bp) {
+    using Element = typename Tr::Element;
+    const Params& p = bp.p;
+    const int64_t i = int64_t(blockIdx.x) * 256 + threadIdx.x;
+    const int d = Tr::kHeadDim, group = p.h / p.h_kv;
+    if (i < p.q_tokens * p.h * d) {  // dQ[token, head, c]
+        const int64_t token = i / (int64_t(p.h) * d);
+        const int head = int(i / d % p.h), c = int(i % d);
+        static_cast<Element*>(bp.dq)[token * bp.dq_row_stride + int64_t(head) * bp.dq_head_stride + c] =
+            from_f32<Element>(bp.dq_accum[i] * p.scale_bmm1);
+    }
+    if (i < p.kv_tokens * p.h_kv * d) {  // dK, dV[token, kv head, c]
+        const int64_t token = i / (int64_t(p.h_kv) * d);
+        const int kv_head = int(i / d % p.h_kv), c = int(i % d);
+        float dk = 0.f, dv = 0.f;
+        for (int g = 0; g < group; ++g) {
+            const int64_t at = (token * p.h + kv_head * group + g) * d + c;
+            dk += bp.dk_accum[at];
+            dv += bp.dv_accum[at];
+        }
+        static_cast<Element*>(bp.dk)[token * bp.dk_row_stride + int64_t(kv_head) * bp.dk_head_stride + c] =
+            from_f32<Element>(dk);
+        static_cast<Element*>(bp.dv)[token * bp.dv_row_stride + int64_t(kv_head) * bp.dv_head_stride + c] =
+            from_f32<Element>(dv);
+    }
+}
+
+// An [rows, cols] f32 accumulator pair of this thread, packed, into a 16-bit [rows, cols]
+// shared tile at (row, col) (col even).
+template <class Layout, typename Element>
+FMHA_DEVICE void store_pair(uint32_t smem_base, int row, int col, float x0, float x1) {
+    const uint32_t addr =
+        smem_base + Layout::offset(row, col / kElemsPerChunk) + static_cast<uint32_t>((col % kElemsPerChunk) * 2);
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(ElementTraits<Element>::pack(x0, x1)) : "memory");
+}
+
+template <class Tr, bool kCausal>
+__global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_constant__ BwdParams bp) {
+    using Element = typename Tr::Element;
+    const Params& p = bp.p;
+    extern __shared__ __align__(128) char smem[];
+    const int tid = threadIdx.x, lane = tid % kWarpSize, warp = tid / kWarpSize;
+    const int n_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
+    const int q_len = seq_q_len(p, batch), kv_len = seq_kv_len(p, batch);
+    const int n0 = n_block * Tr::kBlockN;
+    if (n0 >= kv_len) return;  // the whole CTA: no barrier is skipped by part of it
+    const int q_off = seq_q_offset(p, batch), kv_off = seq_kv_offset(p, batch);
+    const int kv_head = head / (p.h / p.h_kv);
+    const int shift = kv_len - q_len;  // query row i sits at key position i + shift
+    // Query blocks that see a key of this block (causal: rows with i + shift >= n0).
+    const int m_begin = kCausal ? max(0, n0 - shift) / Tr::kBlockM : 0;
+    const int m_end = ceil_div(q_len, Tr::kBlockM);
+
+    const uint32_t base = smem_u32(smem);
+    const uint32_t smem_k = base + Tr::kSmemK, smem_v = base + Tr::kSmemV, smem_q = base + Tr::kSmemQ,
+                   smem_do = base + Tr::kSmemDO, smem_p = base + Tr::kSmemP, smem_ds = base + Tr::kSmemDS;
+    float* lse_s = reinterpret_cast<float*>(smem + Tr::kSmemRows);  // [kBlockM] LSE in log2 units
+    float* dsum_s = lse_s + Tr::kBlockM;                             // [kBlockM] D
+
+    const Element* k = static_cast<const Element*>(p.k) + int64_t(kv_off + n0) * p.k_row_stride +
+                       int64_t(kv_head) * p.k_head_stride;
+    const Element* v = static_cast<const Element*>(p.v) + int64_t(kv_off + n0) * p.v_row_stride +
+                       int64_t(kv_head) * p.v_head_stride;
+    Tr::LoaderKV::template load<true>(smem_k, k, p.k_row_stride, kv_len - n0, tid);
+    Tr::LoaderKV::template load<true>(smem_v, v, p.v_row_stride, kv_len - n0, tid);
+    memory::cp_async_commit();
+
+    const int kr = warp % 4;    // key rows 16 kr .. (S^T, dP^T, dK, dV); query rows 16 kr .. (dQ)
+    const int part = warp / 4;  // queries kQueriesS part .. (S^T, dP^T); columns 64 part .. (dK, dV, dQ)
+    // A operands over d: K and V rows of this warp's keys.
+    memory::LdsmAddr<typename Tr::LayoutKV> k_a, v_a;
+    k_a.init(smem_k, 16 * kr + mma::lane_row_a(lane), mma::lane_chunk_a(lane));
+    v_a.init(smem_v, 16 * kr + mma::lane_row_a(lane), mma::lane_chunk_a(lane));
+    // B operands over d: Q and dO rows (queries) as columns.
+    memory::LdsmAddr<typename Tr::LayoutQ> q_b, do_b;
+    q_b.init(smem_q, Tr::kQueriesS * part + mma::lane_row_b(lane), mma::lane_chunk_b(lane));
+    do_b.init(smem_do, Tr::kQueriesS * part + mma::lane_row_b(lane), mma::lane_chunk_b(lane));
+    // A operands over a block's queries: P^T and dS^T rows of this warp's keys.
+    memory::LdsmAddr<typename Tr::LayoutP> p_a, ds_a;
+    p_a.init(smem_p, 16 * kr + mma::lane_row_a(lane), mma::lane_chunk_a(lane));
+    ds_a.init(smem_ds, 16 * kr + mma::lane_row_a(lane), mma::lane_chunk_a(lane));
+    // B operands through ldmatrix.trans, this warp's 64 columns: dO, Q ([queries, d]) and K
+    // ([keys, d]). 64 columns are whole swizzle groups of 8 chunks at d = 128, so the column
+    // offset is a plain add to the base (d = 64 has part 0 only).
+    memory::LdsmAddr<typename Tr::LayoutQ> do_t, q_t;
+    memory::LdsmAddr<typename Tr::LayoutKV> k_t;
+    do_t.init(smem_do, mma::lane_row_a(lane), mma::lane_chunk_a(lane));
+    q_t.init(smem_q, mma::lane_row_a(lane), mma::lane_chunk_a(lane));
+    k_t.init(smem_k, mma::lane_row_a(lane), mma::lane_chunk_a(lane));
+    do_t.base += part * 64 * 2;
+    q_t.base += part * 64 * 2;
+    k_t.base += part * 64 * 2;
+    // The dQ product's A operand, dS (queries x keys), read transposed from dS^T ([keys,
+    // queries]): the B-operand lane pattern over the stored rows.
+    memory::LdsmAddr<typename Tr::LayoutP> ds_t;
+    ds_t.init(smem_ds, mma::lane_row_b(lane), mma::lane_chunk_b(lane));
+
+    float acc_dk[1][Tr::kNTilesW][4], acc_dv[1][Tr::kNTilesW][4];  // [16 keys, 64 columns]
+#pragma unroll
+    for (int nt = 0; nt < Tr::kNTilesW; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc_dk[0][nt][e] = acc_dv[0][nt][e] = 0.f;
+    }
+    const float scale_log2 = p.scale_bmm1 * kLog2e;
+    const int key0 = n0 + 16 * kr + lane / 4;  // this lane's first key (rows g, g + 8)
+
+    for (int m_block = m_begin; m_block < m_end; ++m_block) {
+        const int m0 = m_block * Tr::kBlockM;
+        __syncthreads();  // the previous block's Q, dO, P^T, dS^T are consumed
+        const Element* q = static_cast<const Element*>(p.q) + int64_t(q_off + m0) * p.q_row_stride +
+                           int64_t(head) * p.q_head_stride;
+        const Element* d_o = static_cast<const Element*>(bp.d_o) + int64_t(q_off + m0) * p.o_row_stride +
+                             int64_t(head) * p.o_head_stride;
+        Tr::LoaderQ::template load<true>(smem_q, q, p.q_row_stride, q_len - m0, tid);
+        Tr::LoaderQ::template load<true>(smem_do, d_o, p.o_row_stride, q_len - m0, tid);
+        memory::cp_async_commit();
+        if (tid < Tr::kBlockM) {
+            const int row = m0 + tid;
+            const int64_t at = (int64_t(batch) * p.h + head) * p.s_q_max + row;
+            lse_s[tid] = row < q_len ? bp.lse[at] * kLog2e : -INFINITY;
+            dsum_s[tid] = row < q_len ? bp.d_sum[at] : 0.f;
+        }
+        memory::cp_async_wait<0>();
+        __syncthreads();
+
+        // S^T = K Q^T and dP^T = V dO^T: [16 keys, kQueriesS queries] of this warp.
+        float s[1][Tr::kNTilesS][4], dp[1][Tr::kNTilesS][4];
+#pragma unroll
+        for (int nt = 0; nt < Tr::kNTilesS; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[0][nt][e] = dp[0][nt][e] = 0.f;
+        }
+        mma::gemm_qk<Element, 1, Tr::kNTilesS, Tr::kKSlicesD>(s, k_a, q_b);
+        mma::gemm_qk<Element, 1, Tr::kNTilesS, Tr::kKSlicesD>(dp, v_a, do_b);
+        // P^T = exp2(S^T scale log2(e) - LSE log2(e)) where the key is visible to the query,
+        // dS^T = P^T (dP^T - D); both into shared memory in the input dtype.
+#pragma unroll
+        for (int nt = 0; nt < Tr::kNTilesS; ++nt) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int key = key0 + 8 * h;
+                float pv[2], dsv[2];
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int col = Tr::kQueriesS * part + 8 * nt + 2 * (lane % 4) + e;  // query in the block
+                    const int row = m0 + col;
+                    const bool visible = key < kv_len && row < q_len && (!kCausal || key <= row + shift);
+                    const float lse2 = lse_s[col];
+                    pv[e] = visible && lse2 != -INFINITY ? exp2f(fmaf(s[0][nt][2 * h + e], scale_log2, -lse2)) : 0.f;
+                    dsv[e] = pv[e] * (dp[0][nt][2 * h + e] - dsum_s[col]);
+                }
+                const int srow = 16 * kr + lane / 4 + 8 * h, scol = Tr::kQueriesS * part + 8 * nt + 2 * (lane % 4);
+                store_pair<typename Tr::LayoutP, Element>(smem_p, srow, scol, pv[0], pv[1]);
+                store_pair<typename Tr::LayoutP, Element>(smem_ds, srow, scol, dsv[0], dsv[1]);
+            }
+        }
+        __syncthreads();  // P^T and dS^T of every warp are in shared memory
+
+        // dV += P^T dO and dK += dS^T Q: [16 keys, this warp's 64 columns], over the block's queries.
+        {
+            uint32_t pa[1][Tr::kKSlicesM][4];
+#pragma unroll
+            for (int kk = 0; kk < Tr::kKSlicesM; ++kk) mma::ldmatrix_x4(pa[0][kk], p_a(0, 2 * kk));
+            mma::gemm_pv<Element, false>(acc_dv, pa, do_t);
+        }
+        {
+            uint32_t dsa[1][Tr::kKSlicesM][4];
+#pragma unroll
+            for (int kk = 0; kk < Tr::kKSlicesM; ++kk) mma::ldmatrix_x4(dsa[0][kk], ds_a(0, 2 * kk));
+            mma::gemm_pv<Element, false>(acc_dk, dsa, q_t);
+        }
+
+        // dQ += dS K: [16 queries (kr), this warp's 64 columns], over the 64 keys; added into
+        // the fp32 accumulator (scaled in postprocess).
+        {
+            float dq[1][Tr::kNTilesW][4];
+#pragma unroll
+            for (int nt = 0; nt < Tr::kNTilesW; ++nt) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) dq[0][nt][e] = 0.f;
+            }
+#pragma unroll 1
+            for (int kk = 0; kk < Tr::kKSlicesN; ++kk) {
+                uint32_t a[4];  // dS [16 queries of kr, keys 16 kk ..]
+                mma::ldmatrix_x4_trans(a, ds_t(16 * kk, 2 * kr));
+#pragma unroll
+                for (int cp = 0; cp < Tr::kNTilesW / 2; ++cp) {
+                    uint32_t b[4];  // K [keys 16 kk .., 16 columns]
+                    mma::ldmatrix_x4_trans(b, k_t(16 * kk, 2 * cp));
+                    const uint32_t b0[2] = {b[0], b[1]};
+                    const uint32_t b1[2] = {b[2], b[3]};
+                    mma::mma_16816<Element>(dq[0][2 * cp], a, b0);
+                    mma::mma_16816<Element>(dq[0][2 * cp + 1], a, b1);
+                }
+            }
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = m0 + 16 * kr + lane / 4 + 8 * h;
+                if (row >= q_len) continue;
+                float* acc = bp.dq_accum + (int64_t(q_off + row) * p.h + head) * p.d + 64 * part + 2 * (lane % 4);
+#pragma unroll
+                for (int nt = 0; nt < Tr::kNTilesW; ++nt) {
+                    atomicAdd(acc + 8 * nt, dq[0][nt][2 * h]);
+                    atomicAdd(acc + 8 * nt + 1, dq[0][nt][2 * h + 1]);
+                }
+            }
+        }
+    }
+    memory::cp_async_wait<0>();  // a CTA whose keys no query block sees loaded K and V all the same
+
+    // dK (scaled) and dV of this query head, to the workspace rows of its keys.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int key = key0 + 8 * h;
+        if (key >= kv_len) continue;
+        const int64_t at = (int64_t(kv_off + key) * p.h + head) * p.d + 64 * part + 2 * (lane % 4);
+#pragma unroll
+        for (int nt = 0; nt < Tr::kNTilesW; ++nt) {
+            *reinterpret_cast<float2*>(bp.dk_accum + at + 8 * nt) =
+                make_float2(acc_dk[0][nt][2 * h] * p.scale_bmm1, acc_dk[0][nt][2 * h + 1] * p.scale_bmm1);
+            *reinterpret_cast<float2*>(bp.dv_accum + at + 8 * nt) =
+                make_float2(acc_dv[0][nt][2 * h], acc_dv[0][nt][2 * h + 1]);
+        }
+    }
+}
+
+// The three launches on `stream`; bp's workspace carved (carve_workspace) from at least
+// workspace_floats(bp.p) floats. cudaErrorInvalidValue without launching for a problem
+// outside what the draft serves (the header comment).
+template <class Tr>
+cudaError_t launch(const BwdParams& bp, cudaStream_t stream) {
+    const Params& p = bp.p;
+    if (p.d != Tr::kHeadDim || p.dv != Tr::kHeadDim || p.b < 1 || p.h < 1 || p.h_kv < 1 || p.h % p.h_kv != 0)
+        return cudaErrorInvalidValue;
+    if (p.mask != MaskType::kPadding && p.mask != MaskType::kCausal) return cudaErrorInvalidValue;
+    if (p.kv_block_table != nullptr || p.softcap > 0.f || p.alibi_slopes != nullptr || p.attention_bias != nullptr ||
+        p.custom_mask != nullptr || p.sinks != nullptr)
+        return cudaErrorInvalidValue;
+    if (bp.d_o == nullptr || bp.lse == nullptr || bp.dq == nullptr || bp.dk == nullptr || bp.dv == nullptr ||
+        bp.dq_accum == nullptr)
+        return cudaErrorInvalidValue;
+    if (p.q_tokens < 1 || p.kv_tokens < 1 || p.s_q_max < 1 || p.s_kv_max < 1) return cudaErrorInvalidValue;
+
+    // Accumulators at zero: dQ's take atomics, and rows no CTA writes (padding tokens between
+    // sequences) come out as zeros in dQ, dK and dV.
+    cudaError_t err = cudaMemsetAsync(bp.dq_accum, 0, workspace_floats(p) * sizeof(float), stream);
+    if (err != cudaSuccess) return err;
+    preprocess_kernel<Tr><<<dim3(ceil_div(p.s_q_max, 128), p.h, p.b), 128, 0, stream>>>(bp);
+    const auto main = [&](auto causal) {
+        const void* fn = reinterpret_cast<const void*>(&bwd_kernel<Tr, decltype(causal)::value>);
+        cudaError_t err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
+        if (err != cudaSuccess) return err;
+        bwd_kernel<Tr, decltype(causal)::value>
+            <<<dim3(ceil_div(p.s_kv_max, Tr::kBlockN), p.h, p.b), Tr::kThreads, Tr::kSmemBytes, stream>>>(bp);
+        return cudaGetLastError();
+    };
+    err = p.mask == MaskType::kCausal ? main(std::true_type{}) : main(std::false_type{});
+    if (err != cudaSuccess) return err;
+    const int64_t elems = std::max(p.q_tokens * p.h, p.kv_tokens * p.h_kv) * int64_t(Tr::kHeadDim);
+    postprocess_kernel<Tr><<<unsigned((elems + 255) / 256), 256, 0, stream>>>(bp);
+    return cudaGetLastError();
+}
+
+}  // namespace flash_bwd
+}  // namespace fmha

@@ -1,0 +1,167 @@
+// The backward pass's GPU reference (draft, issue #33): dQ, dK and dV in fp32 from float64
+// sums, for the checks of fmha.exe -bwd. Two kernels, one warp per item:
+//   rows: one query row of one head: its LSE (over the visible keys, in float64: no input
+//         from the forward's kernel), D = rowsum(dO * O) with O as the kernel wrote it (the
+//         backward kernel's input), and dQ = scale sum_j dS_j k_j with P_j = exp(s_j - LSE),
+//         dP_j = dO . v_j, dS_j = P_j (dP_j - D); each key's two dot products are warp sums;
+//   keys: one key of one KV head: dV = sum over its query heads' rows of P dO, dK = scale
+//         sum of dS q, with those rows' LSE and D from the rows kernel.
+// Plain logits: padding and causal masks (bottom-right aligned), GQA, var-len; no score
+// modifier, no sinks (what the backward draft serves).
+#include "reference/reference_bwd.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+
+#include "fmha/seq_lens.h"
+
+namespace fmha {
+namespace {
+
+template <class T> __device__ inline double value(const T* p);
+template <> __device__ inline double value<__half>(const __half* p) { return __half2float(*p); }
+template <> __device__ inline double value<__nv_bfloat16>(const __nv_bfloat16* p) { return __bfloat162float(*p); }
+
+__device__ inline double warp_sum(double x) {
+    for (int o = 16; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+__device__ inline double warp_max(double x) {
+    for (int o = 16; o > 0; o /= 2) x = fmax(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}
+
+// Whether key j is visible to query row r (at key position r + shift).
+__device__ inline bool visible(const Params& p, int r, int j, int shift) {
+    return p.mask != MaskType::kCausal || j <= r + shift;
+}
+
+// a . b over n columns, the lanes taking every 32nd, summed over the warp.
+template <class T>
+__device__ inline double dot(const T* a, const T* b, int n, int lane) {
+    double s = 0;
+    for (int c = lane; c < n; c += 32) s += value(a + c) * value(b + c);
+    return warp_sum(s);
+}
+
+constexpr int kMaxCols = 256 / 32;  // head-size columns a lane holds
+
+template <class T>
+__global__ void __launch_bounds__(32) rows_kernel(Params p, const T* d_o, float* dq_ref, float* lse_out,
+                                                  float* d_out) {
+    const int r = blockIdx.x, head = blockIdx.y, seq = blockIdx.z, lane = threadIdx.x;
+    const int q_len = seq_q_len(p, seq), kv_len = seq_kv_len(p, seq);
+    if (r >= q_len) return;
+    const int shift = kv_len - q_len, kv_head = head / (p.h / p.h_kv);
+    const int64_t token = seq_q_offset(p, seq) + r;
+    const T* q = static_cast<const T*>(p.q) + token * p.q_row_stride + int64_t(head) * p.q_head_stride;
+    const T* o = static_cast<const T*>(p.o) + token * p.o_row_stride + int64_t(head) * p.o_head_stride;
+    const T* g = d_o + token * p.o_row_stride + int64_t(head) * p.o_head_stride;
+    const T* k0 = static_cast<const T*>(p.k) + int64_t(seq_kv_offset(p, seq)) * p.k_row_stride +
+                  int64_t(kv_head) * p.k_head_stride;
+    const T* v0 = static_cast<const T*>(p.v) + int64_t(seq_kv_offset(p, seq)) * p.v_row_stride +
+                  int64_t(kv_head) * p.v_head_stride;
+    const double scale = p.scale_bmm1;
+
+    double m = -INFINITY;
+    for (int j = 0; j < kv_len; ++j)
+        if (visible(p, r, j, shift)) m = fmax(m, scale * dot(q, k0 + j * p.k_row_stride, p.d, lane));
+    double l = 0;
+    for (int j = 0; j < kv_len; ++j)
+        if (visible(p, r, j, shift)) l += exp(scale * dot(q, k0 + j * p.k_row_stride, p.d, lane) - m);
+    const double lse = l > 0 ? m + log(l) : -INFINITY;
+    const double big_d = dot(g, o, p.dv, lane);
+
+    double dq[kMaxCols] = {};
+    if (l > 0) {
+        for (int j = 0; j < kv_len; ++j) {
+            if (!visible(p, r, j, shift)) continue;
+            const T* k = k0 + j * p.k_row_stride;
+            const double pj = exp(scale * dot(q, k, p.d, lane) - lse);
+            const double ds = pj * (dot(g, v0 + j * p.v_row_stride, p.dv, lane) - big_d);
+#pragma unroll
+            for (int i = 0; i < kMaxCols; ++i) {
+                const int c = lane + 32 * i;
+                if (c < p.d) dq[i] += ds * value(k + c);
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < kMaxCols; ++i) {
+        const int c = lane + 32 * i;
+        if (c < p.d) dq_ref[(token * p.h + head) * p.d + c] = static_cast<float>(scale * dq[i]);
+    }
+    if (lane == 0) {
+        const int64_t at = (int64_t(seq) * p.h + head) * p.s_q_max + r;
+        lse_out[at] = static_cast<float>(lse);
+        d_out[at] = static_cast<float>(big_d);
+    }
+}
+
+template <class T>
+__global__ void __launch_bounds__(32) keys_kernel(Params p, const T* d_o, const float* lse_in, const float* d_in,
+                                                  float* dk_ref, float* dv_ref) {
+    const int j = blockIdx.x, kv_head = blockIdx.y, seq = blockIdx.z, lane = threadIdx.x;
+    const int q_len = seq_q_len(p, seq), kv_len = seq_kv_len(p, seq);
+    if (j >= kv_len) return;
+    const int shift = kv_len - q_len, group = p.h / p.h_kv;
+    const int64_t key = seq_kv_offset(p, seq) + j;
+    const T* k = static_cast<const T*>(p.k) + key * p.k_row_stride + int64_t(kv_head) * p.k_head_stride;
+    const T* v = static_cast<const T*>(p.v) + key * p.v_row_stride + int64_t(kv_head) * p.v_head_stride;
+    const double scale = p.scale_bmm1;
+    double dk[kMaxCols] = {}, dv[kMaxCols] = {};
+    for (int g = 0; g < group; ++g) {
+        const int head = kv_head * group + g;
+        for (int r = 0; r < q_len; ++r) {
+            if (!visible(p, r, j, shift)) continue;
+            const int64_t at = (int64_t(seq) * p.h + head) * p.s_q_max + r;
+            const double lse = lse_in[at];
+            if (lse == -INFINITY) continue;
+            const int64_t token = seq_q_offset(p, seq) + r;
+            const T* q = static_cast<const T*>(p.q) + token * p.q_row_stride + int64_t(head) * p.q_head_stride;
+            const T* gr = d_o + token * p.o_row_stride + int64_t(head) * p.o_head_stride;
+            const double pj = exp(scale * dot(q, k, p.d, lane) - lse);
+            const double ds = pj * (dot(gr, v, p.dv, lane) - double(d_in[at]));
+#pragma unroll
+            for (int i = 0; i < kMaxCols; ++i) {
+                const int c = lane + 32 * i;
+                if (c < p.d) dk[i] += ds * value(q + c);
+                if (c < p.dv) dv[i] += pj * value(gr + c);
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < kMaxCols; ++i) {
+        const int c = lane + 32 * i;
+        if (c < p.d) dk_ref[(key * p.h_kv + kv_head) * p.d + c] = static_cast<float>(scale * dk[i]);
+        if (c < p.dv) dv_ref[(key * p.h_kv + kv_head) * p.dv + c] = static_cast<float>(dv[i]);
+    }
+}
+
+template <class T>
+cudaError_t run(const Params& p, const void* d_o, float* dq_ref, float* dk_ref, float* dv_ref, float* scratch,
+                cudaStream_t stream) {
+    float* lse = scratch;
+    float* big_d = scratch + size_t(p.b) * p.h * p.s_q_max;
+    rows_kernel<T><<<dim3(p.s_q_max, p.h, p.b), 32, 0, stream>>>(p, static_cast<const T*>(d_o), dq_ref, lse, big_d);
+    keys_kernel<T><<<dim3(p.s_kv_max, p.h_kv, p.b), 32, 0, stream>>>(p, static_cast<const T*>(d_o), lse, big_d, dk_ref,
+                                                                       dv_ref);
+    return cudaGetLastError();
+}
+
+}  // namespace
+
+size_t reference_bwd_scratch_floats(const Params& p) { return 2 * size_t(p.b) * p.h * p.s_q_max; }
+
+cudaError_t run_reference_bwd(const Params& p, DataType dtype, const void* d_o, float* dq_ref, float* dk_ref,
+                              float* dv_ref, float* scratch, cudaStream_t stream) {
+    if (p.d > 32 * kMaxCols || p.dv > 32 * kMaxCols || p.h_kv <= 0 || p.h % p.h_kv != 0) return cudaErrorInvalidValue;
+    if (p.mask != MaskType::kPadding && p.mask != MaskType::kCausal) return cudaErrorInvalidValue;
+    if (dtype == DataType::kBf16) return run<__nv_bfloat16>(p, d_o, dq_ref, dk_ref, dv_ref, scratch, stream);
+    if (dtype == DataType::kFp16) return run<__half>(p, d_o, dq_ref, dk_ref, dv_ref, scratch, stream);
+    return cudaErrorInvalidValue;
+}
+
+}  // namespace fmha
