@@ -1,8 +1,14 @@
-/* FMHA_v2's C API: fused multi-head attention forward on NVIDIA GPUs (lib/libfmha.so).
+/* FMHA_v2's C API: fused multi-head attention on NVIDIA GPUs (lib/libfmha.so).
  *
  *   fmha_problem_t p;  fmha_problem_init(&p);      sizes, dtypes, tensors, mask, options
  *   fmha_plan_t plan;  fmha_plan(&p, 0, 0, &plan);  choose the kernel, size the workspace
  *   fmha_forward(&p, &plan, workspace, plan.workspace_bytes, stream);
+ *
+ * and for training, with the forward's O and LSE in p.o and p.lse:
+ *
+ *   fmha_backward_args_t g;  fmha_backward_args_init(&g);   dO in, dQ, dK, dV out
+ *   fmha_plan_backward(&p, &g, 0, 0, &plan);
+ *   fmha_backward(&p, &g, &plan, workspace, plan.workspace_bytes, stream);
  *
  * Every call returns a status; on failure fmha_last_error() gives a one-line reason (per
  * thread). Nothing prints, exits or aborts. fmha_forward is stream-ordered on the caller's
@@ -28,7 +34,7 @@ extern "C" {
 #endif
 
 /* Bumped when a struct or a signature changes; fmha_version() returns the library's. */
-#define FMHA_API_VERSION 3
+#define FMHA_API_VERSION 4
 
 typedef enum fmha_status {
     FMHA_SUCCESS = 0,
@@ -147,6 +153,34 @@ fmha_status_t fmha_plan(const fmha_problem_t* problem, int sm, int num_sms, fmha
  * so later calls on the same stream may reuse it (one workspace per stream). */
 fmha_status_t fmha_forward(const fmha_problem_t* problem, const fmha_plan_t* plan, void* workspace,
                            size_t workspace_bytes, cudaStream_t stream);
+
+/* The backward pass's own tensors. The problem is the forward's: q, k, v its inputs, o its
+ * output and lse (required) its LSE. Each tensor has strides of its own; with fixed lengths
+ * its batch_stride holds the same number of tokens as its forward tensor's (d_o and dq as
+ * o's and q's, dk and dv as k's). */
+typedef struct fmha_backward_args {
+    uint32_t struct_size;     /* sizeof(fmha_backward_args_t), set by fmha_backward_args_init */
+    fmha_tensor_t d_o;        /* dL/dO, O's dtype and shape */
+    const float* d_lse;       /* dL/dlse, the layout of problem.lse, or NULL (zero) */
+    fmha_tensor_t dq, dk, dv; /* out: dL/dQ, dL/dK, dL/dV in the inputs' dtype (dK, dV summed
+                                 over the query heads of each KV head) */
+    int deterministic;        /* nonzero: bitwise the same results from run to run (dQ added in
+                                 a fixed order, at some cost in time) */
+} fmha_backward_args_t;
+
+/* Zeroes the arguments and sets struct_size. */
+void fmha_backward_args_init(fmha_backward_args_t* args);
+
+/* fmha_plan for the backward pass: FMHA_ERROR_NOT_SUPPORTED names what no backward kernel
+ * serves (today fp16 and bf16, d = dv = 64 or 128, no mask or causal, no score modifier,
+ * sinks, paged cache or seqused_k; sm_80 and later). */
+fmha_status_t fmha_plan_backward(const fmha_problem_t* problem, const fmha_backward_args_t* args, int sm,
+                                 int num_sms, fmha_plan_t* plan);
+
+/* dQ, dK, dV on stream, as fmha_forward runs (no allocation, no synchronisation). workspace:
+ * >= plan.workspace_bytes, 256-byte aligned, any content (the call clears what it uses). */
+fmha_status_t fmha_backward(const fmha_problem_t* problem, const fmha_backward_args_t* args, const fmha_plan_t* plan,
+                            void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 /* The kernels of this build: count, and row i's name (NULL past the end). */
 int fmha_num_kernels(void);

@@ -10,23 +10,13 @@
 #include "check.h"
 #include "cuda_check.h"
 #include "device_buffer.h"
-#include "fmha/kernel/flash_bwd_sm80.h"
+#include "api/backward.h"
 #include "inputs.h"
 #include "reference/reference_bwd.h"
 #include "save_tensors.h"
 
 namespace fmha {
 namespace {
-
-cudaError_t launch(DataType dtype, int d, const flash_bwd::BwdParams& bp, cudaStream_t stream) {
-    using flash_bwd::Traits;
-    if (dtype == DataType::kBf16) {
-        return d == 64 ? flash_bwd::launch<Traits<__nv_bfloat16, 64>>(bp, stream)
-                       : flash_bwd::launch<Traits<__nv_bfloat16, 128>>(bp, stream);
-    }
-    return d == 64 ? flash_bwd::launch<Traits<__half, 64>>(bp, stream)
-                   : flash_bwd::launch<Traits<__half, 128>>(bp, stream);
-}
 
 // Relative RMS and max error / max |reference| of a 16-bit dense [rows, cols] output against
 // its fp32 reference, over the rows `take` keeps.
@@ -49,13 +39,13 @@ void compare(const std::vector<uint16_t>& got, const std::vector<float>& want, B
 }  // namespace
 
 std::string backward_refusal(const Problem& p) {
-    if (p.dtype != DataType::kFp16 && p.dtype != DataType::kBf16) return "-bwd: fp16 or bf16 inputs only";
-    if (p.d != p.dv || (p.d != 64 && p.d != 128)) return "-bwd: d = dv = 64 or 128 only (the flash-bwd draft)";
-    if (p.mask != MaskType::kPadding && p.mask != MaskType::kCausal) return "-bwd: the padding and causal masks only";
-    if (p.alibi || p.softcapping_scale_bmm1 > 0.f || p.attention_bias || p.attention_sinks)
-        return "-bwd: no score modifier or sinks yet";
-    if (p.layout == Layout::kPagedKv) return "-bwd: not with -paged-kv";
-    return "";
+    api::BackwardAsk a;
+    a.dtype = p.dtype, a.d = p.d, a.dv = p.dv, a.mask = p.mask;
+    a.score_modifier = p.alibi || p.softcapping_scale_bmm1 > 0.f || p.attention_bias;
+    a.sinks = p.attention_sinks;
+    a.paged = p.layout == Layout::kPagedKv;
+    const std::string why = api::backward_refusal(a);
+    return why.empty() ? why : "-bwd: " + why;
 }
 
 BackwardResult run_backward(const Problem& p, const SeqLens& lens, const DeviceTensors& t, cudaStream_t stream) {
@@ -73,15 +63,18 @@ BackwardResult run_backward(const Problem& p, const SeqLens& lens, const DeviceT
     bp.p = prm;
     bp.d_o = static_cast<const char*>(static_cast<const void*>(d_o.get())) +
              (static_cast<const char*>(prm.o) - reinterpret_cast<const char*>(t.o.get()));
+    bp.do_row_stride = prm.o_row_stride, bp.do_head_stride = prm.o_head_stride;
     bp.lse = t.lse.get();
+    bp.deterministic = p.deterministic;
     bp.dq = dq.get(), bp.dk = dk.get(), bp.dv = dv.get();
     bp.dq_row_stride = int64_t(p.h) * p.d, bp.dq_head_stride = p.d;
     bp.dk_row_stride = int64_t(p.h_kv) * p.d, bp.dk_head_stride = p.d;
     bp.dv_row_stride = int64_t(p.h_kv) * p.dv, bp.dv_head_stride = p.dv;
-    DeviceBuffer<float> workspace(flash_bwd::workspace_floats(prm));
-    flash_bwd::carve_workspace(bp, workspace.get());
+    const size_t ws_bytes = api::backward_workspace_bytes(prm);
+    DeviceBuffer<char> workspace(ws_bytes);
+    const auto launch = [&] { return api::backward_launch(p.dtype, bp, workspace.get(), ws_bytes, stream); };
 
-    CUDA_CHECK(launch(p.dtype, p.d, bp, stream));
+    CUDA_CHECK(launch());
     CUDA_CHECK(cudaStreamSynchronize(stream));
     const bool reference = !p.skip_checks || !p.save_dir.empty();
     DeviceBuffer<float> dq_ref, dk_ref, dv_ref;
@@ -95,6 +88,9 @@ BackwardResult run_backward(const Problem& p, const SeqLens& lens, const DeviceT
     }
     if (!p.save_dir.empty())
         save_backward(p, t, bp.d_o, dq.get(), dk.get(), dv.get(), dq_ref.get(), dk_ref.get(), dv_ref.get(), stream);
+    // -deterministic: the checked run's bits, for the timed runs' to match.
+    std::vector<uint16_t> first[3];
+    if (p.deterministic) first[0] = to_host(dq), first[1] = to_host(dk), first[2] = to_host(dv);
     if (!p.skip_checks) {
         // Rows inside the sequences (the reference writes no others).
         std::vector<char> q_in(size_t(q_rows), 0), kv_in(size_t(kv_rows), 0);
@@ -119,12 +115,12 @@ BackwardResult run_backward(const Problem& p, const SeqLens& lens, const DeviceT
     }
 
     // Timing: the three launches, p.runs times after p.warm_up_runs.
-    for (int i = 0; i < p.warm_up_runs; ++i) CUDA_CHECK(launch(p.dtype, p.d, bp, stream));
+    for (int i = 0; i < p.warm_up_runs; ++i) CUDA_CHECK(launch());
     cudaEvent_t start, stop;
     CUDA_CHECK(cudaEventCreate(&start));
     CUDA_CHECK(cudaEventCreate(&stop));
     CUDA_CHECK(cudaEventRecord(start, stream));
-    for (int i = 0; i < p.runs; ++i) CUDA_CHECK(launch(p.dtype, p.d, bp, stream));
+    for (int i = 0; i < p.runs; ++i) CUDA_CHECK(launch());
     CUDA_CHECK(cudaEventRecord(stop, stream));
     CUDA_CHECK(cudaEventSynchronize(stop));
     float ms = 0;
@@ -132,6 +128,10 @@ BackwardResult run_backward(const Problem& p, const SeqLens& lens, const DeviceT
     CUDA_CHECK(cudaEventDestroy(start));
     CUDA_CHECK(cudaEventDestroy(stop));
     r.us = 1e3 * ms / p.runs;
+    if (p.deterministic) {
+        r.repeats = p.warm_up_runs + p.runs;
+        r.identical = first[0] == to_host(dq) && first[1] == to_host(dk) && first[2] == to_host(dv);
+    }
     return r;
 }
 

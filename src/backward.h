@@ -1,6 +1,6 @@
-// fmha.exe -bwd (draft, issue #33): the backward pass after the forward, on the same inputs,
-// through the flash-bwd draft (src/fmha/kernel/flash_bwd_sm80.h), checked against the GPU
-// reference (src/reference/reference_bwd.cu) and timed.
+// fmha.exe -bwd (issue #33): the backward pass after the forward, on the same inputs, through
+// the library (api/backward.h), checked against the GPU reference
+// (src/reference/reference_bwd.cu) and timed.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,6 +20,8 @@ struct BackwardResult {
     bool checked = false, passed = true;
     double us = 0;                            // a launch (preprocess, main, postprocess)
     double rms[3] = {}, worst[3] = {};        // dQ, dK, dV: relative RMS, max error / max |reference|
+    int repeats = 0;                          // -deterministic: runs after the checked one,
+    bool identical = true;                    // and whether the last left the same bits
 };
 
 // Runs, checks (unless -skip-checks) and times the backward of the forward in `t` (its O and

@@ -94,10 +94,12 @@ numerics
                     (gpt-oss); drawn from -seed, uniform in [-1, 3]
   -save-softmax     the kernel also writes each row's log-sum-exp of its logits (sinks
                     included), checked against the reference; lse.npy with -save-tensors
-  -bwd              then the backward pass on dO from -seed (draft: fp16/bf16, d = dv = 64 or
-                    128, padding or causal mask; implies -save-softmax): dQ, dK, dV checked
+  -bwd              then the backward pass on dO from -seed (fp16/bf16, d = dv = 64 or 128,
+                    padding or causal mask; implies -save-softmax): dQ, dK, dV checked
                     against the GPU reference, a Backward line with its time (Tflop/s at 2.5x
                     the forward's FLOPs)
+  -deterministic    with -bwd: dQ added in a fixed order (bitwise reproducible); the timed
+                    runs' dQ, dK, dV are compared bit for bit with the checked run's
 inputs and checks
   -range-q/-range-k/-range-v R   uniform in [-R, R] (default 1); std R with -randn
   -scale-q/-scale-k/-scale-v X   multiply the inputs by X (default 1)
@@ -204,6 +206,7 @@ const Switch kSwitches[] = {
     {"-use-attention-sinks", [](Problem& p) { p.attention_sinks = true; }},
     {"-save-softmax", [](Problem& p) { p.save_softmax = true; }},
     {"-bwd", [](Problem& p) { p.bwd = true; }},
+    {"-deterministic", [](Problem& p) { p.deterministic = true; }},
     {"-alibi", [](Problem& p) { p.alibi = true; }},
     {"-attention-bias", [](Problem& p) { p.attention_bias = true; }},
     {"-custom-mask", [](Problem& p) { p.mask = MaskType::kCustom; }},
@@ -399,6 +402,7 @@ void resolve_and_validate(Problem& p, const std::set<std::string>& seen) {
         p.epsilon = p.dtype == DataType::kE4m3   ? kDefaultEpsilonE4m3
                     : p.dtype == DataType::kBf16 ? kDefaultEpsilonBf16
                                                  : kDefaultEpsilonFp16;
+    if (p.deterministic && !p.bwd) fail_args("-deterministic applies to the backward pass: add -bwd");
     if (p.bwd) {  // the forward's LSE is the backward's input
         const std::string why = backward_refusal(p);
         if (!why.empty()) fail_args(why);

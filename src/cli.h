@@ -53,7 +53,8 @@ struct Problem {
     bool attention_sinks = false;        // -use-attention-sinks: a random logit per query head
     bool alibi = false;                  // -alibi: ALiBi slopes per query head (the paper's)
     bool save_softmax = false;           // -save-softmax: the kernel writes each row's LSE (checked)
-    bool bwd = false;                    // -bwd: the backward pass after the forward (draft, issue #33)
+    bool bwd = false;                    // -bwd: the backward pass after the forward (issue #33)
+    bool deterministic = false;          // -deterministic: -bwd's dQ in a fixed order
     // -attention-bias: an additive [b or 1, h or 1, s_q, s] bias, random from -seed;
     // -attention-bias-shape picks which of b and h it has (both by default).
     bool attention_bias = false;

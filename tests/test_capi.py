@@ -197,6 +197,97 @@ def test_package_finds_and_checks_the_library(lib, monkeypatch, tmp_path):
         capi.load()
 
 
+# --- The backward pass: fmha_plan_backward, fmha_backward -----------------------------------
+
+BackwardArgs = capi.BackwardArgs
+
+
+def grads(lib, **fields) -> BackwardArgs:
+    """Gradients laid out as problem()'s tensors (fake addresses)."""
+    g = BackwardArgs()
+    lib.fmha_backward_args_init(ctypes.byref(g))
+    for i, name in enumerate(("d_o", "dq", "dk", "dv")):
+        setattr(g, name, Tensor(0x90000000 + 0x1000000 * i, 128 * 4 * 64, 4 * 64, 64))
+    for key, value in fields.items():
+        setattr(g, key, value)
+    return g
+
+
+def plan_backward(lib, p: Problem, g: BackwardArgs, sm=80, num_sms=108):
+    out = Plan()
+    status = lib.fmha_plan_backward(ctypes.byref(p), ctypes.byref(g), sm, num_sms, ctypes.byref(out))
+    return status, lib.fmha_last_error().decode(), out
+
+
+@pytest.mark.build
+def test_backward_args_match_the_header(lib):
+    g = BackwardArgs()
+    lib.fmha_backward_args_init(ctypes.byref(g))
+    assert g.struct_size == ctypes.sizeof(BackwardArgs) and g.deterministic == 0 and g.d_lse is None
+    body = re.search(r"typedef struct fmha_backward_args \{(.*?)\} fmha_backward_args_t;", HEADER.read_text(), re.S)
+    names = re.findall(r"^\s+(?:const\s+)?[\w ]+?\**\s*(\w+(?:, \w+)*);", body.group(1), re.M)
+    assert [n for group in names for n in group.split(", ")] == [name for name, _ in BackwardArgs._fields_]
+
+
+@pytest.mark.build
+def test_plan_backward_names_the_kernel_and_sizes_the_workspace(lib):
+    status, error, out = plan_backward(lib, problem(lib, lse=0xa0000000), grads(lib))
+    assert (status, error) == (SUCCESS, "")
+    assert out.kernel.decode() == "flash_bwd_fp16_d64_sm80" and out.sm == 80 and out.index == -1
+    # fp32 dQ [256 tokens, 4, 64], dK and dV per query head [256, 4, 64 + 64], D [2, 4, 128],
+    # the order counters [2, 4, 2 query blocks]: 790,592 bytes, to 256.
+    floats = 256 * 4 * 64 + 256 * 4 * 128 + 2 * 4 * 128
+    assert out.workspace_bytes == (floats * 4 + 2 * 4 * 2 * 4 + 255) // 256 * 256 == 790784
+    status, _, causal = plan_backward(lib, problem(lib, lse=0xa0000000, mask=CAUSAL, dtype=BF16), grads(lib))
+    assert status == SUCCESS and causal.kernel.decode() == "flash_bwd_bf16_d64_sm80"
+
+
+@pytest.mark.build
+@pytest.mark.parametrize("fields, args, status, reason", [
+    ({}, {}, INVALID, "backward: lse (the forward's) is NULL"),
+    ({"dtype": E4M3, "acc": FP32}, {}, NOT_SUPPORTED, "backward: fp16 or bf16 inputs only"),
+    ({"d": 96, "dv": 96}, {}, NOT_SUPPORTED, "backward: d = dv = 64 or 128 only (got d 96, dv 96)"),
+    ({"mask": SLIDING, "window": 8}, {}, NOT_SUPPORTED, "backward: no mask or the causal mask only"),
+    ({"softcap": 30.0}, {}, NOT_SUPPORTED, "backward: no softcap, ALiBi, bias or custom mask yet"),
+    ({"sinks": 0x60000000}, {}, NOT_SUPPORTED, "backward: no attention sinks yet"),
+    ({"seqused_k": 0x60000000}, {}, NOT_SUPPORTED, "backward: not with seqused_k"),
+    ({"block_table": 0x70000000, "block_size": 16, "num_blocks": 16, "block_table_stride": 8,
+      "k_block_stride": 4096, "v_block_stride": 4096}, {}, NOT_SUPPORTED, "backward: not over a paged KV cache"),
+    ({"b": 0}, {}, INVALID, "b = 0"),
+    ({"lse": 0xa0000000}, {"struct_size": 4}, INVALID, "args.struct_size = 4"),
+    ({"lse": 0xa0000000}, {"dq": Tensor(0, 128 * 256, 256, 64)}, INVALID, "dq.data is NULL"),
+    ({"lse": 0xa0000000}, {"dk": Tensor(0x90000008, 128 * 256, 256, 64)}, INVALID, "dk.data is not 16-byte aligned"),
+    ({"lse": 0xa0000000}, {"d_o": Tensor(0x90000000, 128 * 256, 100, 64)}, INVALID, "d_o: token_stride 100"),
+    ({"lse": 0xa0000000}, {"dv": Tensor(0x90000000, 64 * 256, 256, 64)}, INVALID,
+     "dv.batch_stride holds 64 tokens, v's 128"),
+])
+def test_bad_backward_problems_get_a_status_and_a_reason(lib, fields, args, status, reason):
+    got, error, _ = plan_backward(lib, problem(lib, **fields), grads(lib, **args))
+    assert got == status and reason in error, error
+    assert "\n" not in error
+
+
+@pytest.mark.build
+def test_backward_checks_before_the_device(lib):
+    p, g = problem(lib, lse=0xa0000000), grads(lib)
+    assert plan_backward(lib, p, g, sm=75)[:2] == (NOT_SUPPORTED, "backward: the flash-bwd kernels need sm_80 or "
+                                                                  "later, not sm_75")
+    status, _, out = plan_backward(lib, p, g)
+    assert status == SUCCESS
+    for ws, n in ((None, out.workspace_bytes), (0x80000000, out.workspace_bytes - 1), (0x80000010, 1 << 20)):
+        assert lib.fmha_backward(ctypes.byref(p), ctypes.byref(g), ctypes.byref(out), ws, n, None) == WORKSPACE
+        assert "256-byte aligned" in lib.fmha_last_error().decode()
+    # A forward plan, or one for another problem.
+    forward = plan(lib, p)[2]
+    other = plan_backward(lib, problem(lib, lse=0xa0000000, dtype=BF16), g)[2]
+    for wrong in (forward, other):
+        assert lib.fmha_backward(ctypes.byref(p), ctypes.byref(g), ctypes.byref(wrong), 0x80000000, 1 << 22,
+                                 None) == INVALID
+        assert "plan does not belong" in lib.fmha_last_error().decode()
+    # And a backward plan is no forward plan.
+    assert lib.fmha_forward(ctypes.byref(p), ctypes.byref(out), 0x80000000, 4096, None) == INVALID
+
+
 def build_c_example(lib_dir: Path, out_dir: Path) -> Path:
     """examples/capi_forward.c compiled as C (nvcc -x c) and linked to lib_dir's libfmha.so."""
     import subprocess

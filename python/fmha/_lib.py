@@ -11,7 +11,7 @@ from pathlib import Path
 SUCCESS, INVALID_VALUE, NOT_SUPPORTED, WORKSPACE, CUDA = range(5)
 FP16, BF16, FP32, E4M3 = range(4)
 MASK_NONE, MASK_CAUSAL, MASK_SLIDING, MASK_BIDIRECTIONAL, MASK_CHUNKED, MASK_CUSTOM = range(6)
-API_VERSION = 3
+API_VERSION = 4
 
 
 class Tensor(ctypes.Structure):
@@ -39,6 +39,11 @@ class Problem(ctypes.Structure):
         ("q_descale", ctypes.c_void_p), ("k_descale", ctypes.c_void_p), ("v_descale", ctypes.c_void_p),
         ("o_e4m3", ctypes.c_int),
     ]
+
+
+class BackwardArgs(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("d_o", Tensor), ("d_lse", ctypes.c_void_p), ("dq", Tensor),
+                ("dk", Tensor), ("dv", Tensor), ("deterministic", ctypes.c_int)]
 
 
 class Plan(ctypes.Structure):
@@ -70,6 +75,13 @@ def load(path: Path | None = None) -> ctypes.CDLL:
     so.fmha_forward.argtypes = [ctypes.POINTER(Problem), ctypes.POINTER(Plan), ctypes.c_void_p, ctypes.c_size_t,
                                 ctypes.c_void_p]
     so.fmha_forward.restype = ctypes.c_int
+    so.fmha_backward_args_init.argtypes = [ctypes.POINTER(BackwardArgs)]
+    so.fmha_plan_backward.argtypes = [ctypes.POINTER(Problem), ctypes.POINTER(BackwardArgs), ctypes.c_int,
+                                      ctypes.c_int, ctypes.POINTER(Plan)]
+    so.fmha_plan_backward.restype = ctypes.c_int
+    so.fmha_backward.argtypes = [ctypes.POINTER(Problem), ctypes.POINTER(BackwardArgs), ctypes.POINTER(Plan),
+                                 ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    so.fmha_backward.restype = ctypes.c_int
     if so.fmha_version() != API_VERSION:
         raise ImportError(f"{path or library_path()} has API version {so.fmha_version()}, this package "
                           f"speaks {API_VERSION}: rebuild the library or reinstall the package")

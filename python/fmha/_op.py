@@ -1,8 +1,9 @@
-"""The one custom op, torch.ops.fmha.fwd, over libfmha.so: a call's problem checked and planned
+"""The custom ops over libfmha.so: torch.ops.fmha.fwd, a call's problem checked and planned
 once (_prepare) and kept for the calls that repeat its shapes, strides, dtypes, devices and
 options (_Prepared: allocate the output, write the pointers, launch), the per-stream workspace,
-and the eager path that skips the dispatcher. interface.py checks the arguments FA3's way and
-comes here."""
+and the eager path that skips the dispatcher; torch.ops.fmha.bwd, its backward pass
+(registered as fwd's autograd formula: dQ, dK, dV from dO and the forward's O and LSE).
+interface.py checks the arguments FA3's way and comes here."""
 
 from __future__ import annotations
 
@@ -131,9 +132,9 @@ def _prepare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Op
              alibi_slopes: Optional[torch.Tensor], sinks: Optional[torch.Tensor], bias: Optional[torch.Tensor],
              mask_bits: Optional[torch.Tensor], want_lse: bool, q_descale: Optional[torch.Tensor] = None,
              k_descale: Optional[torch.Tensor] = None, v_descale: Optional[torch.Tensor] = None,
-             o_e4m3: bool = False) -> _Prepared:
+             o_e4m3: bool = False, deterministic: bool = False) -> _Prepared:
     """The problem of the op's arguments, planned (a NotImplementedError or ValueError with the
-    library's reason where no kernel serves it)."""
+    library's reason where no kernel serves it). `deterministic` is the backward's."""
     so = _library()
     varlen = cu_seqlens_q is not None
     paged = page_table is not None
@@ -213,10 +214,10 @@ def _fwd_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: O
               alibi_slopes: Optional[torch.Tensor], sinks: Optional[torch.Tensor], bias: Optional[torch.Tensor],
               mask_bits: Optional[torch.Tensor], want_lse: bool, q_descale: Optional[torch.Tensor],
               k_descale: Optional[torch.Tensor], v_descale: Optional[torch.Tensor],
-              o_e4m3: bool) -> tuple[torch.Tensor, torch.Tensor]:
+              o_e4m3: bool, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, max_seqlen_q, max_seqlen_k, scale, mask,
             window, chunk, softcap, alibi_slopes, sinks, bias, mask_bits, want_lse, q_descale, k_descale, v_descale,
-            o_e4m3)
+            o_e4m3, deterministic)
     out, lse = _prepare(*args).run(_tensors(args))
     return out, lse if lse is not None else q.new_empty((0,), dtype=torch.float32)
 
@@ -259,15 +260,21 @@ def _ready(prepared: Optional[_Prepared], q, k, v) -> bool:
 
 
 def _call(key: Optional[tuple], *args):
-    """The op under torch.compile (which needs its fake implementation); in eager mode its
+    """The op under torch.compile (which needs its fake implementation) or where a gradient is
+    wanted (autograd goes through the dispatcher; the LSE is kept for the backward, and a
+    problem no backward kernel serves is refused here, before the forward runs); otherwise its
     body directly, without the dispatcher's ~30 µs (bench/NOTES.md §41), on the inputs' device,
     and the prepared call kept under `key` (None: not kept)."""
-    if torch.compiler.is_compiling():
-        return torch.ops.fmha.fwd(*args)
     q, k, v = args[:3]
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        raise NotImplementedError("fmha: forward only, no backward pass yet; call it under torch.no_grad() "
-                                  "or torch.inference_mode()")
+        args = args[:18] + (True,) + args[19:]
+        if torch.compiler.is_compiling():
+            return torch.ops.fmha.fwd(*args)
+        with torch.cuda.device(q.device):
+            _check_backward(_prepare(*args), q)
+            return torch.ops.fmha.fwd(*args)
+    if torch.compiler.is_compiling():
+        return torch.ops.fmha.fwd(*args)
     with torch.cuda.device(q.device):
         prepared = _prepare(*args)
         if key is not None and _plain(key[1]):  # key[1]: the call's options
@@ -279,8 +286,109 @@ def _call(key: Optional[tuple], *args):
 
 @_fwd.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, max_seqlen_q, max_seqlen_k, scale, mask,
-      window, chunk, softcap, alibi_slopes, sinks, bias, mask_bits, want_lse, q_descale, k_descale, v_descale, o_e4m3):
+      window, chunk, softcap, alibi_slopes, sinks, bias, mask_bits, want_lse, q_descale, k_descale, v_descale, o_e4m3,
+      deterministic):
     b = cu_seqlens_q.shape[0] - 1 if cu_seqlens_q is not None else q.shape[0]
     out = q.new_empty(q.shape[:-1] + (v.shape[-1],), dtype=_out_dtype(q.dtype, o_e4m3))
     lse = q.new_empty((b, q.shape[-2], max_seqlen_q) if want_lse else (0,), dtype=torch.float32)
     return out, lse
+
+
+# --- The backward pass --------------------------------------------------------------------
+
+def _grad_args(problem: _lib.Problem) -> _lib.BackwardArgs:
+    """Backward arguments laid out as the problem's tensors (dO as O, dQ as Q, dK as K, dV as
+    V), their pointers the problem's: stand-ins for planning, or what the caller rewrites."""
+    g = _lib.BackwardArgs()
+    _so.fmha_backward_args_init(g)
+    g.d_o, g.dq, g.dk, g.dv = problem.o, problem.q, problem.k, problem.v
+    return g
+
+
+def _check_backward(prepared: _Prepared, q: torch.Tensor) -> None:
+    """NotImplementedError (the library's reason) where no backward kernel serves the forward
+    problem `prepared` describes (its pointers stand-ins)."""
+    problem = _lib.Problem.from_buffer_copy(prepared.words)
+    plan = _lib.Plan()
+    sm, num_sms = _device(q)
+    _lib.raise_for(_so, _so.fmha_plan_backward(problem, _grad_args(problem), sm, num_sms, plan), "fmha")
+
+
+def _grad_buffer(t: torch.Tensor, batch: bool, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(gradient, what the library writes): a contiguous gradient of t's shape, written in
+    place unless t's sequences are `step` > s tokens apart (fixed lengths), where the library
+    writes a buffer of that step and the gradient is its copy."""
+    if batch and t.shape[0] > 1 and step != t.shape[1]:
+        buf = t.new_empty((t.shape[0], step) + tuple(t.shape[2:]))
+        return buf, buf[:, :t.shape[1]]
+    g = t.new_empty(t.shape)
+    return g, g
+
+
+def _bwd_impl(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+              lse: torch.Tensor, d_lse: Optional[torch.Tensor], cu_seqlens_q: Optional[torch.Tensor],
+              cu_seqlens_k: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int, scale: float, mask: int,
+              window: int, chunk: int, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    batch = cu_seqlens_q is None
+    with torch.cuda.device(q.device):
+        prepared = _prepare(q, k, v, cu_seqlens_q, cu_seqlens_k, None, None, max_seqlen_q, max_seqlen_k, scale, mask,
+                            window, chunk, 0.0, None, None, None, None, True)
+        problem = _lib.Problem.from_buffer_copy(prepared.words)
+        problem.q.data, problem.k.data, problem.v.data = q.data_ptr(), k.data_ptr(), v.data_ptr()
+        problem.o.data, problem.lse = out.data_ptr(), lse.data_ptr()
+        if not batch:
+            problem.cu_seqlens_q, problem.cu_seqlens_k = cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()
+        g = _grad_args(problem)
+        dout = dout.contiguous()  # O's layout, as the problem describes it
+        g.d_o.data = dout.data_ptr()
+        if d_lse is not None:
+            d_lse = d_lse.to(torch.float32).contiguous()
+            g.d_lse = d_lse.data_ptr()
+        grads = []
+        for name, t, like in (("dq", q, problem.q), ("dk", k, problem.k), ("dv", v, problem.v)):
+            step = like.batch_stride // like.token_stride if like.token_stride else 0
+            buf, grad = _grad_buffer(t, batch, step)
+            getattr(g, name).data = buf.data_ptr()
+            if batch:  # the buffer's own strides, its sequences the forward tensor's step apart
+                getattr(g, name).batch_stride, getattr(g, name).token_stride, getattr(g, name).head_stride = \
+                    buf.stride(0), buf.stride(1), buf.stride(2)
+            else:
+                getattr(g, name).token_stride, getattr(g, name).head_stride = buf.stride(0), buf.stride(1)
+            grads.append((buf, grad))
+        g.deterministic = int(deterministic)
+        plan = _lib.Plan()
+        sm, num_sms = _device(q)
+        _lib.raise_for(_so, _so.fmha_plan_backward(problem, g, sm, num_sms, plan), "fmha")
+        workspace = torch.empty(max(plan.workspace_bytes, 256), dtype=torch.uint8, device=q.device)
+        stream = torch._C._cuda_getCurrentRawStream(q.device.index)
+        _lib.raise_for(_so, _so.fmha_backward(problem, g, plan, workspace.data_ptr(), workspace.numel(), stream),
+                       "fmha")
+    return tuple(grad.contiguous() for _, grad in grads)
+
+
+_bwd = torch.library.custom_op("fmha::bwd", _bwd_impl, mutates_args=(), device_types="cuda")
+
+
+@_bwd.register_fake
+def _(dout, q, k, v, out, lse, d_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, mask, window,
+      chunk, deterministic):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_context(ctx, inputs, output):
+    (q, k, v, cu_seqlens_q, cu_seqlens_k, _seqused_k, _page_table, max_seqlen_q, max_seqlen_k, scale, mask, window,
+     chunk) = inputs[:13]
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
+    ctx.options = (max_seqlen_q, max_seqlen_k, scale, mask, window, chunk, inputs[23])
+
+
+def _backward(ctx, d_out, d_lse):
+    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
+    if d_out is None:
+        d_out = torch.zeros_like(out)
+    dq, dk, dv = torch.ops.fmha.bwd(d_out, q, k, v, out, lse, d_lse, cu_seqlens_q, cu_seqlens_k, *ctx.options)
+    return (dq, dk, dv) + (None,) * 21
+
+
+torch.library.register_autograd("fmha::fwd", _backward, setup_context=_setup_context)

@@ -1,11 +1,13 @@
-"""FlashAttention-3's forward functions over libfmha.so, on torch tensors.
+"""FlashAttention-3's functions over libfmha.so, on torch tensors, with autograd.
 
 The names, signatures and return values are flash_attn_interface's (FA3), so that
 `from fmha import flash_attn_func` replaces `from flash_attn_interface import ...`. Each
 function checks its arguments, maps them onto the library's problem and calls the one custom
 op (_op.py: torch.ops.fmha.fwd, with a fake implementation for torch.compile; it launches on
 the current stream, takes its output and workspace from torch's allocator and never
-synchronises the host). A call that repeats an earlier one's shapes, strides, dtypes, devices
+synchronises the host). Where q, k or v require a gradient, the backward pass
+(torch.ops.fmha.bwd) is fwd's autograd formula: flash_attn_func and flash_attn_varlen_func
+train, `deterministic=True` makes dQ, dK, dV bitwise reproducible. A call that repeats an earlier one's shapes, strides, dtypes, devices
 and options skips the checks: it is keyed here (_func_key, ...) and run by _op._Prepared.
 """
 
@@ -160,7 +162,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
     q, k, v = views
     out, lse = _call(key, q, k, v, None, None, None, None, q.shape[1], k.shape[1], scale, mask, window, chunk,
                      float(softcap), alibi_slopes, sinks, attn_bias, bits, bool(return_attn_probs), *descales,
-                     _o_e4m3(q, out_dtype))
+                     _o_e4m3(q, out_dtype), bool(deterministic))
     return (out, lse) if return_attn_probs else out
 
 
@@ -225,7 +227,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     mask, window, chunk = _mask(causal, window_size, attention_chunk)
     out, lse = _call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, None, int(max_seqlen_q),
                      int(max_seqlen_k), scale, mask, window, chunk, float(softcap), alibi_slopes, sinks, None, None,
-                     bool(return_attn_probs), *descales, _o_e4m3(q, out_dtype))
+                     bool(return_attn_probs), *descales, _o_e4m3(q, out_dtype), bool(deterministic))
     if return_attn_probs:
         return out, _varlen_lse(lse, cu_seqlens_q, q.shape[0])
     return out
@@ -323,7 +325,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     descales = _descales(q, q.shape[0], k_cache.shape[2], q_descale, k_descale, v_descale)
     out, lse = _call(key, q, k_cache, v_cache, None, None, cache_seqlens, page_table, q.shape[1], max_seqlen_k,
                      scale, mask, window, chunk, float(softcap), alibi_slopes, sinks, None, None,
-                     bool(return_softmax_lse), *descales, _o_e4m3(q, out_dtype))
+                     bool(return_softmax_lse), *descales, _o_e4m3(q, out_dtype), False)
     return (out, lse) if return_softmax_lse else out
 
 

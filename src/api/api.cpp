@@ -10,6 +10,7 @@
 #include <cstring>
 #include <string>
 
+#include "api/backward.h"
 #include "api/select.h"
 #include "kernel_meta.h"
 #include "params.h"
@@ -313,6 +314,85 @@ fmha_status_t plan_checked(const Params& params, const Request& r, int sm, int n
     return FMHA_SUCCESS;
 }
 
+// The backward pass's checks on top of the forward problem's (check): fills bp (all but
+// its workspace) and the ask.
+fmha_status_t check_backward(const fmha_problem_t* pr, const fmha_backward_args_t* g, flash_bwd::BwdParams& bp,
+                             BackwardAsk& a) {
+    Params p;
+    Request r;
+    fmha_status_t s = check(pr, p, r);
+    if (s != FMHA_SUCCESS) return s;
+    if (g == nullptr) return fail(FMHA_ERROR_INVALID_VALUE, "args is NULL");
+    if (g->struct_size != sizeof(fmha_backward_args_t))
+        return fail(FMHA_ERROR_INVALID_VALUE, "args.struct_size = " + std::to_string(g->struct_size) +
+                                                  ", this library's fmha_backward_args_t has " +
+                                                  std::to_string(sizeof(fmha_backward_args_t)) +
+                                                  " (call fmha_backward_args_init)");
+    a = BackwardAsk{};
+    a.dtype = r.dtype, a.d = pr->d, a.dv = pr->dv, a.mask = r.mask;
+    a.score_modifier = pr->softcap > 0.f || pr->alibi_slopes != nullptr || pr->bias != nullptr;
+    a.sinks = pr->sinks != nullptr;
+    a.paged = pr->block_table != nullptr;
+    a.seqused_k = pr->seqused_k != nullptr;
+    const std::string why = backward_refusal(a);
+    if (!why.empty()) return fail(FMHA_ERROR_NOT_SUPPORTED, "backward: " + why);
+    if (pr->lse == nullptr) return fail(FMHA_ERROR_INVALID_VALUE, "backward: lse (the forward's) is NULL");
+
+    // Each gradient over its forward tensor's token storage: its own strides, the same
+    // tokens from one sequence to the next.
+    const struct {
+        const char* name;
+        const fmha_tensor_t& t;
+        const fmha_tensor_t& like;
+        const char* like_name;
+        bool queries;
+    } grads[] = {{"d_o", g->d_o, pr->o, "o", true},
+                 {"dq", g->dq, pr->q, "q", true},
+                 {"dk", g->dk, pr->k, "k", false},
+                 {"dv", g->dv, pr->v, "v", false}};
+    for (const auto& x : grads) {
+        if (x.t.data == nullptr) return fail(FMHA_ERROR_INVALID_VALUE, std::string(x.name) + ".data is NULL");
+        if (reinterpret_cast<uintptr_t>(x.t.data) % 16 != 0)
+            return fail(FMHA_ERROR_INVALID_VALUE, std::string(x.name) + ".data is not 16-byte aligned");
+        if (x.t.token_stride <= 0 || x.t.token_stride % 8 != 0 || x.t.head_stride < 0 || x.t.head_stride % 8 != 0)
+            return fail(FMHA_ERROR_INVALID_VALUE, std::string(x.name) + ": token_stride " +
+                                                      std::to_string(x.t.token_stride) + ", head_stride " +
+                                                      std::to_string(x.t.head_stride) +
+                                                      ": positive token stride, both multiples of 8 elements");
+        const bool fixed = x.queries ? pr->cu_seqlens_q == nullptr : pr->cu_seqlens_k == nullptr;
+        if (fixed && pr->b > 1 && token_step(x.t) != token_step(x.like))
+            return fail(FMHA_ERROR_INVALID_VALUE, std::string(x.name) + ".batch_stride holds " +
+                                                      std::to_string(token_step(x.t)) + " tokens, " + x.like_name +
+                                                      "'s " + std::to_string(token_step(x.like)));
+    }
+    bp = flash_bwd::BwdParams{};
+    bp.p = p;
+    bp.d_o = g->d_o.data;
+    bp.do_row_stride = g->d_o.token_stride, bp.do_head_stride = g->d_o.head_stride;
+    bp.lse = pr->lse;
+    bp.d_lse = g->d_lse;
+    bp.dq = g->dq.data, bp.dk = g->dk.data, bp.dv = g->dv.data;
+    bp.dq_row_stride = g->dq.token_stride, bp.dq_head_stride = g->dq.head_stride;
+    bp.dk_row_stride = g->dk.token_stride, bp.dk_head_stride = g->dk.head_stride;
+    bp.dv_row_stride = g->dv.token_stride, bp.dv_head_stride = g->dv.head_stride;
+    bp.deterministic = g->deterministic != 0;
+    return FMHA_SUCCESS;
+}
+
+fmha_status_t plan_backward_checked(const flash_bwd::BwdParams& bp, const BackwardAsk& a, int sm, int num_sms,
+                                    fmha_plan_t* plan) {
+    if (sm < 80)
+        return fail(FMHA_ERROR_NOT_SUPPORTED, "backward: the flash-bwd kernels need sm_80 or later, not sm_" +
+                                                  std::to_string(sm));
+    *plan = fmha_plan_t{};
+    std::snprintf(plan->kernel, sizeof(plan->kernel), "%s", backward_kernel_name(a).c_str());
+    plan->workspace_bytes = backward_workspace_bytes(bp.p);
+    plan->sm = sm;
+    plan->num_sms = num_sms;
+    plan->index = -1;  // no registry row (yet)
+    return FMHA_SUCCESS;
+}
+
 }  // namespace
 }  // namespace api
 }  // namespace fmha
@@ -386,6 +466,55 @@ fmha_status_t fmha_forward(const fmha_problem_t* problem, const fmha_plan_t* pla
     }
     if (err != cudaSuccess)
         return api::fail(FMHA_ERROR_CUDA, std::string("launch of ") + k.name + ": " + cudaGetErrorString(err));
+    return FMHA_SUCCESS;
+}
+
+void fmha_backward_args_init(fmha_backward_args_t* args) {
+    if (args == nullptr) return;
+    std::memset(args, 0, sizeof(*args));
+    args->struct_size = sizeof(*args);
+}
+
+fmha_status_t fmha_plan_backward(const fmha_problem_t* problem, const fmha_backward_args_t* args, int sm,
+                                 int num_sms, fmha_plan_t* plan) {
+    api::t_error.clear();
+    if (plan == nullptr) return api::fail(FMHA_ERROR_INVALID_VALUE, "plan is NULL");
+    flash_bwd::BwdParams bp;
+    api::BackwardAsk a;
+    fmha_status_t s = api::check_backward(problem, args, bp, a);
+    if (s == FMHA_SUCCESS) s = api::device_of(&sm, &num_sms);
+    if (s == FMHA_SUCCESS) s = api::plan_backward_checked(bp, a, sm, num_sms, plan);
+    return s;
+}
+
+fmha_status_t fmha_backward(const fmha_problem_t* problem, const fmha_backward_args_t* args, const fmha_plan_t* plan,
+                            void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+    api::t_error.clear();
+    flash_bwd::BwdParams bp;
+    api::BackwardAsk a;
+    fmha_status_t s = api::check_backward(problem, args, bp, a);
+    if (s != FMHA_SUCCESS) return s;
+    if (plan == nullptr) {
+        fmha_plan_t here;
+        int sm = 0, num_sms = 0;
+        s = api::device_of(&sm, &num_sms);
+        if (s == FMHA_SUCCESS) s = api::plan_backward_checked(bp, a, sm, num_sms, &here);
+        if (s != FMHA_SUCCESS) return s;
+    } else if (plan->index != -1 || api::backward_kernel_name(a) != plan->kernel) {
+        return api::fail(FMHA_ERROR_INVALID_VALUE, "plan does not belong to this problem (call fmha_plan_backward again)");
+    }
+    const size_t needed = api::backward_workspace_bytes(bp.p);
+    if (workspace == nullptr || workspace_bytes < needed || reinterpret_cast<uintptr_t>(workspace) % api::kAlign != 0)
+        return api::fail(FMHA_ERROR_WORKSPACE, "workspace: " + std::to_string(needed) +
+                                                   " bytes, 256-byte aligned, needed; got " +
+                                                   std::to_string(workspace_bytes) + (workspace ? "" : " at NULL"));
+    cudaError_t err = api::backward_launch(a.dtype, bp, workspace, workspace_bytes, stream);
+    if (err == cudaErrorInvalidValue) {
+        cudaGetLastError();
+        return api::fail(FMHA_ERROR_INVALID_VALUE, api::backward_kernel_name(a) + " refused the problem");
+    }
+    if (err != cudaSuccess)
+        return api::fail(FMHA_ERROR_CUDA, "launch of " + api::backward_kernel_name(a) + ": " + cudaGetErrorString(err));
     return FMHA_SUCCESS;
 }
 

@@ -1,6 +1,6 @@
-"""fmha.exe -bwd (draft, issue #33) on a GPU: the flash-bwd draft's dQ, dK, dV and the driver's
-GPU reference of them, both against float64 gradients (oracle.attention_backward_fp64) of the
-inputs -save-tensors wrote; and the driver's own verdict."""
+"""fmha.exe -bwd (issue #33) on a GPU: the flash-bwd kernels' dQ, dK, dV and the driver's GPU
+reference of them, both against float64 gradients (oracle.attention_backward_fp64) of the
+inputs -save-tensors wrote; the driver's own verdict; -deterministic's repeated runs."""
 
 import json
 
@@ -48,3 +48,14 @@ def test_backward_matches_float64(name, exe, tmp_path):
         ref = np.linalg.norm(t[f"{grad}_ref"].astype(np.float64) - w) / norm
         assert kernel <= KERNEL_REL_L2[dtype], f"{grad}.npy is {kernel:.3g} (relative L2) from float64"
         assert ref <= REF_REL_L2, f"{grad}_ref.npy is {ref:.3g} (relative L2) from float64"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("args", [["-bf16", "-d", "128", "-causal-mask"], ["-fp16-fp32", "-d", "64", "-gqa", "2"]])
+def test_deterministic_runs_leave_the_same_bits(args, exe):
+    proc = run_fmha(exe, [*args, "-b", "2", "-h", "4", "-s", "700", "-min-s", "1", "-bwd", "-deterministic", "-v", "0",
+                          "-runs", "5", "-warm-up-runs", "5"])
+    if proc.returncode == 2 and "no kernel fits" in proc.stderr:
+        pytest.skip("no forward kernel for this problem in this build")
+    assert proc.returncode == 0, describe(proc)
+    assert "Bwd repeats...: IDENTICAL over 10 runs" in proc.stdout, describe(proc)

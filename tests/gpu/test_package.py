@@ -229,10 +229,10 @@ def test_bad_input_raises_with_the_reason():
         fmha.flash_attn_func(q, q, q, window_size=(4, 2))
     with pytest.raises(NotImplementedError, match="k is not supported"):
         fmha.flash_attn_with_kvcache(q, q, q, k=q, v=q)
-    with pytest.raises(NotImplementedError, match="no backward pass"):  # never a silent missing grad
-        fmha.flash_attn_func(q.clone().requires_grad_(), q, q)
+    with pytest.raises(NotImplementedError, match="backward: no softcap"):  # never a silent missing grad
+        fmha.flash_attn_func(q.clone().requires_grad_(), q, q, softcap=30.0)
     with torch.no_grad():
-        fmha.flash_attn_func(q.clone().requires_grad_(), q, q)
+        fmha.flash_attn_func(q.clone().requires_grad_(), q, q, softcap=30.0)
 
 
 def test_bias_and_custom_mask():
@@ -275,8 +275,10 @@ def test_prepared_calls_are_reused_and_still_checked():
     close(again, want, q.dtype)
     close(lse, want_lse, torch.float32, "lse")
     close(first, reference(q, k, v, causal=True)[0], q.dtype)
-    with pytest.raises(NotImplementedError, match="no backward pass"):
-        fmha.flash_attn_func(q2.clone().requires_grad_(), k2, v2, causal=True)
+    # A kept key, but a gradient wanted: autograd's path, not the prepared call.
+    grad = fmha.flash_attn_func(q2.clone().requires_grad_(), k2, v2, causal=True)
+    assert grad.grad_fn is not None and len(_op._prepared) == 2
+    close(grad.detach(), want, q.dtype)
     with pytest.raises(ValueError, match="is on cpu"):
         fmha.flash_attn_func(q2.cpu(), k2, v2, causal=True)
     # The same shapes and strides, but a view 2 bytes off 16-byte alignment: the library refuses it.

@@ -9,6 +9,8 @@
 //               dP^T = V dO^T, dS^T = P^T (dP^T - D); dV += P^T dO, dK += dS^T Q, and adds
 //               dQ = dS K into the fp32 accumulator (atomics); at the end dK (times the
 //               scale) and dV of its query head go to fp32 workspace rows;
+//               deterministic: the CTAs of a head add into a query block's dQ rows in the
+//               order of their key blocks (a counter per query block), plain adds;
 //   postprocess: dQ (times the scale) to the input dtype; dK and dV summed over the query
 //               heads of each KV head (GQA) and converted.
 // Warps: 4 * kSplit (kSplit = d / 64). For S^T and dP^T warp w owns keys 16 (w % 4) .. + 15
@@ -18,7 +20,8 @@
 //
 // What it serves (launch refuses the rest): __half or __nv_bfloat16; d = dv = 64 or 128;
 // padding and causal masks (bottom-right aligned); fixed or var-len sequences (seq_lens.h);
-// GQA/MQA; token storage (no paged cache); no score modifier, no sinks, no dropout yet.
+// GQA/MQA; token storage (no paged cache); no score modifier, no sinks, no dropout yet;
+// the LSE's gradient (d_lse) folded into D.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -33,41 +36,11 @@
 #include "fmha/mma/warp_gemm.h"
 #include "fmha/seq_lens.h"
 #include "fmha/utils.h"
+#include "fmha/kernel/flash_bwd_params.h"
 #include "params.h"
 
 namespace fmha {
 namespace flash_bwd {
-
-// The backward problem: the forward's (q, k, v, o and their strides, lengths, mask, scale)
-// and what the backward adds. dO has O's strides; dQ, dK, dV their own (elements; row = one
-// token, head = one head), over the same token storage as Q, K, V.
-struct BwdParams {
-    Params p;
-    const void* d_o = nullptr;
-    const float* lse = nullptr;  // the forward's LSE [b, h, s_q_max], natural log
-    void* dq = nullptr;
-    void* dk = nullptr;
-    void* dv = nullptr;
-    int64_t dq_row_stride = 0, dq_head_stride = 0, dk_row_stride = 0, dk_head_stride = 0;
-    int64_t dv_row_stride = 0, dv_head_stride = 0;
-    // fp32 workspace (workspace_floats):
-    float* dq_accum = nullptr;  // [q_tokens, h, d]
-    float* dk_accum = nullptr;  // [kv_tokens, h, d], one row per query head
-    float* dv_accum = nullptr;  // [kv_tokens, h, dv]
-    float* d_sum = nullptr;     // [b, h, s_q_max]
-};
-
-// Floats of workspace a problem needs, and where each part starts in it.
-inline size_t workspace_floats(const Params& p) {
-    return size_t(p.q_tokens) * p.h * p.d + size_t(p.kv_tokens) * p.h * (p.d + p.dv) + size_t(p.b) * p.h * p.s_q_max;
-}
-inline void carve_workspace(BwdParams& bp, float* ws) {
-    const Params& p = bp.p;
-    bp.dq_accum = ws;
-    bp.dk_accum = bp.dq_accum + size_t(p.q_tokens) * p.h * p.d;
-    bp.dv_accum = bp.dk_accum + size_t(p.kv_tokens) * p.h * p.d;
-    bp.d_sum = bp.dv_accum + size_t(p.kv_tokens) * p.h * p.dv;
-}
 
 template <typename Element>
 FMHA_DEVICE float to_f32(Element x) {
@@ -84,7 +57,7 @@ template <typename Element_, int kHeadDim_>
 struct Traits {
     using Element = Element_;
     static constexpr int kHeadDim = kHeadDim_;  // d == dv
-    static constexpr int kBlockM = 64;          // queries a step
+    static constexpr int kBlockM = kBwdBlockM;  // queries a step
     static constexpr int kBlockN = 64;          // keys a CTA
     static constexpr int kSplit = kHeadDim / 64;
     static constexpr int kWarps = 4 * kSplit;
@@ -117,7 +90,7 @@ struct Traits {
     static_assert(kSmemBytes <= kMaxSmemPerCta, "tiles exceed shared memory");
 };
 
-// D = rowsum(dO * O) per (batch, head, row); one thread a row. grid (ceil(s_q_max / 128), h,
+// D = rowsum(dO * O) - dLSE per (batch, head, row); one thread a row. grid (ceil(s_q_max / 128), h,
 // b), 128 threads. (The launch zeroes the workspace's accumulators before it.)
 template <class Tr>
 __global__ void __launch_bounds__(128) preprocess_kernel(const __grid_constant__ BwdParams bp) {
@@ -131,10 +104,13 @@ __global__ void __launch_bounds__(128) preprocess_kernel(const __grid_constant__
         const int64_t token = seq_q_offset(p, batch) + row;
         const Element* o = static_cast<const Element*>(p.o) + token * p.o_row_stride + int64_t(head) * p.o_head_stride;
         const Element* d_o =
-            static_cast<const Element*>(bp.d_o) + token * p.o_row_stride + int64_t(head) * p.o_head_stride;
+            static_cast<const Element*>(bp.d_o) + token * bp.do_row_stride + int64_t(head) * bp.do_head_stride;
         for (int c = 0; c < p.dv; ++c) d += to_f32(o[c]) * to_f32(d_o[c]);
     }
-    bp.d_sum[(int64_t(batch) * p.h + head) * p.s_q_max + row] = d;
+    const int64_t at = (int64_t(batch) * p.h + head) * p.s_q_max + row;
+    // The LSE's gradient adds dLSE P to dS = P (dP - D): the same as D - dLSE for D.
+    if (bp.d_lse != nullptr && row < q_len) d -= bp.d_lse[at];
+    bp.d_sum[at] = d;
 }
 
 // dQ (scaled) to the input dtype, and dK, dV summed over each KV head's query heads; one
@@ -176,7 +152,7 @@ FMHA_DEVICE void store_pair(uint32_t smem_base, int row, int col, float x0, floa
     asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(ElementTraits<Element>::pack(x0, x1)) : "memory");
 }
 
-template <class Tr, bool kCausal>
+template <class Tr, bool kCausal, bool kDeterministic>
 __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_constant__ BwdParams bp) {
     using Element = typename Tr::Element;
     const Params& p = bp.p;
@@ -251,10 +227,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
         __syncthreads();  // the previous block's Q, dO, P^T, dS^T are consumed
         const Element* q = static_cast<const Element*>(p.q) + int64_t(q_off + m0) * p.q_row_stride +
                            int64_t(head) * p.q_head_stride;
-        const Element* d_o = static_cast<const Element*>(bp.d_o) + int64_t(q_off + m0) * p.o_row_stride +
-                             int64_t(head) * p.o_head_stride;
+        const Element* d_o = static_cast<const Element*>(bp.d_o) + int64_t(q_off + m0) * bp.do_row_stride +
+                             int64_t(head) * bp.do_head_stride;
         Tr::LoaderQ::template load<true>(smem_q, q, p.q_row_stride, q_len - m0, tid);
-        Tr::LoaderQ::template load<true>(smem_do, d_o, p.o_row_stride, q_len - m0, tid);
+        Tr::LoaderQ::template load<true>(smem_do, d_o, bp.do_row_stride, q_len - m0, tid);
         memory::cp_async_commit();
         if (tid < Tr::kBlockM) {
             const int row = m0 + tid;
@@ -335,6 +311,19 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
                     mma::mma_16816<Element>(dq[0][2 * cp + 1], a, b1);
                 }
             }
+            // Deterministic: key block n_block adds after blocks 0 .. n_block - 1, every one of
+            // which sees this query block when this one does (m_begin grows with the key
+            // block). A CTA waits only on CTAs of lower index, started before it.
+            [[maybe_unused]] int* order = bp.dq_order + (int64_t(batch) * p.h + head) * ceil_div(p.s_q_max, Tr::kBlockM) + m_block;
+            if constexpr (kDeterministic) {
+                if (tid == 0) {
+                    int seen = -1;
+                    do {
+                        asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(order) : "memory");
+                    } while (seen != n_block);
+                }
+                __syncthreads();
+            }
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int row = m0 + 16 * kr + lane / 4 + 8 * h;
@@ -342,9 +331,20 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
                 float* acc = bp.dq_accum + (int64_t(q_off + row) * p.h + head) * p.d + 64 * part + 2 * (lane % 4);
 #pragma unroll
                 for (int nt = 0; nt < Tr::kNTilesW; ++nt) {
-                    atomicAdd(acc + 8 * nt, dq[0][nt][2 * h]);
-                    atomicAdd(acc + 8 * nt + 1, dq[0][nt][2 * h + 1]);
+                    if constexpr (kDeterministic) {  // L2 only: the adds before came from other SMs
+                        float2 x = __ldcg(reinterpret_cast<const float2*>(acc + 8 * nt));
+                        x.x += dq[0][nt][2 * h], x.y += dq[0][nt][2 * h + 1];
+                        __stcg(reinterpret_cast<float2*>(acc + 8 * nt), x);
+                    } else {
+                        atomicAdd(acc + 8 * nt, dq[0][nt][2 * h]);
+                        atomicAdd(acc + 8 * nt + 1, dq[0][nt][2 * h + 1]);
+                    }
                 }
+            }
+            if constexpr (kDeterministic) {
+                __threadfence();
+                __syncthreads();
+                if (tid == 0) asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(order), "r"(n_block + 1) : "memory");
             }
         }
     }
@@ -367,7 +367,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
 }
 
 // The three launches on `stream`; bp's workspace carved (carve_workspace) from at least
-// workspace_floats(bp.p) floats. cudaErrorInvalidValue without launching for a problem
+// workspace_bytes(bp.p) bytes. cudaErrorInvalidValue without launching for a problem
 // outside what the draft serves (the header comment).
 template <class Tr>
 cudaError_t launch(const BwdParams& bp, cudaStream_t stream) {
@@ -379,24 +379,29 @@ cudaError_t launch(const BwdParams& bp, cudaStream_t stream) {
         p.custom_mask != nullptr || p.sinks != nullptr)
         return cudaErrorInvalidValue;
     if (bp.d_o == nullptr || bp.lse == nullptr || bp.dq == nullptr || bp.dk == nullptr || bp.dv == nullptr ||
-        bp.dq_accum == nullptr)
+        bp.dq_accum == nullptr || bp.dq_order == nullptr)
         return cudaErrorInvalidValue;
     if (p.q_tokens < 1 || p.kv_tokens < 1 || p.s_q_max < 1 || p.s_kv_max < 1) return cudaErrorInvalidValue;
 
     // Accumulators at zero: dQ's take atomics, and rows no CTA writes (padding tokens between
     // sequences) come out as zeros in dQ, dK and dV.
-    cudaError_t err = cudaMemsetAsync(bp.dq_accum, 0, workspace_floats(p) * sizeof(float), stream);
+    cudaError_t err = cudaMemsetAsync(bp.dq_accum, 0, workspace_bytes(p), stream);
     if (err != cudaSuccess) return err;
     preprocess_kernel<Tr><<<dim3(ceil_div(p.s_q_max, 128), p.h, p.b), 128, 0, stream>>>(bp);
-    const auto main = [&](auto causal) {
-        const void* fn = reinterpret_cast<const void*>(&bwd_kernel<Tr, decltype(causal)::value>);
+    const auto main = [&](auto causal, auto deterministic) {
+        constexpr bool kC = decltype(causal)::value, kD = decltype(deterministic)::value;
+        const void* fn = reinterpret_cast<const void*>(&bwd_kernel<Tr, kC, kD>);
         cudaError_t err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
         if (err != cudaSuccess) return err;
-        bwd_kernel<Tr, decltype(causal)::value>
+        // blockIdx.x is the key block: the deterministic order waits only on lower ones.
+        bwd_kernel<Tr, kC, kD>
             <<<dim3(ceil_div(p.s_kv_max, Tr::kBlockN), p.h, p.b), Tr::kThreads, Tr::kSmemBytes, stream>>>(bp);
         return cudaGetLastError();
     };
-    err = p.mask == MaskType::kCausal ? main(std::true_type{}) : main(std::false_type{});
+    const auto with_order = [&](auto causal) {
+        return bp.deterministic ? main(causal, std::true_type{}) : main(causal, std::false_type{});
+    };
+    err = p.mask == MaskType::kCausal ? with_order(std::true_type{}) : with_order(std::false_type{});
     if (err != cudaSuccess) return err;
     const int64_t elems = std::max(p.q_tokens * p.h, p.kv_tokens * p.h_kv) * int64_t(Tr::kHeadDim);
     postprocess_kernel<Tr><<<unsigned((elems + 255) / 256), 256, 0, stream>>>(bp);

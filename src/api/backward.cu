@@ -1,0 +1,51 @@
+#include "api/backward.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "fmha/kernel/flash_bwd_sm80.h"
+
+namespace fmha {
+namespace api {
+
+std::string backward_refusal(const BackwardAsk& a) {
+    if (a.dtype != DataType::kFp16 && a.dtype != DataType::kBf16) return "fp16 or bf16 inputs only";
+    if (a.d != a.dv || (a.d != 64 && a.d != 128))
+        return "d = dv = 64 or 128 only (got d " + std::to_string(a.d) + ", dv " + std::to_string(a.dv) + ")";
+    if (a.mask != MaskType::kPadding && a.mask != MaskType::kCausal)
+        return "no mask or the causal mask only (no windows, chunks or custom masks yet)";
+    if (a.score_modifier) return "no softcap, ALiBi, bias or custom mask yet";
+    if (a.sinks) return "no attention sinks yet";
+    if (a.paged) return "not over a paged KV cache";
+    if (a.seqused_k) return "not with seqused_k";
+    return "";
+}
+
+std::string backward_kernel_name(const BackwardAsk& a) {
+    return std::string("flash_bwd_") + (a.dtype == DataType::kBf16 ? "bf16" : "fp16") + "_d" + std::to_string(a.d) +
+           "_sm80";
+}
+
+size_t backward_workspace_bytes(const Params& p) {
+    constexpr size_t kAlign = 256;
+    return (flash_bwd::workspace_bytes(p) + kAlign - 1) / kAlign * kAlign;
+}
+
+cudaError_t backward_launch(DataType dtype, flash_bwd::BwdParams& bp, void* workspace, size_t workspace_bytes,
+                            cudaStream_t stream) {
+    const Params& p = bp.p;
+    if (workspace == nullptr || workspace_bytes < flash_bwd::workspace_bytes(p)) return cudaErrorInvalidValue;
+    flash_bwd::carve_workspace(bp, workspace);
+    using flash_bwd::Traits;
+    if (dtype == DataType::kBf16) {
+        if (p.d == 64) return flash_bwd::launch<Traits<__nv_bfloat16, 64>>(bp, stream);
+        if (p.d == 128) return flash_bwd::launch<Traits<__nv_bfloat16, 128>>(bp, stream);
+    } else if (dtype == DataType::kFp16) {
+        if (p.d == 64) return flash_bwd::launch<Traits<__half, 64>>(bp, stream);
+        if (p.d == 128) return flash_bwd::launch<Traits<__half, 128>>(bp, stream);
+    }
+    return cudaErrorInvalidValue;
+}
+
+}  // namespace api
+}  // namespace fmha

@@ -1,0 +1,44 @@
+// The backward pass in the library (issue #33): what it serves, the workspace it needs and
+// its launch, shared by the C API (fmha_plan_backward, fmha_backward) and fmha.exe -bwd.
+// Today's kernels are the flash-bwd family (fmha/kernel/flash_bwd_sm80.h, SM80+).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <string>
+
+#include "fmha/kernel/flash_bwd_params.h"
+#include "params.h"
+
+namespace fmha {
+namespace api {
+
+// A backward problem's traits that decide whether a kernel serves it.
+struct BackwardAsk {
+    DataType dtype = DataType::kFp16;
+    int d = 0, dv = 0;
+    MaskType mask = MaskType::kPadding;
+    bool score_modifier = false;  // softcap, ALiBi, bias or a custom mask
+    bool sinks = false;
+    bool paged = false;
+    bool seqused_k = false;
+};
+
+// Why no backward kernel serves the ask, in the words of its fields ("" where one does).
+std::string backward_refusal(const BackwardAsk& a);
+
+// The kernel's name ("flash_bwd_bf16_d128_sm80"); the ask must be served.
+std::string backward_kernel_name(const BackwardAsk& a);
+
+// Bytes of workspace (256-byte aligned, any content: the launch clears what it uses).
+size_t backward_workspace_bytes(const Params& p);
+
+// The launches (preprocess, main, postprocess) on stream; bp's pointers and strides set
+// except its workspace, carved here from `workspace`. cudaErrorInvalidValue for a problem no
+// kernel serves or a workspace too small.
+cudaError_t backward_launch(DataType dtype, flash_bwd::BwdParams& bp, void* workspace, size_t workspace_bytes,
+                            cudaStream_t stream);
+
+}  // namespace api
+}  // namespace fmha
