@@ -172,8 +172,9 @@ typedef struct fmha_backward_args {
 void fmha_backward_args_init(fmha_backward_args_t* args);
 
 /* fmha_plan for the backward pass: FMHA_ERROR_NOT_SUPPORTED names what no backward kernel
- * serves (today fp16 and bf16, d = dv = 64 or 128, no mask or causal, no score modifier,
- * sinks, paged cache or seqused_k; sm_80 and later). */
+ * serves (today fp16 and bf16, d = dv = 64 or 128, every mask but the custom one, softcap,
+ * ALiBi and sinks (not their own gradients); no bias, paged cache or seqused_k; sm_80 and
+ * later). */
 fmha_status_t fmha_plan_backward(const fmha_problem_t* problem, const fmha_backward_args_t* args, int sm,
                                  int num_sms, fmha_plan_t* plan);
 

@@ -41,8 +41,7 @@ void compare(const std::vector<uint16_t>& got, const std::vector<float>& want, B
 std::string backward_refusal(const Problem& p) {
     api::BackwardAsk a;
     a.dtype = p.dtype, a.d = p.d, a.dv = p.dv, a.mask = p.mask;
-    a.score_modifier = p.alibi || p.softcapping_scale_bmm1 > 0.f || p.attention_bias;
-    a.sinks = p.attention_sinks;
+    a.bias = p.attention_bias;
     a.paged = p.layout == Layout::kPagedKv;
     const std::string why = api::backward_refusal(a);
     return why.empty() ? why : "-bwd: " + why;

@@ -240,6 +240,10 @@ def test_plan_backward_names_the_kernel_and_sizes_the_workspace(lib):
     assert out.workspace_bytes == (floats * 4 + 2 * 4 * 2 * 4 + 255) // 256 * 256 == 790784
     status, _, causal = plan_backward(lib, problem(lib, lse=0xa0000000, mask=CAUSAL, dtype=BF16), grads(lib))
     assert status == SUCCESS and causal.kernel.decode() == "flash_bwd_bf16_d64_sm80"
+    # Windows, chunks, softcap, ALiBi and sinks are served (not bias or a custom mask).
+    for fields in ({"mask": SLIDING, "window": 8, "softcap": 30.0}, {"mask": BIDIRECTIONAL, "window": 3},
+                   {"mask": CHUNKED, "chunk": 64, "sinks": 0x60000000}, {"alibi_slopes": 0x60000000}):
+        assert plan_backward(lib, problem(lib, lse=0xa0000000, **fields), grads(lib))[:2] == (SUCCESS, "")
 
 
 @pytest.mark.build
@@ -247,9 +251,9 @@ def test_plan_backward_names_the_kernel_and_sizes_the_workspace(lib):
     ({}, {}, INVALID, "backward: lse (the forward's) is NULL"),
     ({"dtype": E4M3, "acc": FP32}, {}, NOT_SUPPORTED, "backward: fp16 or bf16 inputs only"),
     ({"d": 96, "dv": 96}, {}, NOT_SUPPORTED, "backward: d = dv = 64 or 128 only (got d 96, dv 96)"),
-    ({"mask": SLIDING, "window": 8}, {}, NOT_SUPPORTED, "backward: no mask or the causal mask only"),
-    ({"softcap": 30.0}, {}, NOT_SUPPORTED, "backward: no softcap, ALiBi, bias or custom mask yet"),
-    ({"sinks": 0x60000000}, {}, NOT_SUPPORTED, "backward: no attention sinks yet"),
+    ({"mask": CUSTOM, "custom_mask": 0x60000000, "custom_mask_row_words": 4}, {}, NOT_SUPPORTED,
+     "backward: no custom mask yet"),
+    ({"bias": 0x60000000, "bias_row_stride": 128}, {}, NOT_SUPPORTED, "backward: no bias yet"),
     ({"seqused_k": 0x60000000}, {}, NOT_SUPPORTED, "backward: not with seqused_k"),
     ({"block_table": 0x70000000, "block_size": 16, "num_blocks": 16, "block_table_stride": 8,
       "k_block_stride": 4096, "v_block_stride": 4096}, {}, NOT_SUPPORTED, "backward: not over a paged KV cache"),

@@ -268,6 +268,9 @@ def _call(key: Optional[tuple], *args):
     q, k, v = args[:3]
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         args = args[:18] + (True,) + args[19:]
+        alibi_slopes = args[14]
+        if alibi_slopes is not None and alibi_slopes.requires_grad:
+            raise NotImplementedError("fmha: no gradient for alibi_slopes (detach them)")
         if torch.compiler.is_compiling():
             return torch.ops.fmha.fwd(*args)
         with torch.cuda.device(q.device):
@@ -328,16 +331,21 @@ def _grad_buffer(t: torch.Tensor, batch: bool, step: int) -> tuple[torch.Tensor,
 def _bwd_impl(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
               lse: torch.Tensor, d_lse: Optional[torch.Tensor], cu_seqlens_q: Optional[torch.Tensor],
               cu_seqlens_k: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int, scale: float, mask: int,
-              window: int, chunk: int, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+              window: int, chunk: int, softcap: float, alibi_slopes: Optional[torch.Tensor],
+              sinks: Optional[torch.Tensor], deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     batch = cu_seqlens_q is None
     with torch.cuda.device(q.device):
         prepared = _prepare(q, k, v, cu_seqlens_q, cu_seqlens_k, None, None, max_seqlen_q, max_seqlen_k, scale, mask,
-                            window, chunk, 0.0, None, None, None, None, True)
+                            window, chunk, softcap, alibi_slopes, sinks, None, None, True)
         problem = _lib.Problem.from_buffer_copy(prepared.words)
         problem.q.data, problem.k.data, problem.v.data = q.data_ptr(), k.data_ptr(), v.data_ptr()
         problem.o.data, problem.lse = out.data_ptr(), lse.data_ptr()
         if not batch:
             problem.cu_seqlens_q, problem.cu_seqlens_k = cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()
+        if alibi_slopes is not None:
+            problem.alibi_slopes = alibi_slopes.data_ptr()
+        if sinks is not None:
+            problem.sinks = sinks.data_ptr()
         g = _grad_args(problem)
         dout = dout.contiguous()  # O's layout, as the problem describes it
         g.d_o.data = dout.data_ptr()
@@ -371,24 +379,45 @@ _bwd = torch.library.custom_op("fmha::bwd", _bwd_impl, mutates_args=(), device_t
 
 @_bwd.register_fake
 def _(dout, q, k, v, out, lse, d_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, mask, window,
-      chunk, deterministic):
+      chunk, softcap, alibi_slopes, sinks, deterministic):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _setup_context(ctx, inputs, output):
     (q, k, v, cu_seqlens_q, cu_seqlens_k, _seqused_k, _page_table, max_seqlen_q, max_seqlen_k, scale, mask, window,
-     chunk) = inputs[:13]
+     chunk, softcap, alibi_slopes, sinks) = inputs[:16]
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k)
-    ctx.options = (max_seqlen_q, max_seqlen_k, scale, mask, window, chunk, inputs[23])
+    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks)
+    ctx.options = (max_seqlen_q, max_seqlen_k, scale, mask, window, chunk, softcap)
+    ctx.deterministic = inputs[23]
+
+
+def _sinks_grad(sinks, d_out, out, lse, d_lse, cu_seqlens_q):
+    """d loss / d sink per head: each row's sink share P_sink = exp(sink - LSE) times (dLSE -
+    rowsum(dO O)), summed over the head's rows (torch ops on the device)."""
+    d = (d_out.float() * out.float()).sum(-1)  # [b, s, h] or [total, h]
+    if cu_seqlens_q is None:  # rows as [h, b, s]
+        d, rows = d.permute(2, 0, 1), lse.transpose(0, 1)
+        d_lse = d_lse.transpose(0, 1) if d_lse is not None else None
+    else:  # rows as [h, total], the LSE gathered as the varlen functions do
+        from .interface import _varlen_lse
+        d, rows = d.t(), _varlen_lse(lse, cu_seqlens_q, out.shape[0])
+        d_lse = _varlen_lse(d_lse, cu_seqlens_q, out.shape[0]) if d_lse is not None else None
+    share = torch.exp(sinks.float().view(-1, *([1] * (rows.dim() - 1))) - rows)
+    terms = d_lse.float() - d if d_lse is not None else -d
+    return (share * terms).flatten(1).sum(-1).to(sinks.dtype)
 
 
 def _backward(ctx, d_out, d_lse):
-    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
+    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks = ctx.saved_tensors
     if d_out is None:
         d_out = torch.zeros_like(out)
-    dq, dk, dv = torch.ops.fmha.bwd(d_out, q, k, v, out, lse, d_lse, cu_seqlens_q, cu_seqlens_k, *ctx.options)
-    return (dq, dk, dv) + (None,) * 21
+    dq, dk, dv = torch.ops.fmha.bwd(d_out, q, k, v, out, lse, d_lse, cu_seqlens_q, cu_seqlens_k, *ctx.options,
+                                    alibi_slopes, sinks, ctx.deterministic)
+    d_sinks = None
+    if sinks is not None and ctx.needs_input_grad[15]:
+        d_sinks = _sinks_grad(sinks, d_out, out, lse, d_lse, cu_seqlens_q)
+    return (dq, dk, dv) + (None,) * 12 + (d_sinks,) + (None,) * 8
 
 
 torch.library.register_autograd("fmha::fwd", _backward, setup_context=_setup_context)

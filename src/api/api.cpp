@@ -330,8 +330,7 @@ fmha_status_t check_backward(const fmha_problem_t* pr, const fmha_backward_args_
                                                   " (call fmha_backward_args_init)");
     a = BackwardAsk{};
     a.dtype = r.dtype, a.d = pr->d, a.dv = pr->dv, a.mask = r.mask;
-    a.score_modifier = pr->softcap > 0.f || pr->alibi_slopes != nullptr || pr->bias != nullptr;
-    a.sinks = pr->sinks != nullptr;
+    a.bias = pr->bias != nullptr;
     a.paged = pr->block_table != nullptr;
     a.seqused_k = pr->seqused_k != nullptr;
     const std::string why = backward_refusal(a);

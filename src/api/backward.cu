@@ -12,10 +12,8 @@ std::string backward_refusal(const BackwardAsk& a) {
     if (a.dtype != DataType::kFp16 && a.dtype != DataType::kBf16) return "fp16 or bf16 inputs only";
     if (a.d != a.dv || (a.d != 64 && a.d != 128))
         return "d = dv = 64 or 128 only (got d " + std::to_string(a.d) + ", dv " + std::to_string(a.dv) + ")";
-    if (a.mask != MaskType::kPadding && a.mask != MaskType::kCausal)
-        return "no mask or the causal mask only (no windows, chunks or custom masks yet)";
-    if (a.score_modifier) return "no softcap, ALiBi, bias or custom mask yet";
-    if (a.sinks) return "no attention sinks yet";
+    if (a.mask == MaskType::kCustom) return "no custom mask yet";
+    if (a.bias) return "no bias yet";
     if (a.paged) return "not over a paged KV cache";
     if (a.seqused_k) return "not with seqused_k";
     return "";

@@ -19,8 +19,7 @@ struct BackwardAsk {
     DataType dtype = DataType::kFp16;
     int d = 0, dv = 0;
     MaskType mask = MaskType::kPadding;
-    bool score_modifier = false;  // softcap, ALiBi, bias or a custom mask
-    bool sinks = false;
+    bool bias = false;
     bool paged = false;
     bool seqused_k = false;
 };

@@ -30,6 +30,7 @@
 
 #include "fmha/mma/fp8_sm90.h"
 #include "fmha/seq_lens.h"
+#include "reference/mask_rule.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -100,21 +101,6 @@ Smem make_smem(int warps, int d, int dv) {
     s.k_stride = (s.d_pad / kVec) % 2 == 1 ? s.d_pad : s.d_pad + kVec;
     s.kv_stride = s.k_stride > dv ? s.k_stride : dv;
     return s;
-}
-
-// Whether key j is visible to query row r (key position pos) of sequence seq, for every
-// mask (params.h).
-__device__ inline bool key_visible(const Params& p, int seq, int r, int j, int pos) {
-    switch (p.mask) {
-        case MaskType::kPadding: return true;
-        case MaskType::kCustom:
-            return (p.custom_mask[(int64_t(seq) * p.s_q_max + r) * p.custom_mask_row_words + j / 32] >> (j % 32)) & 1u;
-        case MaskType::kCausal: return j <= pos;
-        case MaskType::kSlidingWindow: return j <= pos && pos - j < p.window;
-        case MaskType::kBidirectionalWindow: return pos - j < p.window && j - pos < p.window;
-        case MaskType::kChunked: return j <= pos && j / p.chunk == pos / p.chunk;
-    }
-    return false;
 }
 
 // kColChunks: columns per lane, ceil(dv / 32) rounded up to a power of two.

@@ -1,13 +1,15 @@
-// The backward pass's GPU reference (draft, issue #33): dQ, dK and dV in fp32 from float64
+// The backward pass's GPU reference (issue #33): dQ, dK and dV in fp32 from float64
 // sums, for the checks of fmha.exe -bwd. Two kernels, one warp per item:
 //   rows: one query row of one head: its LSE (over the visible keys, in float64: no input
-//         from the forward's kernel), D = rowsum(dO * O) with O as the kernel wrote it (the
-//         backward kernel's input), and dQ = scale sum_j dS_j k_j with P_j = exp(s_j - LSE),
-//         dP_j = dO . v_j, dS_j = P_j (dP_j - D); each key's two dot products are warp sums;
+//         from the forward's kernel; sinks included), D = rowsum(dO * O) with O as the kernel
+//         wrote it (the backward kernel's input), and dQ = scale sum_j dS_j k_j with P_j =
+//         exp(x_j - LSE), dP_j = dO . v_j, dS_j = P_j (dP_j - D) x_j' (x the logit: scaled,
+//         softcapped, ALiBi's penalty; x' its derivative in the scaled score); each key's two
+//         dot products are warp sums;
 //   keys: one key of one KV head: dV = sum over its query heads' rows of P dO, dK = scale
 //         sum of dS q, with those rows' LSE and D from the rows kernel.
-// Plain logits: padding and causal masks (bottom-right aligned), GQA, var-len; no score
-// modifier, no sinks (what the backward draft serves).
+// Every mask but the custom one (bottom-right aligned), softcap, ALiBi, sinks, GQA, var-len
+// (what the backward kernels serve).
 #include "reference/reference_bwd.h"
 
 #include <cuda_bf16.h>
@@ -16,6 +18,7 @@
 #include <cmath>
 
 #include "fmha/seq_lens.h"
+#include "reference/mask_rule.h"
 
 namespace fmha {
 namespace {
@@ -28,14 +31,20 @@ __device__ inline double warp_sum(double x) {
     for (int o = 16; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
     return x;
 }
-__device__ inline double warp_max(double x) {
-    for (int o = 16; o > 0; o /= 2) x = fmax(x, __shfl_xor_sync(0xffffffffu, x, o));
-    return x;
-}
 
-// Whether key j is visible to query row r (at key position r + shift).
-__device__ inline bool visible(const Params& p, int r, int j, int shift) {
-    return p.mask != MaskType::kCausal || j <= r + shift;
+// The logit of score qk (q . k) of query row r (key position pos) and key j, and its
+// derivative in the scaled score.
+struct Logit {
+    double x, slope;
+};
+__device__ inline Logit logit(const Params& p, int head, int pos, int j, double qk) {
+    Logit l{qk * p.scale_bmm1, 1.0};
+    if (p.softcap > 0.f) {
+        const double t = tanh(l.x / p.softcap);
+        l.x = p.softcap * t, l.slope = 1.0 - t * t;
+    }
+    if (p.alibi_slopes != nullptr) l.x -= double(p.alibi_slopes[head]) * fabs(double(pos - j));
+    return l;
 }
 
 // a . b over n columns, the lanes taking every 32nd, summed over the warp.
@@ -65,22 +74,27 @@ __global__ void __launch_bounds__(32) rows_kernel(Params p, const T* d_o, float*
                   int64_t(kv_head) * p.v_head_stride;
     const double scale = p.scale_bmm1;
 
-    double m = -INFINITY;
+    const int pos = r + shift;
+    const double sink = p.sinks != nullptr ? double(p.sinks[head]) : -INFINITY;
+    double m = sink;
     for (int j = 0; j < kv_len; ++j)
-        if (visible(p, r, j, shift)) m = fmax(m, scale * dot(q, k0 + j * p.k_row_stride, p.d, lane));
-    double l = 0;
+        if (key_visible(p, seq, r, j, pos))
+            m = fmax(m, logit(p, head, pos, j, dot(q, k0 + j * p.k_row_stride, p.d, lane)).x);
+    double l = p.sinks != nullptr ? exp(sink - m) : 0.0;
     for (int j = 0; j < kv_len; ++j)
-        if (visible(p, r, j, shift)) l += exp(scale * dot(q, k0 + j * p.k_row_stride, p.d, lane) - m);
+        if (key_visible(p, seq, r, j, pos))
+            l += exp(logit(p, head, pos, j, dot(q, k0 + j * p.k_row_stride, p.d, lane)).x - m);
     const double lse = l > 0 ? m + log(l) : -INFINITY;
     const double big_d = dot(g, o, p.dv, lane);
 
     double dq[kMaxCols] = {};
     if (l > 0) {
         for (int j = 0; j < kv_len; ++j) {
-            if (!visible(p, r, j, shift)) continue;
+            if (!key_visible(p, seq, r, j, pos)) continue;
             const T* k = k0 + j * p.k_row_stride;
-            const double pj = exp(scale * dot(q, k, p.d, lane) - lse);
-            const double ds = pj * (dot(g, v0 + j * p.v_row_stride, p.dv, lane) - big_d);
+            const Logit x = logit(p, head, pos, j, dot(q, k, p.d, lane));
+            const double pj = exp(x.x - lse);
+            const double ds = pj * (dot(g, v0 + j * p.v_row_stride, p.dv, lane) - big_d) * x.slope;
 #pragma unroll
             for (int i = 0; i < kMaxCols; ++i) {
                 const int c = lane + 32 * i;
@@ -115,15 +129,16 @@ __global__ void __launch_bounds__(32) keys_kernel(Params p, const T* d_o, const 
     for (int g = 0; g < group; ++g) {
         const int head = kv_head * group + g;
         for (int r = 0; r < q_len; ++r) {
-            if (!visible(p, r, j, shift)) continue;
+            if (!key_visible(p, seq, r, j, r + shift)) continue;
             const int64_t at = (int64_t(seq) * p.h + head) * p.s_q_max + r;
             const double lse = lse_in[at];
             if (lse == -INFINITY) continue;
             const int64_t token = seq_q_offset(p, seq) + r;
             const T* q = static_cast<const T*>(p.q) + token * p.q_row_stride + int64_t(head) * p.q_head_stride;
             const T* gr = d_o + token * p.o_row_stride + int64_t(head) * p.o_head_stride;
-            const double pj = exp(scale * dot(q, k, p.d, lane) - lse);
-            const double ds = pj * (dot(gr, v, p.dv, lane) - double(d_in[at]));
+            const Logit x = logit(p, head, r + shift, j, dot(q, k, p.d, lane));
+            const double pj = exp(x.x - lse);
+            const double ds = pj * (dot(gr, v, p.dv, lane) - double(d_in[at])) * x.slope;
 #pragma unroll
             for (int i = 0; i < kMaxCols; ++i) {
                 const int c = lane + 32 * i;
@@ -158,7 +173,7 @@ size_t reference_bwd_scratch_floats(const Params& p) { return 2 * size_t(p.b) * 
 cudaError_t run_reference_bwd(const Params& p, DataType dtype, const void* d_o, float* dq_ref, float* dk_ref,
                               float* dv_ref, float* scratch, cudaStream_t stream) {
     if (p.d > 32 * kMaxCols || p.dv > 32 * kMaxCols || p.h_kv <= 0 || p.h % p.h_kv != 0) return cudaErrorInvalidValue;
-    if (p.mask != MaskType::kPadding && p.mask != MaskType::kCausal) return cudaErrorInvalidValue;
+    if (p.mask == MaskType::kCustom || p.attention_bias != nullptr) return cudaErrorInvalidValue;
     if (dtype == DataType::kBf16) return run<__nv_bfloat16>(p, d_o, dq_ref, dk_ref, dv_ref, scratch, stream);
     if (dtype == DataType::kFp16) return run<__half>(p, d_o, dq_ref, dk_ref, dv_ref, scratch, stream);
     return cudaErrorInvalidValue;

@@ -21,20 +21,38 @@ DEV = "cuda"
 REL_L2 = {torch.bfloat16: 2e-2, torch.float16: 4e-3}
 
 
-def attention64(q, k, v, causal=False, scale=None):
-    """float64 attention over [b, s, h, d] tensors (GQA by repeating K and V, the causal mask
-    bottom-right aligned), differentiable; returns (out [b, s_q, h, d], lse [b, h, s_q])."""
+def attention64(q, k, v, causal=False, scale=None, window=(-1, -1), chunk=0, softcap=0.0, alibi=None, sinks=None):
+    """float64 attention over [b, s, h, d] tensors, FA3's conventions (GQA by repeating K and
+    V; masks bottom-right aligned: window (left, right) keys around the row's position, chunks
+    with causal), softcap, ALiBi slopes [h], sinks [h] (a logit per head in the denominator),
+    differentiable; returns (out [b, s_q, h, d], lse [b, h, s_q])."""
     b, s_q, h, d = q.shape
     s_k, h_kv = k.shape[1], k.shape[2]
     k = k.repeat_interleave(h // h_kv, dim=2)
     v = v.repeat_interleave(h // h_kv, dim=2)
     s = torch.einsum("bihd,bjhd->bhij", q, k) * (scale or 1.0 / math.sqrt(d))
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    pos = torch.arange(s_q, device=q.device)[:, None] + (s_k - s_q)
+    j = torch.arange(s_k, device=q.device)[None, :]
+    if alibi is not None:
+        s = s - alibi.double()[:, None, None] * (pos - j).abs()
+    left, right = window
     if causal:
-        i = torch.arange(s_q, device=q.device)[:, None] + (s_k - s_q)
-        j = torch.arange(s_k, device=q.device)[None, :]
-        s = s.masked_fill(j > i, -math.inf)
+        right = 0
+    ok = torch.ones(s_q, s_k, dtype=torch.bool, device=q.device)
+    if right >= 0:
+        ok &= j <= pos + right
+    if left >= 0:
+        ok &= j >= pos - left
+    if chunk:
+        ok &= (j <= pos) & (j // chunk == pos // chunk)
+    s = s.masked_fill(~ok, -math.inf)
+    if sinks is not None:  # a column of the sink's logit, with no value
+        s = torch.cat([s, sinks.double()[None, :, None, None].expand(b, h, s_q, 1)], dim=-1)
     lse = torch.logsumexp(s, dim=-1)
-    return torch.einsum("bhij,bjhd->bihd", torch.softmax(s, dim=-1), v), lse
+    p = torch.softmax(s, dim=-1)[..., :s_k]
+    return torch.einsum("bhij,bjhd->bihd", p, v), lse
 
 
 def leaves(*shapes, dtype):
@@ -143,13 +161,52 @@ def test_torch_compile_fullgraph_backward():
         check(got, want, torch.bfloat16, name)
 
 
+MODS = {  # ours, the reference's keywords
+    "sliding": ({"window_size": (50, 0)}, {"window": (50, 0)}),
+    "bidirectional": ({"window_size": (30, 30)}, {"window": (30, 30)}),
+    "chunked": ({"causal": True, "attention_chunk": 64}, {"causal": True, "chunk": 64}),
+    "softcap": ({"causal": True, "softcap": 5.0}, {"causal": True, "softcap": 5.0}),
+    "alibi": ({"causal": True, "alibi_slopes": "slopes"}, {"causal": True, "alibi": "slopes"}),
+    "sinks": ({"causal": True, "sinks": "sinks"}, {"causal": True, "sinks": "sinks"}),
+}
+
+
+@pytest.mark.parametrize("kind", MODS)
+@pytest.mark.parametrize("d, deterministic", [(64, False), (128, True)])
+def test_masks_and_score_modifiers(kind, d, deterministic):
+    """Gradients through windows, chunks, softcap's tanh, ALiBi, and sinks (whose own
+    gradient, a learnable logit per head as gpt-oss has, is checked too)."""
+    torch.manual_seed(sum(map(ord, kind)) + d)
+    b, s_q, s_k, h, h_kv = 2, 200, 333, 4, 2
+    q, k, v = leaves((b, s_q, h, d), (b, s_k, h_kv, d), (b, s_k, h_kv, d), dtype=torch.bfloat16)
+    extra = {"slopes": torch.tensor([0.5, 0.25, 0.125, 0.0625], device=DEV),
+             "sinks": torch.randn(h, device=DEV).requires_grad_()}
+    ours, ref = ({key: extra.get(val, val) if isinstance(val, str) else val for key, val in kw.items()}
+                 for kw in MODS[kind])
+    dout = torch.randn(b, s_q, h, d, device=DEV, dtype=torch.bfloat16)
+    out = fmha.flash_attn_func(q, k, v, deterministic=deterministic, **ours)
+    out.backward(dout)
+    q64, k64, v64 = as64((q, k, v))
+    if "sinks" in ref:
+        ref["sinks"] = extra["sinks"].detach().double().requires_grad_()
+    out64, _ = attention64(q64, k64, v64, **ref)
+    out64.backward(dout.double())
+    check(out, out64, torch.bfloat16, "out")
+    for name, got, want in (("dq", q.grad, q64.grad), ("dk", k.grad, k64.grad), ("dv", v.grad, v64.grad)):
+        check(got, want, torch.bfloat16, name)
+    if "sinks" in ref:
+        check(extra["sinks"].grad, ref["sinks"].grad, torch.bfloat16, "d sinks")
+
+
 def test_what_the_backward_lacks_is_refused_before_the_forward():
     q = torch.randn(1, 64, 4, 64, device=DEV, dtype=torch.bfloat16)
     g = q.clone().requires_grad_()
-    with pytest.raises(NotImplementedError, match="backward: no softcap, ALiBi, bias or custom mask yet"):
-        fmha.flash_attn_func(g, q, q, softcap=30.0)
-    with pytest.raises(NotImplementedError, match="backward: no mask or the causal mask only"):
-        fmha.flash_attn_func(g, q, q, window_size=(8, 0))
+    with pytest.raises(NotImplementedError, match="backward: no bias yet"):
+        fmha.flash_attn_func(g, q, q, attn_bias=torch.randn(1, 4, 64, 64, device=DEV, dtype=torch.bfloat16))
+    with pytest.raises(NotImplementedError, match="backward: no custom mask yet"):
+        fmha.flash_attn_func(g, q, q, attn_mask=torch.ones(1, 64, 64, device=DEV, dtype=torch.bool))
+    with pytest.raises(NotImplementedError, match="no gradient for alibi_slopes"):
+        fmha.flash_attn_func(g, q, q, alibi_slopes=torch.ones(4, device=DEV).requires_grad_())
     q96 = torch.randn(1, 64, 4, 96, device=DEV, dtype=torch.bfloat16)
     with pytest.raises(NotImplementedError, match=r"backward: d = dv = 64 or 128 only \(got d 96, dv 96\)"):
         fmha.flash_attn_func(q96.clone().requires_grad_(), q96, q96)
@@ -160,7 +217,8 @@ def test_what_the_backward_lacks_is_refused_before_the_forward():
                                      page_table=table)
     # No gradient wanted: the forward runs as before.
     with torch.no_grad():
-        assert fmha.flash_attn_func(g, q, q, softcap=30.0).shape == q.shape
+        assert fmha.flash_attn_func(g, q, q, attn_mask=torch.ones(1, 64, 64, device=DEV, dtype=torch.bool)).shape == \
+            q.shape
 
 
 class _Block(torch.nn.Module):

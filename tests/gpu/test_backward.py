@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from .driver import describe, run_fmha
-from .oracle import attention_backward_fp64, visible_fp64
+from .oracle import alibi_slopes_fp64, attention_backward_fp64, visible_fp64
 
 # fmha.exe flags of each problem: var-len with GQA and the causal mask, s_q < s, fixed lengths.
 CASES = {
@@ -17,6 +17,13 @@ CASES = {
     "fp16_d128_causal_sq77_s150": ["-fp16-fp32", "-d", "128", "-b", "2", "-h", "2", "-s", "150", "-s-q", "77",
                                    "-causal-mask", "-separate-q-k-v"],
     "bf16_d128_padding_s128": ["-bf16", "-d", "128", "-b", "2", "-h", "2", "-s", "128"],
+    "bf16_d64_sliding_softcap": ["-bf16", "-d", "64", "-b", "2", "-h", "4", "-gqa", "2", "-s", "300", "-min-s", "1",
+                                 "-sliding-window-size", "70", "-softcapping-scale-bmm1", "30"],
+    "fp16_d128_bidirectional_alibi": ["-fp16-fp32", "-d", "128", "-b", "2", "-h", "4", "-s", "260", "-s-q", "200",
+                                      "-sliding-window-size", "40", "-bidirectional-sliding-window-mask", "-alibi",
+                                      "-separate-q-k-v"],
+    "bf16_d128_chunked_sinks": ["-bf16", "-d", "128", "-b", "3", "-h", "2", "-s", "400", "-min-s", "1",
+                                "-chunked-attention-size", "128", "-use-attention-sinks", "-separate-q-k-v"],
 }
 # Relative L2 of the draft's gradients from float64: P and dS are rounded to the input dtype
 # before their products, the outputs once more (bf16 keeps 8 bits, fp16 11); the driver's fp32
@@ -39,8 +46,11 @@ def test_backward_matches_float64(name, exe, tmp_path):
                                                        "dv_ref", "seqlens_q", "seqlens_kv")}
     meta = json.loads((tmp_path / "meta.json").read_text())
     assert meta["bwd"]
+    sinks = np.load(tmp_path / "sinks.npy").astype(np.float64) if meta["attention_sinks"] else None
     want = attention_backward_fp64(t["q"], t["k"], t["v"], t["do"], t["seqlens_q"], t["seqlens_kv"],
-                                   meta["scale_bmm1"], lambda i, lq, lk: visible_fp64(meta, lq, lk))
+                                   meta["scale_bmm1"], lambda i, lq, lk: visible_fp64(meta, lq, lk),
+                                   meta["softcapping_scale_bmm1"] or 0.0, sinks,
+                                   alibi_slopes_fp64(t["q"].shape[2]) if meta["alibi"] else None)
     dtype = "bf16" if "-bf16" in args else "fp16"
     for grad, w in zip(("dq", "dk", "dv"), want):
         norm = np.linalg.norm(w)

@@ -229,10 +229,11 @@ def test_bad_input_raises_with_the_reason():
         fmha.flash_attn_func(q, q, q, window_size=(4, 2))
     with pytest.raises(NotImplementedError, match="k is not supported"):
         fmha.flash_attn_with_kvcache(q, q, q, k=q, v=q)
-    with pytest.raises(NotImplementedError, match="backward: no softcap"):  # never a silent missing grad
-        fmha.flash_attn_func(q.clone().requires_grad_(), q, q, softcap=30.0)
+    bias = rand(1, 4, 64, 64)
+    with pytest.raises(NotImplementedError, match="backward: no bias yet"):  # never a silent missing grad
+        fmha.flash_attn_func(q.clone().requires_grad_(), q, q, attn_bias=bias)
     with torch.no_grad():
-        fmha.flash_attn_func(q.clone().requires_grad_(), q, q, softcap=30.0)
+        fmha.flash_attn_func(q.clone().requires_grad_(), q, q, attn_bias=bias)
 
 
 def test_bias_and_custom_mask():

@@ -1,27 +1,31 @@
-// The flash-bwd family (draft, issue #33; bench/NOTES.md §59): the attention backward pass on
+// The flash-bwd family (issue #33; bench/NOTES.md §59, §63): the attention backward pass on
 // SM80+ tensor cores (mma.sync m16n8k16), FlashAttention-2's schedule.
 //
 // Three launches:
 //   preprocess: D = rowsum(dO * O) per query row (fp32), the dQ accumulator zeroed;
 //   main:       one CTA per (64-key block, query head, batch) keeps dK and dV of its keys in
 //               fp32 registers and walks the 64-query blocks that see them; per block it
-//               recomputes S^T = K Q^T, P^T = exp(S^T scale - LSE) (the forward's LSE),
-//               dP^T = V dO^T, dS^T = P^T (dP^T - D); dV += P^T dO, dK += dS^T Q, and adds
+//               recomputes S^T = K Q^T, P^T = exp(logit(S^T) - LSE) (the forward's
+//               logit: scale, softcap, ALiBi; its LSE, sinks included), dP^T = V dO^T,
+//               dS^T = P^T (dP^T - D) logit'; dV += P^T dO, dK += dS^T Q, and adds
 //               dQ = dS K into the fp32 accumulator (atomics); at the end dK (times the
 //               scale) and dV of its query head go to fp32 workspace rows;
 //               deterministic: the CTAs of a head add into a query block's dQ rows in the
-//               order of their key blocks (a counter per query block), plain adds;
+//               order of their key blocks, last first (a counter per query block), plain adds;
 //   postprocess: dQ (times the scale) to the input dtype; dK and dV summed over the query
 //               heads of each KV head (GQA) and converted.
+// The next query block's Q and dO load (cp.async, two buffers) under the current one's
+// products.
 // Warps: 4 * kSplit (kSplit = d / 64). For S^T and dP^T warp w owns keys 16 (w % 4) .. + 15
 // and queries (64 / kSplit) (w / 4) ..; P^T and dS^T go through shared memory, from which the
 // dV / dK products take 16 keys x 64 columns (w / 4) per warp and the dQ product 16 queries
 // (w % 4) x 64 columns (w / 4).
 //
-// What it serves (launch refuses the rest): __half or __nv_bfloat16; d = dv = 64 or 128;
-// padding and causal masks (bottom-right aligned); fixed or var-len sequences (seq_lens.h);
-// GQA/MQA; token storage (no paged cache); no score modifier, no sinks, no dropout yet;
-// the LSE's gradient (d_lse) folded into D.
+// What it serves (launch refuses the rest): __half or __nv_bfloat16; d = dv = 64 or 128; no
+// mask, causal, sliding and bidirectional windows, chunks (bottom-right aligned); softcap,
+// ALiBi, sinks (their logit's gradient is the caller's: -sum P_sink D); fixed or var-len
+// sequences (seq_lens.h); GQA/MQA; token storage (no paged cache); no bias, custom mask or
+// dropout yet; the LSE's gradient (d_lse) folded into D.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -75,14 +79,17 @@ struct Traits {
     using LoaderKV = memory::TileLoader<LayoutKV, kHeadDim / kElemsPerChunk, kThreads>;
     using LoaderQ = memory::TileLoader<LayoutQ, kHeadDim / kElemsPerChunk, kThreads>;
 
+    // Q and dO in kStages buffers: with two, the next query block's load runs under this
+    // one's products (one stage measured slower at d = 64 too, bench/NOTES.md §63).
+    static constexpr int kStages = 2;
     static constexpr int kSmemK = 0;
     static constexpr int kSmemV = kSmemK + LayoutKV::kBytes;
-    static constexpr int kSmemQ = kSmemV + LayoutKV::kBytes;
-    static constexpr int kSmemDO = kSmemQ + LayoutQ::kBytes;
-    static constexpr int kSmemP = kSmemDO + LayoutQ::kBytes;
+    static constexpr int kSmemQ = kSmemV + LayoutKV::kBytes;  // [kStages] buffers
+    static constexpr int kSmemDO = kSmemQ + kStages * LayoutQ::kBytes;
+    static constexpr int kSmemP = kSmemDO + kStages * LayoutQ::kBytes;
     static constexpr int kSmemDS = kSmemP + LayoutP::kBytes;
-    static constexpr int kSmemRows = kSmemDS + LayoutP::kBytes;  // LSE (log2 units) and D of the block's queries
-    static constexpr int kSmemBytes = kSmemRows + 2 * kBlockM * 4;
+    static constexpr int kSmemRows = kSmemDS + LayoutP::kBytes;  // [kStages] x LSE (log2 units), D of the block's queries
+    static constexpr int kSmemBytes = kSmemRows + kStages * 2 * kBlockM * 4;
 
     static_assert(kIsSupportedElement<Element>, "Element must be __half or __nv_bfloat16");
     static_assert(kHeadDim == 64 || kHeadDim == 128, "flash-bwd draft: d = dv = 64 or 128");
@@ -152,28 +159,68 @@ FMHA_DEVICE void store_pair(uint32_t smem_base, int row, int col, float x0, floa
     asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(ElementTraits<Element>::pack(x0, x1)) : "memory");
 }
 
-template <class Tr, bool kCausal, bool kDeterministic>
+// The masks as compiled kinds: none, causal, and the local ones (sliding and bidirectional
+// windows, chunks: p.mask at run time).
+enum class BwdMask { kNone, kCausal, kLocal };
+
+// Whether key j is visible to the query at key position pos (params.h's rule).
+template <BwdMask kMask>
+FMHA_DEVICE bool bwd_visible(const Params& p, int pos, int j) {
+    if constexpr (kMask == BwdMask::kNone) return true;
+    else if constexpr (kMask == BwdMask::kCausal) return j <= pos;
+    else {
+        if (p.mask == MaskType::kBidirectionalWindow) return pos - j < p.window && j - pos < p.window;
+        if (p.mask == MaskType::kSlidingWindow) return j <= pos && pos - j < p.window;
+        return j <= pos && (j ^ pos) < p.chunk;  // kChunked: the same chunk (a power of two; pos >= j >= 0)
+    }
+}
+
+// The query blocks [*m_lo, *m_hi) that hold a row seeing one of the keys [n0, n1] (n1 <
+// kv_len): the rows' positions pos = r + shift bounded by the mask. Both bounds grow with
+// the key block, which the deterministic order relies on.
+template <BwdMask kMask, int kBlockM>
+FMHA_DEVICE void bwd_query_blocks(const Params& p, int n0, int n1, int shift, int q_len, int* m_lo, int* m_hi) {
+    int lo = 0, hi = q_len - 1;  // rows
+    if constexpr (kMask == BwdMask::kCausal) {
+        lo = n0 - shift;
+    } else if constexpr (kMask == BwdMask::kLocal) {
+        if (p.mask == MaskType::kBidirectionalWindow) {
+            lo = n0 - p.window + 1 - shift, hi = n1 + p.window - 1 - shift;
+        } else if (p.mask == MaskType::kSlidingWindow) {
+            lo = n0 - shift, hi = n1 + p.window - 1 - shift;
+        } else {  // kChunked: up to the end of n1's chunk
+            lo = n0 - shift, hi = (n1 / p.chunk + 1) * p.chunk - 1 - shift;
+        }
+    }
+    lo = max(lo, 0), hi = min(hi, q_len - 1);
+    *m_lo = lo <= hi ? lo / kBlockM : 0;
+    *m_hi = lo <= hi ? hi / kBlockM + 1 : 0;
+}
+
+template <class Tr, BwdMask kMask, bool kDeterministic>
 __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_constant__ BwdParams bp) {
     using Element = typename Tr::Element;
     const Params& p = bp.p;
     extern __shared__ __align__(128) char smem[];
     const int tid = threadIdx.x, lane = tid % kWarpSize, warp = tid / kWarpSize;
-    const int n_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
+    // Deterministic: the key blocks from the last, so that a CTA waits only on CTAs started
+    // before it (the order below).
+    const int n_block = kDeterministic ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+    const int head = blockIdx.y, batch = blockIdx.z;
     const int q_len = seq_q_len(p, batch), kv_len = seq_kv_len(p, batch);
     const int n0 = n_block * Tr::kBlockN;
     if (n0 >= kv_len) return;  // the whole CTA: no barrier is skipped by part of it
     const int q_off = seq_q_offset(p, batch), kv_off = seq_kv_offset(p, batch);
     const int kv_head = head / (p.h / p.h_kv);
     const int shift = kv_len - q_len;  // query row i sits at key position i + shift
-    // Query blocks that see a key of this block (causal: rows with i + shift >= n0).
-    const int m_begin = kCausal ? max(0, n0 - shift) / Tr::kBlockM : 0;
-    const int m_end = ceil_div(q_len, Tr::kBlockM);
+    // Query blocks that see a key of this block.
+    int m_begin, m_end;
+    bwd_query_blocks<kMask, Tr::kBlockM>(p, n0, min(n0 + Tr::kBlockN, kv_len) - 1, shift, q_len, &m_begin, &m_end);
 
     const uint32_t base = smem_u32(smem);
     const uint32_t smem_k = base + Tr::kSmemK, smem_v = base + Tr::kSmemV, smem_q = base + Tr::kSmemQ,
                    smem_do = base + Tr::kSmemDO, smem_p = base + Tr::kSmemP, smem_ds = base + Tr::kSmemDS;
-    float* lse_s = reinterpret_cast<float*>(smem + Tr::kSmemRows);  // [kBlockM] LSE in log2 units
-    float* dsum_s = lse_s + Tr::kBlockM;                             // [kBlockM] D
+    float* rows_s = reinterpret_cast<float*>(smem + Tr::kSmemRows);  // [2][LSE in log2 units, D][kBlockM]
 
     const Element* k = static_cast<const Element*>(p.k) + int64_t(kv_off + n0) * p.k_row_stride +
                        int64_t(kv_head) * p.k_head_stride;
@@ -219,27 +266,56 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc_dk[0][nt][e] = acc_dv[0][nt][e] = 0.f;
     }
-    const float scale_log2 = p.scale_bmm1 * kLog2e;
+    const float alibi = p.alibi_slopes != nullptr ? p.alibi_slopes[head] : 0.f;
+    const float cap_in = p.softcap > 0.f ? 2.f * kLog2e / p.softcap : 0.f;
     const int key0 = n0 + 16 * kr + lane / 4;  // this lane's first key (rows g, g + 8)
 
-    for (int m_block = m_begin; m_block < m_end; ++m_block) {
+    // Query block m's Q and dO into buffer `buf` (cp.async, one group), and its LSE and D into
+    // registers of threads 0 .. kBlockM - 1, stored to shared memory once consumed there.
+    float row_lse = 0.f, row_d = 0.f;
+    const auto issue = [&](int m_block, int buf) {
         const int m0 = m_block * Tr::kBlockM;
-        __syncthreads();  // the previous block's Q, dO, P^T, dS^T are consumed
         const Element* q = static_cast<const Element*>(p.q) + int64_t(q_off + m0) * p.q_row_stride +
                            int64_t(head) * p.q_head_stride;
         const Element* d_o = static_cast<const Element*>(bp.d_o) + int64_t(q_off + m0) * bp.do_row_stride +
                              int64_t(head) * bp.do_head_stride;
-        Tr::LoaderQ::template load<true>(smem_q, q, p.q_row_stride, q_len - m0, tid);
-        Tr::LoaderQ::template load<true>(smem_do, d_o, bp.do_row_stride, q_len - m0, tid);
+        Tr::LoaderQ::template load<true>(smem_q + buf * Tr::LayoutQ::kBytes, q, p.q_row_stride, q_len - m0, tid);
+        Tr::LoaderQ::template load<true>(smem_do + buf * Tr::LayoutQ::kBytes, d_o, bp.do_row_stride, q_len - m0, tid);
         memory::cp_async_commit();
         if (tid < Tr::kBlockM) {
             const int row = m0 + tid;
             const int64_t at = (int64_t(batch) * p.h + head) * p.s_q_max + row;
-            lse_s[tid] = row < q_len ? bp.lse[at] * kLog2e : -INFINITY;
-            dsum_s[tid] = row < q_len ? bp.d_sum[at] : 0.f;
+            row_lse = row < q_len ? bp.lse[at] * kLog2e : -INFINITY;
+            row_d = row < q_len ? bp.d_sum[at] : 0.f;
+        }
+    };
+    const auto keep_rows = [&](int buf) {
+        if (tid < Tr::kBlockM) {
+            rows_s[buf * 2 * Tr::kBlockM + tid] = row_lse;
+            rows_s[buf * 2 * Tr::kBlockM + Tr::kBlockM + tid] = row_d;
+        }
+    };
+    if (Tr::kStages == 2 && m_begin < m_end) {
+        issue(m_begin, 0);
+        keep_rows(0);
+    }
+
+    for (int m_block = m_begin; m_block < m_end; ++m_block) {
+        const int m0 = m_block * Tr::kBlockM;
+        const int buf = Tr::kStages == 2 ? (m_block - m_begin) & 1 : 0;
+        if constexpr (Tr::kStages == 1) {
+            __syncthreads();  // the previous block's Q, dO, rows are consumed
+            issue(m_block, 0);
+            keep_rows(0);
         }
         memory::cp_async_wait<0>();
-        __syncthreads();
+        __syncthreads();  // this block's Q, dO, rows landed; the previous block's buffers are consumed
+        if (Tr::kStages == 2 && m_block + 1 < m_end) issue(m_block + 1, buf ^ 1);
+        const float* lse_s = rows_s + buf * 2 * Tr::kBlockM;
+        const float* dsum_s = lse_s + Tr::kBlockM;
+        const uint32_t q_off_b = buf * Tr::LayoutQ::kBytes;
+        auto q_b_ = q_b, do_b_ = do_b, q_t_ = q_t, do_t_ = do_t;
+        q_b_.base += q_off_b, do_b_.base += q_off_b, q_t_.base += q_off_b, do_t_.base += q_off_b;
 
         // S^T = K Q^T and dP^T = V dO^T: [16 keys, kQueriesS queries] of this warp.
         float s[1][Tr::kNTilesS][4], dp[1][Tr::kNTilesS][4];
@@ -248,8 +324,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
 #pragma unroll
             for (int e = 0; e < 4; ++e) s[0][nt][e] = dp[0][nt][e] = 0.f;
         }
-        mma::gemm_qk<Element, 1, Tr::kNTilesS, Tr::kKSlicesD>(s, k_a, q_b);
-        mma::gemm_qk<Element, 1, Tr::kNTilesS, Tr::kKSlicesD>(dp, v_a, do_b);
+        mma::gemm_qk<Element, 1, Tr::kNTilesS, Tr::kKSlicesD>(s, k_a, q_b_);
+        mma::gemm_qk<Element, 1, Tr::kNTilesS, Tr::kKSlicesD>(dp, v_a, do_b_);
         // P^T = exp2(S^T scale log2(e) - LSE log2(e)) where the key is visible to the query,
         // dS^T = P^T (dP^T - D); both into shared memory in the input dtype.
 #pragma unroll
@@ -262,10 +338,21 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
                 for (int e = 0; e < 2; ++e) {
                     const int col = Tr::kQueriesS * part + 8 * nt + 2 * (lane % 4) + e;  // query in the block
                     const int row = m0 + col;
-                    const bool visible = key < kv_len && row < q_len && (!kCausal || key <= row + shift);
+                    const bool visible = key < kv_len && row < q_len && bwd_visible<kMask>(p, row + shift, key);
                     const float lse2 = lse_s[col];
-                    pv[e] = visible && lse2 != -INFINITY ? exp2f(fmaf(s[0][nt][2 * h + e], scale_log2, -lse2)) : 0.f;
-                    dsv[e] = pv[e] * (dp[0][nt][2 * h + e] - dsum_s[col]);
+                    // The logit as the forward made it: scaled, capped, ALiBi's distance
+                    // penalty; dS is taken through the cap's tanh (1 - tanh^2).
+                    // (Run-time branches: compiled in, they left the registers under 255 where
+                    // the plain path alone spilled, bench/NOTES.md §63. tanh as the forward's
+                    // softcap.h takes it, on ex2: tanh(x) = 1 - 2 / (1 + 2^(2 x log2 e)).)
+                    float logit = s[0][nt][2 * h + e] * p.scale_bmm1, slope = 1.f;
+                    if (p.softcap > 0.f) {
+                        const float t = 1.f - __fdividef(2.f, 1.f + fast_exp2(fminf(logit * cap_in, 64.f)));
+                        logit = p.softcap * t, slope = 1.f - t * t;
+                    }
+                    if (p.alibi_slopes != nullptr) logit -= alibi * fabsf(float(row + shift - key));
+                    pv[e] = visible && lse2 != -INFINITY ? exp2f(fmaf(logit, kLog2e, -lse2)) : 0.f;
+                    dsv[e] = pv[e] * (dp[0][nt][2 * h + e] - dsum_s[col]) * slope;
                 }
                 const int srow = 16 * kr + lane / 4 + 8 * h, scol = Tr::kQueriesS * part + 8 * nt + 2 * (lane % 4);
                 store_pair<typename Tr::LayoutP, Element>(smem_p, srow, scol, pv[0], pv[1]);
@@ -279,13 +366,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
             uint32_t pa[1][Tr::kKSlicesM][4];
 #pragma unroll
             for (int kk = 0; kk < Tr::kKSlicesM; ++kk) mma::ldmatrix_x4(pa[0][kk], p_a(0, 2 * kk));
-            mma::gemm_pv<Element, false>(acc_dv, pa, do_t);
+            mma::gemm_pv<Element, false>(acc_dv, pa, do_t_);
         }
         {
             uint32_t dsa[1][Tr::kKSlicesM][4];
 #pragma unroll
             for (int kk = 0; kk < Tr::kKSlicesM; ++kk) mma::ldmatrix_x4(dsa[0][kk], ds_a(0, 2 * kk));
-            mma::gemm_pv<Element, false>(acc_dk, dsa, q_t);
+            mma::gemm_pv<Element, false>(acc_dk, dsa, q_t_);
         }
 
         // dQ += dS K: [16 queries (kr), this warp's 64 columns], over the 64 keys; added into
@@ -311,16 +398,31 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
                     mma::mma_16816<Element>(dq[0][2 * cp + 1], a, b1);
                 }
             }
-            // Deterministic: key block n_block adds after blocks 0 .. n_block - 1, every one of
-            // which sees this query block when this one does (m_begin grows with the key
-            // block). A CTA waits only on CTAs of lower index, started before it.
-            [[maybe_unused]] int* order = bp.dq_order + (int64_t(batch) * p.h + head) * ceil_div(p.s_q_max, Tr::kBlockM) + m_block;
+            // Deterministic: the key blocks that see this query block are a range [first,
+            // last] (both bounds of bwd_query_blocks grow with the key block); they add from
+            // the last down, each after the ones above it, counted in the query block's
+            // counter. Walking its query blocks upwards, a CTA then finds the key blocks above
+            // it a step ahead (causal and local masks: no wait but the first), and it waits
+            // only on CTAs started before it (n_block above).
+            [[maybe_unused]] int* order =
+                bp.dq_order + (int64_t(batch) * p.h + head) * ceil_div(p.s_q_max, Tr::kBlockM) + m_block;
+            [[maybe_unused]] int turn = 0;
             if constexpr (kDeterministic) {
+                int lo = n_block, hi = ceil_div(kv_len, Tr::kBlockN) - 1;  // last: the highest that reaches m_block
+                while (lo < hi) {
+                    const int mid = (lo + hi + 1) / 2, mid0 = mid * Tr::kBlockN;
+                    int m_lo, m_hi;
+                    bwd_query_blocks<kMask, Tr::kBlockM>(p, mid0, min(mid0 + Tr::kBlockN, kv_len) - 1, shift, q_len,
+                                                         &m_lo, &m_hi);
+                    if (m_lo <= m_block) lo = mid;
+                    else hi = mid - 1;
+                }
+                turn = lo - n_block;
                 if (tid == 0) {
                     int seen = -1;
                     do {
                         asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(order) : "memory");
-                    } while (seen != n_block);
+                    } while (seen != turn);
                 }
                 __syncthreads();
             }
@@ -344,9 +446,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
             if constexpr (kDeterministic) {
                 __threadfence();
                 __syncthreads();
-                if (tid == 0) asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(order), "r"(n_block + 1) : "memory");
+                if (tid == 0) asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(order), "r"(turn + 1) : "memory");
             }
         }
+        if (Tr::kStages == 2 && m_block + 1 < m_end) keep_rows(buf ^ 1);  // the next block's rows, loaded under this one
     }
     memory::cp_async_wait<0>();  // a CTA whose keys no query block sees loaded K and V all the same
 
@@ -366,6 +469,19 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
     }
 }
 
+// The main kernel's launch: one CTA per (key block, head, batch).
+template <class Tr, BwdMask kMask, bool kDeterministic>
+cudaError_t launch_main(const BwdParams& bp, cudaStream_t stream) {
+    const Params& p = bp.p;
+    const void* fn = reinterpret_cast<const void*>(&bwd_kernel<Tr, kMask, kDeterministic>);
+    const cudaError_t err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
+    if (err != cudaSuccess) return err;
+    // blockIdx.x is the key block (deterministic: counted from the last).
+    bwd_kernel<Tr, kMask, kDeterministic>
+        <<<dim3(ceil_div(p.s_kv_max, Tr::kBlockN), p.h, p.b), Tr::kThreads, Tr::kSmemBytes, stream>>>(bp);
+    return cudaGetLastError();
+}
+
 // The three launches on `stream`; bp's workspace carved (carve_workspace) from at least
 // workspace_bytes(bp.p) bytes. cudaErrorInvalidValue without launching for a problem
 // outside what the draft serves (the header comment).
@@ -374,10 +490,12 @@ cudaError_t launch(const BwdParams& bp, cudaStream_t stream) {
     const Params& p = bp.p;
     if (p.d != Tr::kHeadDim || p.dv != Tr::kHeadDim || p.b < 1 || p.h < 1 || p.h_kv < 1 || p.h % p.h_kv != 0)
         return cudaErrorInvalidValue;
-    if (p.mask != MaskType::kPadding && p.mask != MaskType::kCausal) return cudaErrorInvalidValue;
-    if (p.kv_block_table != nullptr || p.softcap > 0.f || p.alibi_slopes != nullptr || p.attention_bias != nullptr ||
-        p.custom_mask != nullptr || p.sinks != nullptr)
+    if (p.mask == MaskType::kCustom || p.kv_block_table != nullptr || p.attention_bias != nullptr ||
+        p.custom_mask != nullptr)
         return cudaErrorInvalidValue;
+    if ((p.mask == MaskType::kSlidingWindow || p.mask == MaskType::kBidirectionalWindow) && p.window < 1)
+        return cudaErrorInvalidValue;
+    if (p.mask == MaskType::kChunked && p.chunk < 1) return cudaErrorInvalidValue;
     if (bp.d_o == nullptr || bp.lse == nullptr || bp.dq == nullptr || bp.dk == nullptr || bp.dv == nullptr ||
         bp.dq_accum == nullptr || bp.dq_order == nullptr)
         return cudaErrorInvalidValue;
@@ -388,20 +506,17 @@ cudaError_t launch(const BwdParams& bp, cudaStream_t stream) {
     cudaError_t err = cudaMemsetAsync(bp.dq_accum, 0, workspace_bytes(p), stream);
     if (err != cudaSuccess) return err;
     preprocess_kernel<Tr><<<dim3(ceil_div(p.s_q_max, 128), p.h, p.b), 128, 0, stream>>>(bp);
-    const auto main = [&](auto causal, auto deterministic) {
-        constexpr bool kC = decltype(causal)::value, kD = decltype(deterministic)::value;
-        const void* fn = reinterpret_cast<const void*>(&bwd_kernel<Tr, kC, kD>);
-        cudaError_t err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
-        if (err != cudaSuccess) return err;
-        // blockIdx.x is the key block: the deterministic order waits only on lower ones.
-        bwd_kernel<Tr, kC, kD>
-            <<<dim3(ceil_div(p.s_kv_max, Tr::kBlockN), p.h, p.b), Tr::kThreads, Tr::kSmemBytes, stream>>>(bp);
-        return cudaGetLastError();
+    const auto main = [&](auto mask, auto deterministic) {
+        return launch_main<Tr, decltype(mask)::value, decltype(deterministic)::value>(bp, stream);
     };
-    const auto with_order = [&](auto causal) {
-        return bp.deterministic ? main(causal, std::true_type{}) : main(causal, std::false_type{});
+    const auto with_order = [&](auto mask) {
+        return bp.deterministic ? main(mask, std::true_type{}) : main(mask, std::false_type{});
     };
-    err = p.mask == MaskType::kCausal ? with_order(std::true_type{}) : with_order(std::false_type{});
+    using None = std::integral_constant<BwdMask, BwdMask::kNone>;
+    using Causal = std::integral_constant<BwdMask, BwdMask::kCausal>;
+    using Local = std::integral_constant<BwdMask, BwdMask::kLocal>;
+    err = p.mask == MaskType::kPadding ? with_order(None{}) : p.mask == MaskType::kCausal ? with_order(Causal{})
+                                                                                       : with_order(Local{});
     if (err != cudaSuccess) return err;
     const int64_t elems = std::max(p.q_tokens * p.h, p.kv_tokens * p.h_kv) * int64_t(Tr::kHeadDim);
     postprocess_kernel<Tr><<<unsigned((elems + 255) / 256), 256, 0, stream>>>(bp);
