@@ -94,8 +94,9 @@ numerics
                     (gpt-oss); drawn from -seed, uniform in [-1, 3]
   -save-softmax     the kernel also writes each row's log-sum-exp of its logits (sinks
                     included), checked against the reference; lse.npy with -save-tensors
-  -bwd              then the backward pass on dO from -seed (fp16/bf16, d = dv = 64 or 128,
-                    padding or causal mask; implies -save-softmax): dQ, dK, dV checked
+  -bwd              then the backward pass on dO from -seed (fp16/bf16, d = dv = 64 or 128;
+                    not with -custom-mask, -attention-bias or -paged-kv; implies
+                    -save-softmax): dQ, dK, dV checked
                     against the GPU reference, a Backward line with its time (Tflop/s at 2.5x
                     the forward's FLOPs)
   -deterministic    with -bwd: dQ added in a fixed order (bitwise reproducible); the timed

@@ -578,3 +578,12 @@ def test_fp8_accuracy_quantises_per_kv_head_and_measures_relative_error():
     q = torch.randn(1, 4, 2, 8, generator=gen, dtype=torch.float64)
     o = acc.attention_fp64(torch, q, q[:, :, :1], q[:, :, :1], causal=True)
     assert torch.allclose(o[:, 0], q[:, 0, :1].expand(1, 2, 8))  # row 0 sees key 0 only
+
+
+def test_bwd_bench_runs_the_fa3_grid_at_two_and_a_half_forwards():
+    from bench import bwd
+    assert bwd.problems([]) == list(SUITES["fa3"].problems)
+    picked = bwd.problems(["*d=128 causal"])
+    assert len(picked) == 6 and all(p.d == 128 and p.causal for p in picked)
+    p = picked[0]
+    assert bwd.bwd_flop(p) == 2.5 * p.flop()
