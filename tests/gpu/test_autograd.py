@@ -1,9 +1,10 @@
 """The package's backward pass (issue #33) on a GPU: flash_attn_func and flash_attn_varlen_func
 under autograd against float64 autograd of plain attention (fixed and var-len lengths, GQA/MQA,
-s_q != s_k, causal, the LSE's own gradient), deterministic=True bit for bit over 20 runs,
-torch.compile(fullgraph=True) through the backward, problems no backward kernel serves refused
-before the forward runs, and a tiny transformer trained 50 steps with ours and with SDPA from
-one initialisation. Needs torch with CUDA and lib/libfmha.so; skips with the reason otherwise."""
+s_q != s_k, causal, windows, chunks, softcap, ALiBi, sinks, the LSE's own gradient),
+deterministic=True bit for bit over 20 runs, torch.compile(fullgraph=True) and a CUDA graph
+through the backward, problems no backward kernel serves refused before the forward runs, and
+a tiny transformer trained 50 steps with ours and with SDPA from one initialisation. Needs
+torch with CUDA and lib/libfmha.so; skips with the reason otherwise."""
 
 import copy
 import math
@@ -196,6 +197,38 @@ def test_masks_and_score_modifiers(kind, d, deterministic):
         check(got, want, torch.bfloat16, name)
     if "sinks" in ref:
         check(extra["sinks"].grad, ref["sinks"].grad, torch.bfloat16, "d sinks")
+
+
+def test_cuda_graph_captures_forward_and_backward():
+    """A training step's attention, forward and backward, captured once and replayed on fresh
+    inputs: the workspace, the memset and the launches are all stream-ordered."""
+    torch.manual_seed(6)
+    q, k, v = leaves((2, 256, 8, 64), (2, 256, 2, 64), (2, 256, 2, 64), dtype=torch.bfloat16)
+    dout = torch.randn(2, 256, 8, 64, device=DEV, dtype=torch.bfloat16)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside the capture, as torch's docs do
+        for _ in range(2):
+            for t in (q, k, v):
+                t.grad = None
+            fmha.flash_attn_func(q, k, v, causal=True).backward(dout)
+    torch.cuda.current_stream().wait_stream(side)
+    for t in (q, k, v):
+        t.grad = None
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fmha.flash_attn_func(q, k, v, causal=True).backward(dout)
+    for seed in range(3):
+        torch.manual_seed(200 + seed)
+        with torch.no_grad():
+            for t in (q, k, v, dout):
+                t.copy_(torch.randn_like(t))
+        graph.replay()
+        torch.cuda.synchronize()
+        q64, k64, v64 = as64((q, k, v))
+        attention64(q64, k64, v64, True)[0].backward(dout.double())
+        for name, got, want in (("dq", q.grad, q64.grad), ("dk", k.grad, k64.grad), ("dv", v.grad, v64.grad)):
+            check(got, want, torch.bfloat16, f"replay {seed}: {name}")
 
 
 def test_what_the_backward_lacks_is_refused_before_the_forward():
