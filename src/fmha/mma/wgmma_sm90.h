@@ -108,6 +108,15 @@ FMHA_DEVICE void fence_operands(T (&x)[1][kN][kK]) {
                  : FMHA_WGMMA_OP##R(d, 0)                                                      \
                  : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)))
 
+// SS with B MN-major (imm-trans-b 1), A K-major: the backward's dQ = dS K, K stored [keys, d]
+// (bench/NOTES.md §65). Operand numbers as FMHA_WGMMA_SS.
+#define FMHA_WGMMA_SS_TB(N, R, A, B, S, TY)                                                    \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" S ", 0;\n"                               \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " " FMHA_WGMMA_D##R \
+                 ", %" A ", %" B ", p, 1, 1, 0, 1;\n}\n"                                       \
+                 : FMHA_WGMMA_OP##R(d, 0)                                                      \
+                 : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)))
+
 // RS: D (+)= A[64 x 16] (registers) * B[16 x N] (shared memory, MN-major: imm-trans-b 1).
 // Operands after the accumulators: A = %R..%R+3, B = %R+4, scale-d = %R+5.
 #define FMHA_WGMMA_RS(N, R, A0, A1, A2, A3, B, S, TY)                                          \
@@ -136,6 +145,25 @@ FMHA_DEVICE void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, b
     }
 }
 
+// A K-major, B MN-major (the layout of V in O = P V): k16 steps move B by 16 of its rows.
+template <bool kBf16, int N>
+FMHA_DEVICE void wgmma_ss_tb(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+    static_assert(N == 64 || N == 128 || N == 192 || N == 256, "wgmma_ss_tb: N in {64, 128, 192, 256}");
+    if constexpr (N == 64) {
+        if constexpr (kBf16) FMHA_WGMMA_SS_TB(64, 32, "32", "33", "34", "bf16");
+        else FMHA_WGMMA_SS_TB(64, 32, "32", "33", "34", "f16");
+    } else if constexpr (N == 128) {
+        if constexpr (kBf16) FMHA_WGMMA_SS_TB(128, 64, "64", "65", "66", "bf16");
+        else FMHA_WGMMA_SS_TB(128, 64, "64", "65", "66", "f16");
+    } else if constexpr (N == 192) {
+        if constexpr (kBf16) FMHA_WGMMA_SS_TB(192, 96, "96", "97", "98", "bf16");
+        else FMHA_WGMMA_SS_TB(192, 96, "96", "97", "98", "f16");
+    } else {
+        if constexpr (kBf16) FMHA_WGMMA_SS_TB(256, 128, "128", "129", "130", "bf16");
+        else FMHA_WGMMA_SS_TB(256, 128, "128", "129", "130", "f16");
+    }
+}
+
 template <bool kBf16, int N>
 FMHA_DEVICE void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b, bool accumulate) {
     static_assert(N == 64 || N == 128 || N == 192 || N == 256, "wgmma_rs: N in {64, 128, 192, 256}");
@@ -155,6 +183,7 @@ FMHA_DEVICE void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t de
 }
 
 #undef FMHA_WGMMA_SS
+#undef FMHA_WGMMA_SS_TB
 #undef FMHA_WGMMA_RS
 
 // e4m3 (QGMMA): k32 per instruction, both shared operands K-major (the fp8 forms have no

@@ -122,9 +122,10 @@ void run(const Case& c) {
     p.mask = c.causal ? fmha::MaskType::kCausal : fmha::MaskType::kPadding;
     p.scale_bmm1 = float(scale);
     bp.d_o = gdo.get(), bp.lse = glse.get(), bp.dq = gdq.get(), bp.dk = gdk.get(), bp.dv = gdv.get();
+    bp.do_row_stride = p.o_row_stride, bp.do_head_stride = p.o_head_stride;
     bp.dq_row_stride = p.q_row_stride, bp.dq_head_stride = p.q_head_stride;
     bp.dk_row_stride = bp.dv_row_stride = p.k_row_stride, bp.dk_head_stride = bp.dv_head_stride = p.k_head_stride;
-    CUDA_ASSERT(gws.alloc(fmha::flash_bwd::workspace_floats(p)));
+    CUDA_ASSERT(gws.alloc(fmha::flash_bwd::workspace_bytes(p) / sizeof(float) + 1, 0xff));  // the launch clears it
     fmha::flash_bwd::carve_workspace(bp, gws.get());
     CUDA_ASSERT(fmha::flash_bwd::launch<Tr>(bp, nullptr));
     CUDA_ASSERT(cudaDeviceSynchronize());
@@ -147,6 +148,29 @@ void run(const Case& c) {
         EXPECT_LE(e->relative_rms(), rms_bound);
         EXPECT_LE(e->worst, max_bound * e->top);
     }
+
+    // Deterministic: dQ's adds in key-block order; two runs leave the same bits, and dK, dV
+    // (no atomics either way) the same as the first run's.
+    bp.deterministic = true;
+    std::vector<Element> runs[2][3];
+    for (auto& r : runs) {
+        CUDA_ASSERT(fmha::flash_bwd::launch<Tr>(bp, nullptr));
+        CUDA_ASSERT(cudaDeviceSynchronize());
+        CUDA_ASSERT(gdq.download(&r[0]));
+        CUDA_ASSERT(gdk.download(&r[1]));
+        CUDA_ASSERT(gdv.download(&r[2]));
+    }
+    for (int t = 0; t < 3; ++t)
+        for (size_t i = 0; i < runs[0][t].size(); ++i)
+            ASSERT_EQ(unit::bits_of(runs[0][t][i]), unit::bits_of(runs[1][t][i])) << "tensor " << t << ", element " << i;
+    for (size_t i = 0; i < kv_elems; ++i) {
+        ASSERT_EQ(unit::bits_of(runs[0][1][i]), unit::bits_of(hk[i])) << "dK element " << i;
+        ASSERT_EQ(unit::bits_of(runs[0][2][i]), unit::bits_of(hv[i])) << "dV element " << i;
+    }
+    Errors edq;
+    for (size_t i = 0; i < q_elems; ++i) edq.add(unit::to_float(runs[0][0][i]), dq[i]);
+    EXPECT_LE(edq.relative_rms(), rms_bound);
+    EXPECT_LE(edq.worst, max_bound * edq.top);
 }
 
 TEST_P(FlashBwd, MatchesFloat64Gradients) {
