@@ -97,6 +97,9 @@ OBJS := $(call obj,$(SRCS))
 # Hand-written device code runs wherever the driver runs; kernels got their family's
 # GENCODE from generated/makefile.
 $(call obj,$(filter %.cu,$(HAND_SRCS))): GENCODE := $(SRC_GENCODE)
+# exp/ws-bwd: the backward's library file also carries the wgmma draft, which needs sm_90a.
+bwd_comma := ,
+$(call obj,src/api/backward.cu): GENCODE := $(subst arch=compute_90$(bwd_comma)code=sm_90,arch=compute_90a$(bwd_comma)code=sm_90a,$(SRC_GENCODE))
 # The arch list is in no source file: this stamp is how a new list reaches make.
 $(call obj,$(filter %.cu,$(SRCS))): $(ARCH_STAMP)
 

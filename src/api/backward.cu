@@ -3,7 +3,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdlib>
+
 #include "fmha/kernel/flash_bwd_sm80.h"
+#include "fmha/kernel/wgmma_bwd_sm90.h"
 
 namespace fmha {
 namespace api {
@@ -34,6 +37,13 @@ cudaError_t backward_launch(DataType dtype, flash_bwd::BwdParams& bp, void* work
     const Params& p = bp.p;
     if (workspace == nullptr || workspace_bytes < flash_bwd::workspace_bytes(p)) return cudaErrorInvalidValue;
     flash_bwd::carve_workspace(bp, workspace);
+    // exp/ws-bwd: FMHA_BWD_WGMMA=1 takes the wgmma draft where it serves the problem (d = 128,
+    // not deterministic) on an sm_90 device.
+    static const bool wgmma = std::getenv("FMHA_BWD_WGMMA") != nullptr;
+    if (wgmma && p.d == 128 && !bp.deterministic) {
+        if (dtype == DataType::kBf16) return wgmma_bwd::launch<wgmma_bwd::Traits<__nv_bfloat16, 128>>(bp, stream);
+        if (dtype == DataType::kFp16) return wgmma_bwd::launch<wgmma_bwd::Traits<__half, 128>>(bp, stream);
+    }
     using flash_bwd::Traits;
     if (dtype == DataType::kBf16) {
         if (p.d == 64) return flash_bwd::launch<Traits<__nv_bfloat16, 64>>(bp, stream);
