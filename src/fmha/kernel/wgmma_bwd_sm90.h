@@ -55,16 +55,26 @@ struct Traits {
 // Rows [row0, row0 + rows) of a [*, d] 16-bit tensor (row stride `stride` elements) into an
 // SW128 tile of `tile_rows` rows; rows past `valid` zero-filled. Every thread of the CTA takes
 // every kThreads-th 16-byte chunk.
-template <class Tr>
-FMHA_DEVICE void load_tile(uint32_t smem, const typename Tr::Element* src, int64_t stride, int tile_rows, int valid,
-                           int tid) {
+template <class Tr, int kTileRows>
+FMHA_DEVICE void load_tile(uint32_t smem, const typename Tr::Element* src, int64_t stride, int valid, int tid) {
     constexpr int kChunks = Tr::kHeadDim / 8;  // 16-byte chunks a row
-    for (int i = tid; i < tile_rows * kChunks; i += Tr::kThreads) {
-        const int row = i / kChunks, chunk = i % kChunks;
+    static_assert(kTileRows * kChunks % Tr::kThreads == 0, "whole rounds of chunks");
+    // A thread's chunk column is the same every round (kThreads is a multiple of kChunks).
+    const int chunk = tid % kChunks, row0 = tid / kChunks;
+#pragma unroll
+    for (int round = 0; round < kTileRows * kChunks / Tr::kThreads; ++round) {
+        const int row = row0 + round * (Tr::kThreads / kChunks);
         const bool ok = row < valid;
-        memory::cp_async_16(smem + mma::sw128_offset(row, 16 * chunk, tile_rows),
+        memory::cp_async_16(smem + mma::sw128_offset(row, 16 * chunk, kTileRows),
                             src + (ok ? int64_t(row) * stride : 0) + 8 * chunk, ok);
     }
+}
+
+// Four 8 x 8 b16 matrices, each stored transposed: lane l names row l % 8 of matrix l / 8.
+FMHA_DEVICE void stmatrix_x4_trans(uint32_t smem_addr, const uint32_t (&r)[4]) {
+    asm volatile("stmatrix.sync.aligned.x4.trans.m8n8.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr),
+                 "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+                 : "memory");
 }
 
 template <class Tr, BwdMask kMask>
@@ -97,8 +107,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
                        int64_t(kv_head) * p.k_head_stride;
     const Element* v = static_cast<const Element*>(p.v) + int64_t(kv_off + n0) * p.v_row_stride +
                        int64_t(kv_head) * p.v_head_stride;
-    load_tile<Tr>(sk, k, p.k_row_stride, Tr::kBlockN, kv_len - n0, tid);
-    load_tile<Tr>(sv, v, p.v_row_stride, Tr::kBlockN, kv_len - n0, tid);
+    load_tile<Tr, Tr::kBlockN>(sk, k, p.k_row_stride, kv_len - n0, tid);
+    load_tile<Tr, Tr::kBlockN>(sv, v, p.v_row_stride, kv_len - n0, tid);
     memory::cp_async_commit();
 
     float row_lse = 0.f, row_d = 0.f;
@@ -108,8 +118,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
                            int64_t(head) * p.q_head_stride;
         const Element* d_o = static_cast<const Element*>(bp.d_o) + int64_t(q_off + m0) * bp.do_row_stride +
                              int64_t(head) * bp.do_head_stride;
-        load_tile<Tr>(sq + buf * Tr::kTileQ, q, p.q_row_stride, Tr::kBlockM, q_len - m0, tid);
-        load_tile<Tr>(sdo + buf * Tr::kTileQ, d_o, bp.do_row_stride, Tr::kBlockM, q_len - m0, tid);
+        load_tile<Tr, Tr::kBlockM>(sq + buf * Tr::kTileQ, q, p.q_row_stride, q_len - m0, tid);
+        load_tile<Tr, Tr::kBlockM>(sdo + buf * Tr::kTileQ, d_o, bp.do_row_stride, q_len - m0, tid);
         memory::cp_async_commit();
         if (tid < Tr::kBlockM) {
             const int row = m0 + tid;
@@ -143,6 +153,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
         for (int e = 0; e < 4; ++e) acc_dk[0][nt][e] = acc_dv[0][nt][e] = 0.f;
     const float alibi = p.alibi_slopes != nullptr ? p.alibi_slopes[head] : 0.f;
     const float cap_in = p.softcap > 0.f ? 2.f * kLog2e / p.softcap : 0.f;
+    const float scale_log2 = p.scale_bmm1 * kLog2e;
+    const bool mods = p.softcap > 0.f || p.alibi_slopes != nullptr;
     const int key_base = n0 + 64 * wg + 16 * warp + lane / 4;  // this thread's first key (rows +0, +8)
 
     for (int m_block = m_begin; m_block < m_end; ++m_block) {
@@ -173,33 +185,52 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
         mma::fence_operands(acc_s);
         mma::fence_operands(acc_dp);
 
-        // P^T and dS^T in place; dS to smem as [queries, keys] (K-major for dQ = dS K).
+        // P^T and dS^T in place; the score modifiers' pass apart from the plain one (the plain
+        // kernels' registers stay free of it).
+        const auto elementwise = [&](auto with_mods) {
 #pragma unroll
-        for (int nt = 0; nt < Tr::kBlockM / 8; ++nt) {
+            for (int nt = 0; nt < Tr::kBlockM / 8; ++nt) {
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int key = key_base + 8 * (e / 2), col = nt * 8 + 2 * (lane % 4) + e % 2, row = m0 + col;
-                const bool visible = key < kv_len && row < q_len && flash_bwd::bwd_visible<kMask>(p, row + shift, key);
-                const float lse2 = lse_s[col];
-                float logit = acc_s[0][nt][e] * p.scale_bmm1, slope = 1.f;
-                if (p.softcap > 0.f) {
-                    const float t = 1.f - __fdividef(2.f, 1.f + fast_exp2(fminf(logit * cap_in, 64.f)));
-                    logit = p.softcap * t, slope = 1.f - t * t;
+                for (int e = 0; e < 4; ++e) {
+                    const int key = key_base + 8 * (e / 2), col = nt * 8 + 2 * (lane % 4) + e % 2, row = m0 + col;
+                    const bool visible =
+                        key < kv_len && row < q_len && flash_bwd::bwd_visible<kMask>(p, row + shift, key);
+                    const float lse2 = lse_s[col];
+                    float logit2, slope = 1.f;  // log2 units
+                    if constexpr (decltype(with_mods)::value) {
+                        float logit = acc_s[0][nt][e] * p.scale_bmm1;
+                        if (p.softcap > 0.f) {
+                            const float t = 1.f - __fdividef(2.f, 1.f + fast_exp2(fminf(logit * cap_in, 64.f)));
+                            logit = p.softcap * t, slope = 1.f - t * t;
+                        }
+                        if (p.alibi_slopes != nullptr) logit -= alibi * fabsf(float(row + shift - key));
+                        logit2 = logit * kLog2e;
+                    } else {
+                        logit2 = acc_s[0][nt][e] * scale_log2;
+                    }
+                    const float pv = visible && lse2 != -INFINITY ? exp2f(logit2 - lse2) : 0.f;
+                    acc_s[0][nt][e] = pv;
+                    acc_dp[0][nt][e] = pv * (acc_dp[0][nt][e] - dsum_s[col]) * slope;
                 }
-                if (p.alibi_slopes != nullptr) logit -= alibi * fabsf(float(row + shift - key));
-                const float pv = visible && lse2 != -INFINITY ? exp2f(fmaf(logit, kLog2e, -lse2)) : 0.f;
-                acc_s[0][nt][e] = pv;
-                acc_dp[0][nt][e] = pv * (acc_dp[0][nt][e] - dsum_s[col]) * slope;
-                const int key_in_cta = key - n0;
-                *reinterpret_cast<Element*>(smem + Tr::kSmemDS +
-                                            mma::sw128_offset(col, 2 * (key_in_cta % 64), Tr::kBlockM) +
-                                            (key_in_cta / 64) * Tr::kBlockM * 128) =
-                    flash_bwd::from_f32<Element>(acc_dp[0][nt][e]);
             }
-        }
+        };
+        if (mods) elementwise(std::true_type{});
+        else elementwise(std::false_type{});
         uint32_t p_frag[1][Tr::kBlockM / 16][4], ds_frag[1][Tr::kBlockM / 16][4];
         mma::s_to_p<Element>(p_frag, acc_s);
         mma::s_to_p<Element>(ds_frag, acc_dp);
+        // dS to smem as [queries, keys] (K-major for dQ = dS K): the four 8 x 8 matrices of
+        // each 16-query slice (s_to_p's order: keys +0/+8, then queries +0/+8), transposed
+        // by stmatrix; lane l addresses row l % 8 (a query) of matrix l / 8.
+        {
+            const int m = lane / 8, key0 = 64 * wg + 16 * warp + 8 * (m % 2);  // within the CTA
+            const uint32_t panel = sds + (key0 / 64) * Tr::kBlockM * 128;
+#pragma unroll
+            for (int kk = 0; kk < Tr::kBlockM / 16; ++kk)
+                stmatrix_x4_trans(panel + mma::sw128_offset(16 * kk + 8 * (m / 2) + lane % 8, 2 * (key0 % 64),
+                                                            Tr::kBlockM),
+                                  ds_frag[0][kk]);
+        }
 
         // dV += P^T dO, dK += dS^T Q: B [queries, d] MN-major, d's panels LBO apart.
         mma::wgmma_fence();
@@ -211,6 +242,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
                                                mnmajor(q_t + kk * 2048, Tr::kBlockM * 128), true);
         }
         mma::wgmma_commit();
+        mma::wgmma_wait<0>();  // the fragments' registers are free for dQ's accumulator
 
         memory::fence_proxy_async_smem();
         __syncthreads();  // dS of both warpgroups in smem
