@@ -2,7 +2,7 @@
 // SW128 panel of 16-bit elements), 64 keys as M and 64 queries: S^T = K Q^T and dP^T = V dO^T
 // (SS, both K-major), dV = P^T dO with P^T converted from the S^T accumulator (RS, dO
 // MN-major), dQ = dS K with dS written transposed from an accumulator into a K-major tile
-// and K read MN-major (wgmma_ss_tb). Inputs are small dyadic values, exact in fp16 and bf16
+// and K read MN-major (wgmma_ss with kTransB). Inputs are small dyadic values, exact in fp16 and bf16
 // and in every product and sum, so results are compared bit for bit.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -109,7 +109,7 @@ __global__ void bwd_products(const Element* k, const Element* v, const Element* 
     fmha::mma::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kN / 16; ++kk)
-        fmha::mma::wgmma_ss_tb<kBf16, kN>(fmha::mma::flat(acc_dq), kmajor(sds) + (kk * 32 >> 4),
+        fmha::mma::wgmma_ss<kBf16, kN, true>(fmha::mma::flat(acc_dq), kmajor(sds) + (kk * 32 >> 4),
                                           mnmajor(sk) + (kk * 2048 >> 4), kk > 0);
     wait_and_store(acc_dq, dq);
 #endif
