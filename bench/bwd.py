@@ -5,9 +5,9 @@ backends, timed the same way in one run on the GPU, on FlashAttention-3's grid.
     python3 bench/bwd.py [--dtype bf16 fp16] [--only '*d=128*'] [--deterministic] [--out DIR]
 
 Each side runs its own forward once per problem (the graph kept), then the backward alone,
-torch.autograd.grad(out, (q, k, v), dout, retain_graph=True), in back-to-back bursts of n
-calls (n sized so a burst takes ~25 ms, as bench/run.py's bursts) between two CUDA events;
-the median of 5 bursts per call. TFLOP/s counts 2.5x the forward's FLOPs (FlashAttention's
+torch.autograd.grad(out, (q, k, v), dout, retain_graph=True), timed as bench/run.py times
+SDPA (median_us_per_call: back-to-back bursts sized to ~25 ms between two CUDA events, the
+median of 5). TFLOP/s counts 2.5x the forward's FLOPs (FlashAttention's
 convention; bench/suites.py Problem.flop). Inputs: the layout each side is fastest in
 ([b, s, h, d] for ours, [b, h, s, d] for SDPA). A side that refuses a problem (ours at
 d = 256 today) gets an empty cell with the reason in the CSV.
@@ -18,17 +18,18 @@ from __future__ import annotations
 import argparse
 import csv
 import fnmatch
-import statistics
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(ROOT))
+from bench.run import median_us_per_call  # noqa: E402
 from bench.suites import SUITES, Problem  # noqa: E402
 
-BURST_MS = 25.0
+MAX_CALLS = 500
 REPEATS = 5
+WARM_UP = 3
 SIDES = ("fmha", "cudnn", "flash")
 
 
@@ -66,31 +67,15 @@ def make_side(torch, name: str, p: Problem, dtype, deterministic: bool):
 
 
 def time_backward(torch, forward, inputs) -> float:
-    """Median ms of one backward call, bursts of n between CUDA events."""
+    """Median ms of one backward call."""
     q, k, v = inputs
     out = forward(q, k, v)
     dout = torch.randn_like(out)
 
-    def call():
+    def call(_):
         torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
 
-    for _ in range(3):
-        call()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    call()
-    stop.record()
-    stop.synchronize()
-    n = max(3, min(500, int(BURST_MS / max(start.elapsed_time(stop), 1e-3))))
-    times = []
-    for _ in range(REPEATS):
-        start.record()
-        for _ in range(n):
-            call()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop) / n)
-    return statistics.median(times)
+    return median_us_per_call(torch, call, MAX_CALLS, REPEATS, WARM_UP) / 1e3
 
 
 def main(argv=None) -> int:

@@ -14,6 +14,7 @@
 #include "inputs.h"
 #include "reference/reference_bwd.h"
 #include "save_tensors.h"
+#include "timing.h"
 
 namespace fmha {
 namespace {
@@ -120,17 +121,9 @@ BackwardResult run_backward(const Problem& p, const SeqLens& lens, const DeviceT
 
     // Timing: the three launches, p.runs times after p.warm_up_runs.
     for (int i = 0; i < p.warm_up_runs; ++i) CUDA_CHECK(launch());
-    cudaEvent_t start, stop;
-    CUDA_CHECK(cudaEventCreate(&start));
-    CUDA_CHECK(cudaEventCreate(&stop));
-    CUDA_CHECK(cudaEventRecord(start, stream));
-    for (int i = 0; i < p.runs; ++i) CUDA_CHECK(launch());
-    CUDA_CHECK(cudaEventRecord(stop, stream));
-    CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    CUDA_CHECK(cudaEventDestroy(start));
-    CUDA_CHECK(cudaEventDestroy(stop));
+    const float ms = time_on_stream(stream, [&] {
+        for (int i = 0; i < p.runs; ++i) CUDA_CHECK(launch());
+    });
     r.us = 1e3 * ms / p.runs;
     if (p.deterministic) {
         r.repeats = p.warm_up_runs + p.runs;

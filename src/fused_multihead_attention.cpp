@@ -21,6 +21,7 @@
 #include "reference/reference.h"
 #include "save_tensors.h"
 #include "tensors.h"
+#include "timing.h"
 
 namespace fmha {
 namespace {
@@ -66,23 +67,6 @@ Device open_device() {
     cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     return {prop.name, prop.major * 10 + prop.minor, prop.multiProcessorCount, size_t(prop.l2CacheSize)};
-}
-
-// Elapsed milliseconds of the work `fn` enqueues on `stream`, measured with one event pair.
-template <class Fn>
-float time_on_stream(cudaStream_t stream, Fn fn) {
-    cudaEvent_t start, stop;
-    CUDA_CHECK(cudaEventCreate(&start));
-    CUDA_CHECK(cudaEventCreate(&stop));
-    CUDA_CHECK(cudaEventRecord(start, stream));
-    fn();
-    CUDA_CHECK(cudaEventRecord(stop, stream));
-    CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0.f;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    CUDA_CHECK(cudaEventDestroy(start));
-    CUDA_CHECK(cudaEventDestroy(stop));
-    return ms;
 }
 
 void launch(const KernelMeta& kernel, const Params& params, cudaStream_t stream) {

@@ -37,6 +37,20 @@ bool is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
 
 std::string field(const char* name, int64_t value) { return std::string(name) + " = " + std::to_string(value); }
 
+// A tensor's address and strides: set, 16-byte aligned, a positive token stride and both
+// strides multiples of `step` elements.
+fmha_status_t check_tensor(const fmha_tensor_t& t, const char* name, int64_t step) {
+    if (t.data == nullptr) return fail(FMHA_ERROR_INVALID_VALUE, std::string(name) + ".data is NULL");
+    if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0)
+        return fail(FMHA_ERROR_INVALID_VALUE, std::string(name) + ".data is not 16-byte aligned");
+    if (t.token_stride <= 0 || t.token_stride % step != 0 || t.head_stride < 0 || t.head_stride % step != 0)
+        return fail(FMHA_ERROR_INVALID_VALUE, std::string(name) + ": token_stride " + std::to_string(t.token_stride) +
+                                                  ", head_stride " + std::to_string(t.head_stride) +
+                                                  ": positive token stride, both multiples of " +
+                                                  std::to_string(step) + " elements");
+    return FMHA_SUCCESS;
+}
+
 // Tokens from one sequence to the next of fixed-length storage; -1 when not whole tokens.
 int64_t token_step(const fmha_tensor_t& t) {
     if (t.token_stride <= 0 || t.batch_stride < 0 || t.batch_stride % t.token_stride != 0) return -1;
@@ -93,19 +107,10 @@ fmha_status_t check(const fmha_problem_t* pr, Params& p, Request& r) {
     const fmha_tensor_t* tensors[] = {&pr->q, &pr->k, &pr->v, &pr->o};
     const char* names[] = {"q", "k", "v", "o"};
     for (int i = 0; i < 4; ++i) {
-        const fmha_tensor_t& t = *tensors[i];
-        if (t.data == nullptr) return fail(FMHA_ERROR_INVALID_VALUE, std::string(names[i]) + ".data is NULL");
-        if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0)
-            return fail(FMHA_ERROR_INVALID_VALUE, std::string(names[i]) + ".data is not 16-byte aligned");
         // 16 bytes: 8 16-bit elements; e4m3's Q, K and V 16 (TMA), its O 8 (bf16; e4m3 O: 8
         // bytes, which its 4-byte stores need).
-        const int64_t step = fp8 && i < 3 ? 16 : 8;
-        if (t.token_stride <= 0 || t.token_stride % step != 0 || t.head_stride < 0 || t.head_stride % step != 0)
-            return fail(FMHA_ERROR_INVALID_VALUE, std::string(names[i]) + ": token_stride " +
-                                                      std::to_string(t.token_stride) + ", head_stride " +
-                                                      std::to_string(t.head_stride) +
-                                                      ": positive token stride, both multiples of " +
-                                                      std::to_string(step) + " elements");
+        const fmha_status_t st = check_tensor(*tensors[i], names[i], fp8 && i < 3 ? 16 : 8);
+        if (st != FMHA_SUCCESS) return st;
     }
     const bool paged = pr->block_table != nullptr;
 
@@ -351,14 +356,8 @@ fmha_status_t check_backward(const fmha_problem_t* pr, const fmha_backward_args_
                  {"dk", g->dk, pr->k, "k", false},
                  {"dv", g->dv, pr->v, "v", false}};
     for (const auto& x : grads) {
-        if (x.t.data == nullptr) return fail(FMHA_ERROR_INVALID_VALUE, std::string(x.name) + ".data is NULL");
-        if (reinterpret_cast<uintptr_t>(x.t.data) % 16 != 0)
-            return fail(FMHA_ERROR_INVALID_VALUE, std::string(x.name) + ".data is not 16-byte aligned");
-        if (x.t.token_stride <= 0 || x.t.token_stride % 8 != 0 || x.t.head_stride < 0 || x.t.head_stride % 8 != 0)
-            return fail(FMHA_ERROR_INVALID_VALUE, std::string(x.name) + ": token_stride " +
-                                                      std::to_string(x.t.token_stride) + ", head_stride " +
-                                                      std::to_string(x.t.head_stride) +
-                                                      ": positive token stride, both multiples of 8 elements");
+        const fmha_status_t st = check_tensor(x.t, x.name, 8);
+        if (st != FMHA_SUCCESS) return st;
         const bool fixed = x.queries ? pr->cu_seqlens_q == nullptr : pr->cu_seqlens_k == nullptr;
         if (fixed && pr->b > 1 && token_step(x.t) != token_step(x.like))
             return fail(FMHA_ERROR_INVALID_VALUE, std::string(x.name) + ".batch_stride holds " +

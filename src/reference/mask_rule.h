@@ -1,7 +1,9 @@
-// The masks' rule (params.h) for the references: whether key j is visible to query row r of
-// sequence seq, the row at key position pos. Shared by the forward's and the backward's.
+// The references' rules (params.h), shared by the forward's and the backward's: whether key
+// j is visible to query row r of sequence seq, the row at key position pos; and the logit a
+// score becomes (scale, softcap, ALiBi).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "params.h"
@@ -19,6 +21,21 @@ __device__ inline bool key_visible(const Params& p, int seq, int r, int j, int p
         case MaskType::kChunked: return j <= pos && j / p.chunk == pos / p.chunk;
     }
     return false;
+}
+
+// The logit of score qk (q . k) of query head `head` at key position pos and key j, and its
+// derivative in the scaled score (the backward's: softcap's 1 - tanh^2).
+struct Logit {
+    double x, slope;
+};
+__device__ inline Logit logit(const Params& p, int head, int pos, int j, double qk) {
+    Logit l{qk * p.scale_bmm1, 1.0};
+    if (p.softcap > 0.f) {
+        const double t = tanh(l.x / p.softcap);
+        l.x = p.softcap * t, l.slope = 1.0 - t * t;
+    }
+    if (p.alibi_slopes != nullptr) l.x -= double(p.alibi_slopes[head]) * fabs(double(pos - j));
+    return l;
 }
 
 }  // namespace fmha

@@ -187,9 +187,7 @@ reference_kernel(Params p, Smem geo, int p_block_keys, float* o_ref, float* o_am
         for (int i = 0; i < kRowsPerWarp; ++i) {
             const int r = row0 + my_row + i;
             const bool visible = r < q_len && key < kv_len && key_visible(p, seq, r, key, r + shift);
-            double logit = dot[i] * double(p.scale_bmm1);
-            if (p.softcap > 0.f) logit = p.softcap * tanh(logit / p.softcap);
-            if (p.alibi_slopes != nullptr) logit -= double(p.alibi_slopes[head]) * fabs(double(r + shift - key));
+            double logit = fmha::logit(p, head, r + shift, key, dot[i]).x;
             if (p.attention_bias != nullptr && visible)
                 logit += load(static_cast<const T*>(p.attention_bias) + seq * p.bias_batch_stride +
                               head * p.bias_head_stride + int64_t(r) * p.bias_row_stride + key);

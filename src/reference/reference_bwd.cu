@@ -32,21 +32,6 @@ __device__ inline double warp_sum(double x) {
     return x;
 }
 
-// The logit of score qk (q . k) of query row r (key position pos) and key j, and its
-// derivative in the scaled score.
-struct Logit {
-    double x, slope;
-};
-__device__ inline Logit logit(const Params& p, int head, int pos, int j, double qk) {
-    Logit l{qk * p.scale_bmm1, 1.0};
-    if (p.softcap > 0.f) {
-        const double t = tanh(l.x / p.softcap);
-        l.x = p.softcap * t, l.slope = 1.0 - t * t;
-    }
-    if (p.alibi_slopes != nullptr) l.x -= double(p.alibi_slopes[head]) * fabs(double(pos - j));
-    return l;
-}
-
 // a . b over n columns, the lanes taking every 32nd, summed over the warp.
 template <class T>
 __device__ inline double dot(const T* a, const T* b, int n, int lane) {

@@ -7,11 +7,10 @@ a tiny transformer trained 50 steps with ours and with SDPA from one initialisat
 torch with CUDA and lib/libfmha.so; skips with the reason otherwise."""
 
 import copy
-import math
 
 import pytest
 
-from .package import load_package
+from .package import load_package, reference
 
 torch, fmha = load_package()
 
@@ -20,40 +19,6 @@ DEV = "cuda"
 # Relative L2 from float64: P and dS are rounded to the inputs' dtype before their products,
 # the outputs once more (bf16 keeps 8 bits, fp16 11); as tests/gpu/test_backward.py.
 REL_L2 = {torch.bfloat16: 2e-2, torch.float16: 4e-3}
-
-
-def attention64(q, k, v, causal=False, scale=None, window=(-1, -1), chunk=0, softcap=0.0, alibi=None, sinks=None):
-    """float64 attention over [b, s, h, d] tensors, FA3's conventions (GQA by repeating K and
-    V; masks bottom-right aligned: window (left, right) keys around the row's position, chunks
-    with causal), softcap, ALiBi slopes [h], sinks [h] (a logit per head in the denominator),
-    differentiable; returns (out [b, s_q, h, d], lse [b, h, s_q])."""
-    b, s_q, h, d = q.shape
-    s_k, h_kv = k.shape[1], k.shape[2]
-    k = k.repeat_interleave(h // h_kv, dim=2)
-    v = v.repeat_interleave(h // h_kv, dim=2)
-    s = torch.einsum("bihd,bjhd->bhij", q, k) * (scale or 1.0 / math.sqrt(d))
-    if softcap:
-        s = softcap * torch.tanh(s / softcap)
-    pos = torch.arange(s_q, device=q.device)[:, None] + (s_k - s_q)
-    j = torch.arange(s_k, device=q.device)[None, :]
-    if alibi is not None:
-        s = s - alibi.double()[:, None, None] * (pos - j).abs()
-    left, right = window
-    if causal:
-        right = 0
-    ok = torch.ones(s_q, s_k, dtype=torch.bool, device=q.device)
-    if right >= 0:
-        ok &= j <= pos + right
-    if left >= 0:
-        ok &= j >= pos - left
-    if chunk:
-        ok &= (j <= pos) & (j // chunk == pos // chunk)
-    s = s.masked_fill(~ok, -math.inf)
-    if sinks is not None:  # a column of the sink's logit, with no value
-        s = torch.cat([s, sinks.double()[None, :, None, None].expand(b, h, s_q, 1)], dim=-1)
-    lse = torch.logsumexp(s, dim=-1)
-    p = torch.softmax(s, dim=-1)[..., :s_k]
-    return torch.einsum("bhij,bjhd->bihd", p, v), lse
 
 
 def leaves(*shapes, dtype):
@@ -85,7 +50,7 @@ def test_gradients_match_float64_autograd(dtype, d, causal, b, s_q, s_k, h, h_kv
     out = fmha.flash_attn_func(q, k, v, causal=causal)
     out.backward(dout)
     q64, k64, v64 = as64((q, k, v))
-    out64, _ = attention64(q64, k64, v64, causal)
+    out64, _ = reference(q64, k64, v64, causal=causal)
     out64.backward(dout.double())
     check(out, out64, dtype, "out")
     for name, got, want in (("dq", q.grad, q64.grad), ("dk", k.grad, k64.grad), ("dv", v.grad, v64.grad)):
@@ -103,7 +68,7 @@ def test_lse_gradient_and_strided_inputs():
     out, lse = fmha.flash_attn_func(q, k, v, softmax_scale=0.1, causal=True, return_attn_probs=True)
     ((out.float() * w_out).sum() + (lse * w_lse).sum()).backward()
     (qkv64,) = as64((qkv,))
-    out64, lse64 = attention64(*qkv64.unbind(2), causal=True, scale=0.1)
+    out64, lse64 = reference(*qkv64.unbind(2), causal=True, scale=0.1)
     ((out64 * w_out.double()).sum() + (lse64 * w_lse.double()).sum()).backward()
     check(qkv.grad, qkv64.grad, torch.bfloat16, "d qkv")
     assert rel(lse, lse64) < 1e-5
@@ -125,7 +90,7 @@ def test_varlen_gradients(causal):
     loss = 0
     for i, n in enumerate(lens):
         a, z = int(cu[i]), int(cu[i + 1])
-        o, l = attention64(q64[None, a:z], k64[None, a:z], v64[None, a:z], causal)
+        o, l = reference(q64[None, a:z], k64[None, a:z], v64[None, a:z], causal=causal)
         loss = loss + (o[0] * dout[a:z].double()).sum() + (l[0] * w[:, a:z].double()).sum()
     loss.backward()
     for name, got, want in (("dq", q.grad, q64.grad), ("dk", k.grad, k64.grad), ("dv", v.grad, v64.grad)):
@@ -146,7 +111,7 @@ def test_deterministic_gives_the_same_bits_20_times():
             first = grads
         assert all(torch.equal(a, b) for a, b in zip(grads, first))
     q64, k64, v64 = as64((q, k, v))
-    attention64(q64, k64, v64, True)[0].backward(dout.double())
+    reference(q64, k64, v64, causal=True)[0].backward(dout.double())
     for name, got, want in zip(("dq", "dk", "dv"), first, (q64.grad, k64.grad, v64.grad)):
         check(got, want, torch.bfloat16, name)
 
@@ -157,7 +122,7 @@ def test_torch_compile_fullgraph_backward():
     f = torch.compile(lambda q, k, v: (fmha.flash_attn_func(q, k, v, causal=True).float() ** 2).sum(), fullgraph=True)
     f(q, k, v).backward()
     q64, k64, v64 = as64((q, k, v))
-    (attention64(q64, k64, v64, True)[0] ** 2).sum().backward()
+    (reference(q64, k64, v64, causal=True)[0] ** 2).sum().backward()
     for name, got, want in (("dq", q.grad, q64.grad), ("dk", k.grad, k64.grad), ("dv", v.grad, v64.grad)):
         check(got, want, torch.bfloat16, name)
 
@@ -190,7 +155,7 @@ def test_masks_and_score_modifiers(kind, d, deterministic):
     q64, k64, v64 = as64((q, k, v))
     if "sinks" in ref:
         ref["sinks"] = extra["sinks"].detach().double().requires_grad_()
-    out64, _ = attention64(q64, k64, v64, **ref)
+    out64, _ = reference(q64, k64, v64, **ref)
     out64.backward(dout.double())
     check(out, out64, torch.bfloat16, "out")
     for name, got, want in (("dq", q.grad, q64.grad), ("dk", k.grad, k64.grad), ("dv", v.grad, v64.grad)):
@@ -226,7 +191,7 @@ def test_cuda_graph_captures_forward_and_backward():
         graph.replay()
         torch.cuda.synchronize()
         q64, k64, v64 = as64((q, k, v))
-        attention64(q64, k64, v64, True)[0].backward(dout.double())
+        reference(q64, k64, v64, causal=True)[0].backward(dout.double())
         for name, got, want in (("dq", q.grad, q64.grad), ("dk", k.grad, k64.grad), ("dv", v.grad, v64.grad)):
             check(got, want, torch.bfloat16, f"replay {seed}: {name}")
 

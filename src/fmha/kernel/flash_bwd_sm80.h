@@ -79,8 +79,8 @@ struct Traits {
     using LoaderKV = memory::TileLoader<LayoutKV, kHeadDim / kElemsPerChunk, kThreads>;
     using LoaderQ = memory::TileLoader<LayoutQ, kHeadDim / kElemsPerChunk, kThreads>;
 
-    // Q and dO in kStages buffers: with two, the next query block's load runs under this
-    // one's products (one stage measured slower at d = 64 too, bench/NOTES.md §63).
+    // Q and dO in two buffers: the next query block's load runs under this one's products
+    // (one measured slower at d = 64 too, bench/NOTES.md §63).
     static constexpr int kStages = 2;
     static constexpr int kSmemK = 0;
     static constexpr int kSmemV = kSmemK + LayoutKV::kBytes;
@@ -295,22 +295,17 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
             rows_s[buf * 2 * Tr::kBlockM + Tr::kBlockM + tid] = row_d;
         }
     };
-    if (Tr::kStages == 2 && m_begin < m_end) {
+    if (m_begin < m_end) {
         issue(m_begin, 0);
         keep_rows(0);
     }
 
     for (int m_block = m_begin; m_block < m_end; ++m_block) {
         const int m0 = m_block * Tr::kBlockM;
-        const int buf = Tr::kStages == 2 ? (m_block - m_begin) & 1 : 0;
-        if constexpr (Tr::kStages == 1) {
-            __syncthreads();  // the previous block's Q, dO, rows are consumed
-            issue(m_block, 0);
-            keep_rows(0);
-        }
+        const int buf = (m_block - m_begin) & 1;
         memory::cp_async_wait<0>();
         __syncthreads();  // this block's Q, dO, rows landed; the previous block's buffers are consumed
-        if (Tr::kStages == 2 && m_block + 1 < m_end) issue(m_block + 1, buf ^ 1);
+        if (m_block + 1 < m_end) issue(m_block + 1, buf ^ 1);
         const float* lse_s = rows_s + buf * 2 * Tr::kBlockM;
         const float* dsum_s = lse_s + Tr::kBlockM;
         const uint32_t q_off_b = buf * Tr::LayoutQ::kBytes;
@@ -449,7 +444,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
                 if (tid == 0) asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(order), "r"(turn + 1) : "memory");
             }
         }
-        if (Tr::kStages == 2 && m_block + 1 < m_end) keep_rows(buf ^ 1);  // the next block's rows, loaded under this one
+        if (m_block + 1 < m_end) keep_rows(buf ^ 1);  // the next block's rows, loaded under this one
     }
     memory::cp_async_wait<0>();  // a CTA whose keys no query block sees loaded K and V all the same
 

@@ -99,21 +99,14 @@ FMHA_DEVICE void fence_operands(T (&x)[1][kN][kK]) {
     "%123, %124, %125, %126, %127" \
     "}"
 
-// SS: D (+)= A[64 x 16] * B[16 x N], both K-major in shared memory. Operand numbers after
-// the R accumulators: A = %R, B = %R+1, scale-d = %R+2 (passed as strings).
-#define FMHA_WGMMA_SS(N, R, A, B, S, TY)                                                       \
+// SS: D (+)= A[64 x 16] * B[16 x N] in shared memory, A K-major, B K-major (TB "0") or
+// MN-major (TB "1", imm-trans-b: the backward's dQ = dS K with K stored [keys, d], bench/
+// NOTES.md §65). Operand numbers after the R accumulators: A = %R, B = %R+1, scale-d = %R+2
+// (passed as strings).
+#define FMHA_WGMMA_SS(N, R, A, B, S, TY, TB)                                                   \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" S ", 0;\n"                               \
                  "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " " FMHA_WGMMA_D##R \
-                 ", %" A ", %" B ", p, 1, 1, 0, 0;\n}\n"                                       \
-                 : FMHA_WGMMA_OP##R(d, 0)                                                      \
-                 : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)))
-
-// SS with B MN-major (imm-trans-b 1), A K-major: the backward's dQ = dS K, K stored [keys, d]
-// (bench/NOTES.md §65). Operand numbers as FMHA_WGMMA_SS.
-#define FMHA_WGMMA_SS_TB(N, R, A, B, S, TY)                                                    \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" S ", 0;\n"                               \
-                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " " FMHA_WGMMA_D##R \
-                 ", %" A ", %" B ", p, 1, 1, 0, 1;\n}\n"                                       \
+                 ", %" A ", %" B ", p, 1, 1, 0, " TB ";\n}\n"                                  \
                  : FMHA_WGMMA_OP##R(d, 0)                                                      \
                  : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)))
 
@@ -126,42 +119,26 @@ FMHA_DEVICE void fence_operands(T (&x)[1][kN][kK]) {
                  : FMHA_WGMMA_OP##R(d, 0)                                                      \
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<int>(accumulate)))
 
-// d: the m64nN accumulator as N/2 floats. N in {64, 128, 192, 256}.
-template <bool kBf16, int N>
+// d: the m64nN accumulator as N/2 floats. N in {64, 128, 192, 256}. kTransB: B MN-major
+// (k16 steps move it by 16 of its rows), else K-major.
+template <bool kBf16, int N, bool kTransB = false>
 FMHA_DEVICE void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
     static_assert(N == 64 || N == 128 || N == 192 || N == 256, "wgmma_ss: N in {64, 128, 192, 256}");
+#define FMHA_WGMMA_SS_N(N, R, A, B, S)                                          \
+    if constexpr (kBf16 && kTransB) FMHA_WGMMA_SS(N, R, A, B, S, "bf16", "1"); \
+    else if constexpr (kBf16) FMHA_WGMMA_SS(N, R, A, B, S, "bf16", "0");       \
+    else if constexpr (kTransB) FMHA_WGMMA_SS(N, R, A, B, S, "f16", "1");      \
+    else FMHA_WGMMA_SS(N, R, A, B, S, "f16", "0");
     if constexpr (N == 64) {
-        if constexpr (kBf16) FMHA_WGMMA_SS(64, 32, "32", "33", "34", "bf16");
-        else FMHA_WGMMA_SS(64, 32, "32", "33", "34", "f16");
+        FMHA_WGMMA_SS_N(64, 32, "32", "33", "34")
     } else if constexpr (N == 128) {
-        if constexpr (kBf16) FMHA_WGMMA_SS(128, 64, "64", "65", "66", "bf16");
-        else FMHA_WGMMA_SS(128, 64, "64", "65", "66", "f16");
+        FMHA_WGMMA_SS_N(128, 64, "64", "65", "66")
     } else if constexpr (N == 192) {
-        if constexpr (kBf16) FMHA_WGMMA_SS(192, 96, "96", "97", "98", "bf16");
-        else FMHA_WGMMA_SS(192, 96, "96", "97", "98", "f16");
+        FMHA_WGMMA_SS_N(192, 96, "96", "97", "98")
     } else {
-        if constexpr (kBf16) FMHA_WGMMA_SS(256, 128, "128", "129", "130", "bf16");
-        else FMHA_WGMMA_SS(256, 128, "128", "129", "130", "f16");
+        FMHA_WGMMA_SS_N(256, 128, "128", "129", "130")
     }
-}
-
-// A K-major, B MN-major (the layout of V in O = P V): k16 steps move B by 16 of its rows.
-template <bool kBf16, int N>
-FMHA_DEVICE void wgmma_ss_tb(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
-    static_assert(N == 64 || N == 128 || N == 192 || N == 256, "wgmma_ss_tb: N in {64, 128, 192, 256}");
-    if constexpr (N == 64) {
-        if constexpr (kBf16) FMHA_WGMMA_SS_TB(64, 32, "32", "33", "34", "bf16");
-        else FMHA_WGMMA_SS_TB(64, 32, "32", "33", "34", "f16");
-    } else if constexpr (N == 128) {
-        if constexpr (kBf16) FMHA_WGMMA_SS_TB(128, 64, "64", "65", "66", "bf16");
-        else FMHA_WGMMA_SS_TB(128, 64, "64", "65", "66", "f16");
-    } else if constexpr (N == 192) {
-        if constexpr (kBf16) FMHA_WGMMA_SS_TB(192, 96, "96", "97", "98", "bf16");
-        else FMHA_WGMMA_SS_TB(192, 96, "96", "97", "98", "f16");
-    } else {
-        if constexpr (kBf16) FMHA_WGMMA_SS_TB(256, 128, "128", "129", "130", "bf16");
-        else FMHA_WGMMA_SS_TB(256, 128, "128", "129", "130", "f16");
-    }
+#undef FMHA_WGMMA_SS_N
 }
 
 template <bool kBf16, int N>
@@ -183,7 +160,6 @@ FMHA_DEVICE void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t de
 }
 
 #undef FMHA_WGMMA_SS
-#undef FMHA_WGMMA_SS_TB
 #undef FMHA_WGMMA_RS
 
 // e4m3 (QGMMA): k32 per instruction, both shared operands K-major (the fp8 forms have no

@@ -2,7 +2,7 @@
 // SW128 panel of 16-bit elements), 64 keys as M and 64 queries: S^T = K Q^T and dP^T = V dO^T
 // (SS, both K-major), dV = P^T dO with P^T converted from the S^T accumulator (RS, dO
 // MN-major), dQ = dS K with dS written transposed from an accumulator into a K-major tile
-// and K read MN-major (wgmma_ss_tb). Inputs are small dyadic values, exact in fp16 and bf16
+// and K read MN-major (wgmma_ss with kTransB). Inputs are small dyadic values, exact in fp16 and bf16
 // and in every product and sum, so results are compared bit for bit.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -14,10 +14,14 @@
 #include "fmha/mma/warp_gemm.h"
 #include "fmha/mma/wgmma_sm90.h"
 #include "unit_test.h"
+#include "wgmma_fragments.h"
 
 namespace {
 
 using fmha::mma::sw128_offset;
+using unit::acc_col;
+using unit::acc_row;
+using unit::wait_and_store;
 
 constexpr int kN = 64;  // keys, queries and head size alike: every tile [64, 64], one 128-byte panel
 
@@ -33,16 +37,6 @@ __device__ Element from_f32(float x) {
     else return __float2half_rn(x);
 }
 
-__device__ int acc_row(int e) { return (threadIdx.x / 32) * 16 + (threadIdx.x % 32) / 4 + 8 * (e / 2); }
-__device__ int acc_col(int nt, int e) { return nt * 8 + 2 * (threadIdx.x % 4) + e % 2; }
-
-__device__ void wait_and_store(float (&acc)[1][kN / 8][4], float* out) {
-    fmha::mma::wgmma_commit();
-    fmha::mma::wgmma_wait<0>();
-    fmha::mma::fence_operands(acc);
-    for (int nt = 0; nt < kN / 8; ++nt)
-        for (int e = 0; e < 4; ++e) out[acc_row(e) * kN + acc_col(nt, e)] = acc[0][nt][e];
-}
 
 // k, v [keys, d], q, d_o [queries, d] row-major in; out: s_t, dp_t [keys, queries], dv [keys,
 // d] = S^T dO (S^T standing in for P^T), dq [queries, d] = (dP^T)^T K (dP standing in for dS).
@@ -96,7 +90,7 @@ __global__ void bwd_products(const Element* k, const Element* v, const Element* 
 #pragma unroll
     for (int kk = 0; kk < kN / 16; ++kk)
         fmha::mma::wgmma_rs<kBf16, kN>(fmha::mma::flat(acc_dv), p_t[0][kk], mnmajor(sdo) + (kk * 2048 >> 4), kk > 0);
-    wait_and_store(acc_dv, dv);
+    wait_and_store<kN>(acc_dv, dv);
 
     // dQ = dS K: dS^T (here dP^T) written transposed, [queries, keys] K-major; K read MN-major.
     for (int nt = 0; nt < kN / 8; ++nt)
@@ -109,9 +103,9 @@ __global__ void bwd_products(const Element* k, const Element* v, const Element* 
     fmha::mma::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kN / 16; ++kk)
-        fmha::mma::wgmma_ss_tb<kBf16, kN>(fmha::mma::flat(acc_dq), kmajor(sds) + (kk * 32 >> 4),
+        fmha::mma::wgmma_ss<kBf16, kN, true>(fmha::mma::flat(acc_dq), kmajor(sds) + (kk * 32 >> 4),
                                           mnmajor(sk) + (kk * 2048 >> 4), kk > 0);
-    wait_and_store(acc_dq, dq);
+    wait_and_store<kN>(acc_dq, dq);
 #endif
 }
 

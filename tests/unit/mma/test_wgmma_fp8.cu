@@ -16,11 +16,15 @@
 #include "fmha/mma/wgmma_sm90.h"
 #include "fmha/memory/tma_sm90.h"
 #include "unit_test.h"
+#include "wgmma_fragments.h"
 
 namespace {
 
 using fmha::mma::key_of_slot;
 using fmha::mma::sw128_offset;
+using unit::acc_col;
+using unit::acc_row;
+using unit::wait_and_store;
 
 constexpr int kRows = 64;   // one warpgroup's wgmma M
 constexpr int kD = 128;     // head size: one 128-byte panel of e4m3
@@ -28,20 +32,6 @@ constexpr int kKeys = 128;  // keys of S, and of P V
 
 __device__ void fill_sw128(uint8_t* smem, const uint8_t* src, int rows, int cols) {
     for (int i = threadIdx.x; i < rows * cols; i += blockDim.x) smem[sw128_offset(i / cols, i % cols, rows)] = src[i];
-}
-
-// Element e of accumulator n8 tile nt of this thread: row and column of a [64, N] result.
-__device__ int acc_row(int e) { return (threadIdx.x / 32) * 16 + (threadIdx.x % 32) / 4 + 8 * (e / 2); }
-__device__ int acc_col(int nt, int e) { return nt * 8 + 2 * (threadIdx.x % 4) + e % 2; }
-
-// Waits for the committed wgmma group that writes acc, then stores acc row-major into out [64, kN].
-template <int kN>
-__device__ void wait_and_store(float (&acc)[1][kN / 8][4], float* out) {
-    fmha::mma::wgmma_commit();
-    fmha::mma::wgmma_wait<0>();
-    fmha::mma::fence_operands(acc);
-    for (int nt = 0; nt < kN / 8; ++nt)
-        for (int e = 0; e < 4; ++e) out[acc_row(e) * kN + acc_col(nt, e)] = acc[0][nt][e];
 }
 
 // q [64, kPad], k [128, kPad] e4m3 row-major (kPad = kDim rounded up to whole 128-byte
