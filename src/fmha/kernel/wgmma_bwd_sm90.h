@@ -252,7 +252,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
 #pragma unroll
         for (int kk = 0; kk < Tr::kBlockN / 16; ++kk) {
             const uint32_t a = sds + (kk / 4) * Tr::kBlockM * 128 + 32 * (kk % 4);
-            mma::wgmma_ss_tb<kBf16, 64>(mma::flat(acc_dq), kmajor(a),
+            mma::wgmma_ss<kBf16, 64, true>(mma::flat(acc_dq), kmajor(a),
                                         mnmajor(sk + wg * Tr::kBlockN * 128 + kk * 2048, Tr::kBlockN * 128), kk > 0);
         }
         mma::wgmma_commit();
