@@ -77,6 +77,11 @@ BackwardResult run_backward(const Problem& p, const SeqLens& lens, const DeviceT
     CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
     const int sm = 10 * major + minor;
+    {
+        api::BackwardAsk a;
+        a.dtype = p.dtype, a.d = p.d, a.dv = p.dv, a.deterministic = p.deterministic;
+        r.kernel = api::backward_kernel_name(a, sm);
+    }
     const auto launch = [&] { return api::backward_launch(p.dtype, bp, workspace.get(), ws_bytes, sm, stream); };
 
     CUDA_CHECK(launch());
