@@ -97,6 +97,11 @@ OBJS := $(call obj,$(SRCS))
 # Hand-written device code runs wherever the driver runs; kernels got their family's
 # GENCODE from generated/makefile.
 $(call obj,$(filter %.cu,$(HAND_SRCS))): GENCODE := $(SRC_GENCODE)
+# The backward's library file also carries the wgmma kernels (sm_90a): sm_90 becomes sm_90a
+# there, and a define tells its host code that the image exists (the plan names the kernel).
+bwd_comma := ,
+BWD_GENCODE := $(subst arch=compute_90$(bwd_comma)code=sm_90,arch=compute_90a$(bwd_comma)code=sm_90a,$(SRC_GENCODE))
+$(call obj,src/api/backward.cu): GENCODE := $(BWD_GENCODE) $(if $(findstring compute_90a,$(BWD_GENCODE)),-DFMHA_WGMMA_BWD_IMAGE)
 # The arch list is in no source file: this stamp is how a new list reaches make.
 $(call obj,$(filter %.cu,$(SRCS))): $(ARCH_STAMP)
 

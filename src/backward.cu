@@ -72,7 +72,17 @@ BackwardResult run_backward(const Problem& p, const SeqLens& lens, const DeviceT
     bp.dv_row_stride = int64_t(p.h_kv) * p.dv, bp.dv_head_stride = p.dv;
     const size_t ws_bytes = api::backward_workspace_bytes(prm);
     DeviceBuffer<char> workspace(ws_bytes);
-    const auto launch = [&] { return api::backward_launch(p.dtype, bp, workspace.get(), ws_bytes, stream); };
+    int dev = 0, major = 0, minor = 0;  // the library picks the kernel by arch
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    const int sm = 10 * major + minor;
+    {
+        api::BackwardAsk a;
+        a.dtype = p.dtype, a.d = p.d, a.dv = p.dv, a.deterministic = p.deterministic;
+        r.kernel = api::backward_kernel_name(a, sm);
+    }
+    const auto launch = [&] { return api::backward_launch(p.dtype, bp, workspace.get(), ws_bytes, sm, stream); };
 
     CUDA_CHECK(launch());
     CUDA_CHECK(cudaStreamSynchronize(stream));

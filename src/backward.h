@@ -17,6 +17,7 @@ namespace fmha {
 std::string backward_refusal(const Problem& p);
 
 struct BackwardResult {
+    std::string kernel;                       // the library's pick for this device
     bool checked = false, passed = true;
     double us = 0;                            // a launch (preprocess, main, postprocess)
     double rms[3] = {}, worst[3] = {};        // dQ, dK, dV: relative RMS, max error / max |reference|

@@ -279,6 +279,7 @@ int run(int argc, char** argv) {
     if (p.bwd) {
         const BackwardResult bwd = run_backward(p, lens, t, stream);
         const double flops = 2.5 * attention_flops(p, lens, t.variants.custom_mask_host);
+        print_field("Bwd kernel", bwd.kernel);
         print_field("Backward", format("%.6f us, %.2f Tflop/s", bwd.us, flops / (bwd.us * 1e-6) / 1e12));
         if (bwd.checked) {
             print_field("Bwd checks", format("%s (relative RMS dQ %.3g, dK %.3g, dV %.3g; max error over max |ref| "

@@ -240,6 +240,11 @@ def test_plan_backward_names_the_kernel_and_sizes_the_workspace(lib):
     assert out.workspace_bytes == (floats * 4 + 2 * 4 * 2 * 4 + 255) // 256 * 256 == 790784
     status, _, causal = plan_backward(lib, problem(lib, lse=0xa0000000, mask=CAUSAL, dtype=BF16), grads(lib))
     assert status == SUCCESS and causal.kernel.decode() == "flash_bwd_bf16_d64_sm80"
+    # The wgmma kernels need this build's sm_90a image, which an sm_80 build lacks: sm_90 plans
+    # flash-bwd here too.
+    wide = problem(lib, lse=0xa0000000, d=128, dv=128, q=Tensor(0x10000000, 128 * 4 * 128, 4 * 128, 128))
+    status, _, hopper = plan_backward(lib, wide, grads(lib), sm=90)
+    assert status == SUCCESS and hopper.kernel.decode() == "flash_bwd_fp16_d128_sm80"
     # Windows, chunks, softcap, ALiBi and sinks are served (not bias or a custom mask).
     for fields in ({"mask": SLIDING, "window": 8, "softcap": 30.0}, {"mask": BIDIRECTIONAL, "window": 3},
                    {"mask": CHUNKED, "chunk": 64, "sinks": 0x60000000}, {"alibi_slopes": 0x60000000}):

@@ -338,6 +338,7 @@ fmha_status_t check_backward(const fmha_problem_t* pr, const fmha_backward_args_
     a.bias = pr->bias != nullptr;
     a.paged = pr->block_table != nullptr;
     a.seqused_k = pr->seqused_k != nullptr;
+    a.deterministic = g->deterministic != 0;
     const std::string why = backward_refusal(a);
     if (!why.empty()) return fail(FMHA_ERROR_NOT_SUPPORTED, "backward: " + why);
     if (pr->lse == nullptr) return fail(FMHA_ERROR_INVALID_VALUE, "backward: lse (the forward's) is NULL");
@@ -383,7 +384,7 @@ fmha_status_t plan_backward_checked(const flash_bwd::BwdParams& bp, const Backwa
         return fail(FMHA_ERROR_NOT_SUPPORTED, "backward: the flash-bwd kernels need sm_80 or later, not sm_" +
                                                   std::to_string(sm));
     *plan = fmha_plan_t{};
-    std::snprintf(plan->kernel, sizeof(plan->kernel), "%s", backward_kernel_name(a).c_str());
+    std::snprintf(plan->kernel, sizeof(plan->kernel), "%s", backward_kernel_name(a, sm).c_str());
     plan->workspace_bytes = backward_workspace_bytes(bp.p);
     plan->sm = sm;
     plan->num_sms = num_sms;
@@ -492,27 +493,28 @@ fmha_status_t fmha_backward(const fmha_problem_t* problem, const fmha_backward_a
     api::BackwardAsk a;
     fmha_status_t s = api::check_backward(problem, args, bp, a);
     if (s != FMHA_SUCCESS) return s;
+    fmha_plan_t here;
     if (plan == nullptr) {
-        fmha_plan_t here;
         int sm = 0, num_sms = 0;
         s = api::device_of(&sm, &num_sms);
         if (s == FMHA_SUCCESS) s = api::plan_backward_checked(bp, a, sm, num_sms, &here);
         if (s != FMHA_SUCCESS) return s;
-    } else if (plan->index != -1 || api::backward_kernel_name(a) != plan->kernel) {
+        plan = &here;
+    } else if (plan->index != -1 || api::backward_kernel_name(a, plan->sm) != plan->kernel) {
         return api::fail(FMHA_ERROR_INVALID_VALUE, "plan does not belong to this problem (call fmha_plan_backward again)");
     }
+    const std::string kernel = plan->kernel;
     const size_t needed = api::backward_workspace_bytes(bp.p);
     if (workspace == nullptr || workspace_bytes < needed || reinterpret_cast<uintptr_t>(workspace) % api::kAlign != 0)
         return api::fail(FMHA_ERROR_WORKSPACE, "workspace: " + std::to_string(needed) +
                                                    " bytes, 256-byte aligned, needed; got " +
                                                    std::to_string(workspace_bytes) + (workspace ? "" : " at NULL"));
-    cudaError_t err = api::backward_launch(a.dtype, bp, workspace, workspace_bytes, stream);
+    cudaError_t err = api::backward_launch(a.dtype, bp, workspace, workspace_bytes, plan->sm, stream);
     if (err == cudaErrorInvalidValue) {
         cudaGetLastError();
-        return api::fail(FMHA_ERROR_INVALID_VALUE, api::backward_kernel_name(a) + " refused the problem");
+        return api::fail(FMHA_ERROR_INVALID_VALUE, kernel + " refused the problem");
     }
-    if (err != cudaSuccess)
-        return api::fail(FMHA_ERROR_CUDA, "launch of " + api::backward_kernel_name(a) + ": " + cudaGetErrorString(err));
+    if (err != cudaSuccess) return api::fail(FMHA_ERROR_CUDA, "launch of " + kernel + ": " + cudaGetErrorString(err));
     return FMHA_SUCCESS;
 }
 

@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 
 #include "fmha/kernel/flash_bwd_sm80.h"
+#include "fmha/kernel/wgmma_bwd_sm90.h"
 
 namespace fmha {
 namespace api {
@@ -19,9 +20,23 @@ std::string backward_refusal(const BackwardAsk& a) {
     return "";
 }
 
-std::string backward_kernel_name(const BackwardAsk& a) {
-    return std::string("flash_bwd_") + (a.dtype == DataType::kBf16 ? "bf16" : "fp16") + "_d" + std::to_string(a.d) +
-           "_sm80";
+namespace {
+
+// Whether this build carries the wgmma kernels' sm_90a image (the Makefile's define).
+#ifdef FMHA_WGMMA_BWD_IMAGE
+constexpr bool kWgmmaImage = true;
+#else
+constexpr bool kWgmmaImage = false;
+#endif
+
+bool takes_wgmma(const BackwardAsk& a, int sm) { return kWgmmaImage && sm == 90 && a.d == 128 && !a.deterministic; }
+
+}  // namespace
+
+std::string backward_kernel_name(const BackwardAsk& a, int sm) {
+    const std::string dtype = a.dtype == DataType::kBf16 ? "bf16" : "fp16";
+    if (takes_wgmma(a, sm)) return "wgmma_bwd_" + dtype + "_d" + std::to_string(a.d) + "_sm90";
+    return "flash_bwd_" + dtype + "_d" + std::to_string(a.d) + "_sm80";
 }
 
 size_t backward_workspace_bytes(const Params& p) {
@@ -29,11 +44,17 @@ size_t backward_workspace_bytes(const Params& p) {
     return (flash_bwd::workspace_bytes(p) + kAlign - 1) / kAlign * kAlign;
 }
 
-cudaError_t backward_launch(DataType dtype, flash_bwd::BwdParams& bp, void* workspace, size_t workspace_bytes,
+cudaError_t backward_launch(DataType dtype, flash_bwd::BwdParams& bp, void* workspace, size_t workspace_bytes, int sm,
                             cudaStream_t stream) {
     const Params& p = bp.p;
     if (workspace == nullptr || workspace_bytes < flash_bwd::workspace_bytes(p)) return cudaErrorInvalidValue;
     flash_bwd::carve_workspace(bp, workspace);
+    BackwardAsk a;
+    a.d = p.d, a.deterministic = bp.deterministic;
+    if (takes_wgmma(a, sm)) {
+        if (dtype == DataType::kBf16) return wgmma_bwd::launch<wgmma_bwd::Traits<__nv_bfloat16, 128>>(bp, stream);
+        if (dtype == DataType::kFp16) return wgmma_bwd::launch<wgmma_bwd::Traits<__half, 128>>(bp, stream);
+    }
     using flash_bwd::Traits;
     if (dtype == DataType::kBf16) {
         if (p.d == 64) return flash_bwd::launch<Traits<__nv_bfloat16, 64>>(bp, stream);

@@ -22,21 +22,25 @@ struct BackwardAsk {
     bool bias = false;
     bool paged = false;
     bool seqused_k = false;
+    bool deterministic = false;
 };
 
 // Why no backward kernel serves the ask, in the words of its fields ("" where one does).
 std::string backward_refusal(const BackwardAsk& a);
 
-// The kernel's name ("flash_bwd_bf16_d128_sm80"); the ask must be served.
-std::string backward_kernel_name(const BackwardAsk& a);
+// The kernel that runs the ask on a device of arch sm: the wgmma kernel ("wgmma_bwd_bf16_d128_sm90")
+// on sm_90 where this build has its image and it serves the ask (d = 128, not deterministic),
+// else flash-bwd ("flash_bwd_bf16_d128_sm80"); the ask must be served.
+std::string backward_kernel_name(const BackwardAsk& a, int sm);
 
 // Bytes of workspace (256-byte aligned, any content: the launch clears what it uses).
 size_t backward_workspace_bytes(const Params& p);
 
-// The launches (preprocess, main, postprocess) on stream; bp's pointers and strides set
-// except its workspace, carved here from `workspace`. cudaErrorInvalidValue for a problem no
-// kernel serves or a workspace too small.
-cudaError_t backward_launch(DataType dtype, flash_bwd::BwdParams& bp, void* workspace, size_t workspace_bytes,
+// The launches (preprocess, main, postprocess) of backward_kernel_name's kernel for a device
+// of arch sm, on stream; bp's pointers and strides set except its workspace, carved here
+// from `workspace`. cudaErrorInvalidValue for a problem no kernel serves or a workspace too
+// small.
+cudaError_t backward_launch(DataType dtype, flash_bwd::BwdParams& bp, void* workspace, size_t workspace_bytes, int sm,
                             cudaStream_t stream);
 
 }  // namespace api

@@ -1,0 +1,327 @@
+// Draft (issue #33, bench/NOTES.md §65): the backward pass's main kernel on wgmma (sm_90a),
+// keys as the M side. Preprocess, postprocess, workspace and the mask helpers are flash-bwd's
+// (flash_bwd_sm80.h); only the main kernel differs.
+//
+// One CTA per (128-key block, query head, batch): two warpgroups, warpgroup g owning keys
+// 64 g .. 64 g + 63 with their dK and dV (m64 x d fp32 each) in registers. Per 64-query block:
+//   S^T = K Q^T, dP^T = V dO^T      SS, A = K or V [keys, d] K-major, B = Q or dO [queries, d]
+//   P^T, dS^T in registers          (the accumulator layout, packed as the RS A operand)
+//   dV += P^T dO, dK += dS^T Q      RS, B = dO or Q read MN-major
+//   dS written transposed to smem   [queries, keys] K-major
+//   dQ = dS K                       SS with an MN-major B; warpgroup g takes d columns
+//                                   64 g ..; added to the fp32 accumulator (atomics)
+// Tiles are SW128 panels of 64 columns (cp.async fills them; mma::sw128_offset), Q and dO in
+// two stages. No warp specialisation, no TMA, no deterministic order yet: the first step of
+// §65's plan, d = 128.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "fmha/kernel/flash_bwd_sm80.h"
+#include "fmha/memory/cp_async.h"
+#include "fmha/memory/tma_sm90.h"
+#include "fmha/mma/fp8_sm90.h"
+#include "fmha/mma/warp_gemm.h"
+#include "fmha/mma/wgmma_sm90.h"
+
+namespace fmha {
+namespace wgmma_bwd {
+
+using flash_bwd::BwdMask;
+using flash_bwd::BwdParams;
+
+template <typename Element_, int kHeadDim_>
+struct Traits {
+    using Element = Element_;
+    static constexpr int kHeadDim = kHeadDim_;
+    static constexpr int kBlockM = flash_bwd::kBwdBlockM;  // 64 queries a step
+    static constexpr int kBlockN = 128;                     // keys a CTA: two warpgroups of 64
+    static constexpr int kThreads = 256;
+    static constexpr int kPanels = kHeadDim / 64;
+    static constexpr int kStages = 2;
+    static constexpr int kTileK = kBlockN * kHeadDim * 2;  // K or V [128, d]
+    static constexpr int kTileQ = kBlockM * kHeadDim * 2;  // Q or dO [64, d]
+    static constexpr int kTileS = kBlockM * kBlockN * 2;   // dS [64, 128]
+    static constexpr int kSmemK = 0;
+    static constexpr int kSmemV = kSmemK + kTileK;
+    static constexpr int kSmemQ = kSmemV + kTileK;             // [kStages]
+    static constexpr int kSmemDO = kSmemQ + kStages * kTileQ;  // [kStages]
+    static constexpr int kSmemDS = kSmemDO + kStages * kTileQ;
+    static constexpr int kSmemRows = kSmemDS + kTileS;  // [kStages][LSE log2, D][kBlockM]
+    static constexpr int kSmemBytes = kSmemRows + kStages * 2 * kBlockM * 4 + 1024;  // + alignment slack
+    static_assert(kHeadDim == 128, "wgmma-bwd draft: d = 128");
+};
+
+// Rows [row0, row0 + rows) of a [*, d] 16-bit tensor (row stride `stride` elements) into an
+// SW128 tile of `tile_rows` rows; rows past `valid` zero-filled. Every thread of the CTA takes
+// every kThreads-th 16-byte chunk.
+template <class Tr, int kTileRows>
+FMHA_DEVICE void load_tile(uint32_t smem, const typename Tr::Element* src, int64_t stride, int valid, int tid) {
+    constexpr int kChunks = Tr::kHeadDim / 8;  // 16-byte chunks a row
+    static_assert(kTileRows * kChunks % Tr::kThreads == 0, "whole rounds of chunks");
+    // A thread's chunk column is the same every round (kThreads is a multiple of kChunks).
+    const int chunk = tid % kChunks, row0 = tid / kChunks;
+#pragma unroll
+    for (int round = 0; round < kTileRows * kChunks / Tr::kThreads; ++round) {
+        const int row = row0 + round * (Tr::kThreads / kChunks);
+        const bool ok = row < valid;
+        memory::cp_async_16(smem + mma::sw128_offset(row, 16 * chunk, kTileRows),
+                            src + (ok ? int64_t(row) * stride : 0) + 8 * chunk, ok);
+    }
+}
+
+// Four 8 x 8 b16 matrices, each stored transposed: lane l names row l % 8 of matrix l / 8.
+FMHA_DEVICE void stmatrix_x4_trans(uint32_t smem_addr, const uint32_t (&r)[4]) {
+    asm volatile("stmatrix.sync.aligned.x4.trans.m8n8.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr),
+                 "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+                 : "memory");
+}
+
+template <class Tr, BwdMask kMask>
+__global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_constant__ BwdParams bp) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using Element = typename Tr::Element;
+    constexpr bool kBf16 = ElementTraits<Element>::kIsBf16;
+    const Params& p = bp.p;
+    extern __shared__ char smem_raw[];
+    // SW128 tiles want 1024-byte alignment.
+    char* smem = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+    const int tid = threadIdx.x, lane = tid % kWarpSize, warp = (tid / kWarpSize) % 4, wg = tid / 128;
+    const int n_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
+    const int q_len = seq_q_len(p, batch), kv_len = seq_kv_len(p, batch);
+    const int n0 = n_block * Tr::kBlockN;
+    if (n0 >= kv_len) return;
+    const int q_off = seq_q_offset(p, batch), kv_off = seq_kv_offset(p, batch);
+    const int kv_head = head / (p.h / p.h_kv);
+    const int shift = kv_len - q_len;
+    int m_begin, m_end;
+    flash_bwd::bwd_query_blocks<kMask, Tr::kBlockM>(p, n0, min(n0 + Tr::kBlockN, kv_len) - 1, shift, q_len, &m_begin,
+                                                    &m_end);
+
+    const uint32_t base = smem_u32(smem);
+    const uint32_t sk = base + Tr::kSmemK, sv = base + Tr::kSmemV, sq = base + Tr::kSmemQ, sdo = base + Tr::kSmemDO,
+                   sds = base + Tr::kSmemDS;
+    float* rows_s = reinterpret_cast<float*>(smem + Tr::kSmemRows);
+
+    const Element* k = static_cast<const Element*>(p.k) + int64_t(kv_off + n0) * p.k_row_stride +
+                       int64_t(kv_head) * p.k_head_stride;
+    const Element* v = static_cast<const Element*>(p.v) + int64_t(kv_off + n0) * p.v_row_stride +
+                       int64_t(kv_head) * p.v_head_stride;
+    load_tile<Tr, Tr::kBlockN>(sk, k, p.k_row_stride, kv_len - n0, tid);
+    load_tile<Tr, Tr::kBlockN>(sv, v, p.v_row_stride, kv_len - n0, tid);
+    memory::cp_async_commit();
+
+    float row_lse = 0.f, row_d = 0.f;
+    const auto issue = [&](int m_block, int buf) {
+        const int m0 = m_block * Tr::kBlockM;
+        const Element* q = static_cast<const Element*>(p.q) + int64_t(q_off + m0) * p.q_row_stride +
+                           int64_t(head) * p.q_head_stride;
+        const Element* d_o = static_cast<const Element*>(bp.d_o) + int64_t(q_off + m0) * bp.do_row_stride +
+                             int64_t(head) * bp.do_head_stride;
+        load_tile<Tr, Tr::kBlockM>(sq + buf * Tr::kTileQ, q, p.q_row_stride, q_len - m0, tid);
+        load_tile<Tr, Tr::kBlockM>(sdo + buf * Tr::kTileQ, d_o, bp.do_row_stride, q_len - m0, tid);
+        memory::cp_async_commit();
+        if (tid < Tr::kBlockM) {
+            const int row = m0 + tid;
+            const int64_t at = (int64_t(batch) * p.h + head) * p.s_q_max + row;
+            row_lse = row < q_len ? bp.lse[at] * kLog2e : -INFINITY;
+            row_d = row < q_len ? bp.d_sum[at] : 0.f;
+        }
+    };
+    const auto keep_rows = [&](int buf) {
+        if (tid < Tr::kBlockM) {
+            rows_s[buf * 2 * Tr::kBlockM + tid] = row_lse;
+            rows_s[buf * 2 * Tr::kBlockM + Tr::kBlockM + tid] = row_d;
+        }
+    };
+    if (m_begin < m_end) {
+        issue(m_begin, 0);
+        keep_rows(0);
+    }
+
+    // Descriptors: K-major tiles step 32 bytes a k16 inside a panel; MN-major ones 16 rows.
+    const auto kmajor = [](uint32_t addr) { return mma::make_smem_desc_sw128(addr, 16, mma::kSw128AtomBytes); };
+    const auto mnmajor = [](uint32_t addr, uint32_t panel_bytes) {
+        return mma::make_smem_desc_sw128(addr, panel_bytes, mma::kSw128AtomBytes);
+    };
+    constexpr int kKSteps = Tr::kHeadDim / 16;
+
+    float acc_dk[1][Tr::kHeadDim / 8][4], acc_dv[1][Tr::kHeadDim / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < Tr::kHeadDim / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc_dk[0][nt][e] = acc_dv[0][nt][e] = 0.f;
+    const float alibi = p.alibi_slopes != nullptr ? p.alibi_slopes[head] : 0.f;
+    const float cap_in = p.softcap > 0.f ? 2.f * kLog2e / p.softcap : 0.f;
+    const float scale_log2 = p.scale_bmm1 * kLog2e;
+    const bool mods = p.softcap > 0.f || p.alibi_slopes != nullptr;
+    const int key_base = n0 + 64 * wg + 16 * warp + lane / 4;  // this thread's first key (rows +0, +8)
+
+    for (int m_block = m_begin; m_block < m_end; ++m_block) {
+        const int m0 = m_block * Tr::kBlockM;
+        const int buf = (m_block - m_begin) & 1;
+        memory::cp_async_wait<0>();
+        memory::fence_proxy_async_smem();
+        __syncthreads();  // this block's tiles landed; the previous block's dS and buffers consumed
+        if (m_block + 1 < m_end) issue(m_block + 1, buf ^ 1);
+        const float* lse_s = rows_s + buf * 2 * Tr::kBlockM;
+        const float* dsum_s = lse_s + Tr::kBlockM;
+        const uint32_t q_t = sq + buf * Tr::kTileQ, do_t = sdo + buf * Tr::kTileQ;
+
+        // S^T, dP^T: [64 keys of this warpgroup, 64 queries].
+        float acc_s[1][Tr::kBlockM / 8][4], acc_dp[1][Tr::kBlockM / 8][4];
+        mma::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kKSteps; ++kk) {
+            const uint32_t in_panel = (kk / 4) * Tr::kBlockN * 128 + 32 * (kk % 4);
+            const uint32_t in_q = (kk / 4) * Tr::kBlockM * 128 + 32 * (kk % 4);
+            mma::wgmma_ss<kBf16, Tr::kBlockM>(mma::flat(acc_s), kmajor(sk + 64 * wg * 128 + in_panel),
+                                              kmajor(q_t + in_q), kk > 0);
+            mma::wgmma_ss<kBf16, Tr::kBlockM>(mma::flat(acc_dp), kmajor(sv + 64 * wg * 128 + in_panel),
+                                              kmajor(do_t + in_q), kk > 0);
+        }
+        mma::wgmma_commit();
+        mma::wgmma_wait<0>();
+        mma::fence_operands(acc_s);
+        mma::fence_operands(acc_dp);
+
+        // P^T and dS^T in place; the score modifiers' pass apart from the plain one (the plain
+        // kernels' registers stay free of it).
+        const auto elementwise = [&](auto with_mods) {
+#pragma unroll
+            for (int nt = 0; nt < Tr::kBlockM / 8; ++nt) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int key = key_base + 8 * (e / 2), col = nt * 8 + 2 * (lane % 4) + e % 2, row = m0 + col;
+                    const bool visible =
+                        key < kv_len && row < q_len && flash_bwd::bwd_visible<kMask>(p, row + shift, key);
+                    const float lse2 = lse_s[col];
+                    float logit2, slope = 1.f;  // log2 units
+                    if constexpr (decltype(with_mods)::value) {
+                        float logit = acc_s[0][nt][e] * p.scale_bmm1;
+                        if (p.softcap > 0.f) {
+                            const float t = 1.f - __fdividef(2.f, 1.f + fast_exp2(fminf(logit * cap_in, 64.f)));
+                            logit = p.softcap * t, slope = 1.f - t * t;
+                        }
+                        if (p.alibi_slopes != nullptr) logit -= alibi * fabsf(float(row + shift - key));
+                        logit2 = logit * kLog2e;
+                    } else {
+                        logit2 = acc_s[0][nt][e] * scale_log2;
+                    }
+                    const float pv = visible && lse2 != -INFINITY ? exp2f(logit2 - lse2) : 0.f;
+                    acc_s[0][nt][e] = pv;
+                    acc_dp[0][nt][e] = pv * (acc_dp[0][nt][e] - dsum_s[col]) * slope;
+                }
+            }
+        };
+        if (mods) elementwise(std::true_type{});
+        else elementwise(std::false_type{});
+        uint32_t p_frag[1][Tr::kBlockM / 16][4], ds_frag[1][Tr::kBlockM / 16][4];
+        mma::s_to_p<Element>(p_frag, acc_s);
+        mma::s_to_p<Element>(ds_frag, acc_dp);
+        // dS to smem as [queries, keys] (K-major for dQ = dS K): the four 8 x 8 matrices of
+        // each 16-query slice (s_to_p's order: keys +0/+8, then queries +0/+8), transposed
+        // by stmatrix; lane l addresses row l % 8 (a query) of matrix l / 8.
+        {
+            const int m = lane / 8, key0 = 64 * wg + 16 * warp + 8 * (m % 2);  // within the CTA
+            const uint32_t panel = sds + (key0 / 64) * Tr::kBlockM * 128;
+#pragma unroll
+            for (int kk = 0; kk < Tr::kBlockM / 16; ++kk)
+                stmatrix_x4_trans(panel + mma::sw128_offset(16 * kk + 8 * (m / 2) + lane % 8, 2 * (key0 % 64),
+                                                            Tr::kBlockM),
+                                  ds_frag[0][kk]);
+        }
+
+        // dV += P^T dO, dK += dS^T Q: B [queries, d] MN-major, d's panels LBO apart.
+        mma::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < Tr::kBlockM / 16; ++kk) {
+            mma::wgmma_rs<kBf16, Tr::kHeadDim>(mma::flat(acc_dv), p_frag[0][kk],
+                                               mnmajor(do_t + kk * 2048, Tr::kBlockM * 128), true);
+            mma::wgmma_rs<kBf16, Tr::kHeadDim>(mma::flat(acc_dk), ds_frag[0][kk],
+                                               mnmajor(q_t + kk * 2048, Tr::kBlockM * 128), true);
+        }
+        mma::wgmma_commit();
+        mma::wgmma_wait<0>();  // the fragments' registers are free for dQ's accumulator
+
+        memory::fence_proxy_async_smem();
+        __syncthreads();  // dS of both warpgroups in smem
+        // dQ = dS K: this warpgroup's 64 columns of d (panel wg of K), over the 128 keys.
+        float acc_dq[1][8][4];
+        mma::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < Tr::kBlockN / 16; ++kk) {
+            const uint32_t a = sds + (kk / 4) * Tr::kBlockM * 128 + 32 * (kk % 4);
+            mma::wgmma_ss<kBf16, 64, true>(mma::flat(acc_dq), kmajor(a),
+                                        mnmajor(sk + wg * Tr::kBlockN * 128 + kk * 2048, Tr::kBlockN * 128), kk > 0);
+        }
+        mma::wgmma_commit();
+        mma::wgmma_wait<0>();
+        mma::fence_operands(acc_dq);
+        mma::fence_operands(acc_dk);
+        mma::fence_operands(acc_dv);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = m0 + 16 * warp + lane / 4 + 8 * h;
+            if (row >= q_len) continue;
+            float* acc = bp.dq_accum + (int64_t(q_off + row) * p.h + head) * p.d + 64 * wg + 2 * (lane % 4);
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt) {
+                atomicAdd(acc + 8 * nt, acc_dq[0][nt][2 * h]);
+                atomicAdd(acc + 8 * nt + 1, acc_dq[0][nt][2 * h + 1]);
+            }
+        }
+        if (m_block + 1 < m_end) keep_rows(buf ^ 1);
+    }
+    memory::cp_async_wait<0>();
+
+    // dK (scaled) and dV of this query head, to the workspace rows of its keys.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int key = key_base + 8 * h;
+        if (key >= kv_len) continue;
+        const int64_t at = (int64_t(kv_off + key) * p.h + head) * p.d + 2 * (lane % 4);
+#pragma unroll
+        for (int nt = 0; nt < Tr::kHeadDim / 8; ++nt) {
+            *reinterpret_cast<float2*>(bp.dk_accum + at + 8 * nt) =
+                make_float2(acc_dk[0][nt][2 * h] * p.scale_bmm1, acc_dk[0][nt][2 * h + 1] * p.scale_bmm1);
+            *reinterpret_cast<float2*>(bp.dv_accum + at + 8 * nt) =
+                make_float2(acc_dv[0][nt][2 * h], acc_dv[0][nt][2 * h + 1]);
+        }
+    }
+#endif
+}
+
+// The three launches (flash-bwd's preprocess and postprocess around this main kernel).
+// cudaErrorInvalidValue for what the draft does not serve (d != 128, custom masks, bias,
+// paged caches, the deterministic order).
+template <class Tr>
+cudaError_t launch(const BwdParams& bp, cudaStream_t stream) {
+    const Params& p = bp.p;
+    if (p.d != Tr::kHeadDim || p.dv != Tr::kHeadDim || p.h % p.h_kv != 0 || bp.deterministic) return cudaErrorInvalidValue;
+    if (p.mask == MaskType::kCustom || p.kv_block_table != nullptr || p.attention_bias != nullptr)
+        return cudaErrorInvalidValue;
+    if (bp.d_o == nullptr || bp.lse == nullptr || bp.dq_accum == nullptr) return cudaErrorInvalidValue;
+    cudaError_t err = cudaMemsetAsync(bp.dq_accum, 0, flash_bwd::workspace_bytes(p), stream);
+    if (err != cudaSuccess) return err;
+    flash_bwd::preprocess_kernel<Tr><<<dim3(ceil_div(p.s_q_max, 128), p.h, p.b), 128, 0, stream>>>(bp);
+    const auto main = [&](auto mask) {
+        const void* fn = reinterpret_cast<const void*>(&bwd_kernel<Tr, decltype(mask)::value>);
+        cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
+        if (e != cudaSuccess) return e;
+        bwd_kernel<Tr, decltype(mask)::value>
+            <<<dim3(ceil_div(p.s_kv_max, Tr::kBlockN), p.h, p.b), Tr::kThreads, Tr::kSmemBytes, stream>>>(bp);
+        return cudaGetLastError();
+    };
+    using None = std::integral_constant<BwdMask, BwdMask::kNone>;
+    using Causal = std::integral_constant<BwdMask, BwdMask::kCausal>;
+    using Local = std::integral_constant<BwdMask, BwdMask::kLocal>;
+    err = p.mask == MaskType::kPadding ? main(None{}) : p.mask == MaskType::kCausal ? main(Causal{}) : main(Local{});
+    if (err != cudaSuccess) return err;
+    const int64_t elems = std::max(p.q_tokens * p.h, p.kv_tokens * p.h_kv) * int64_t(Tr::kHeadDim);
+    flash_bwd::postprocess_kernel<Tr><<<unsigned((elems + 255) / 256), 256, 0, stream>>>(bp);
+    return cudaGetLastError();
+}
+
+}  // namespace wgmma_bwd
+}  // namespace fmha
