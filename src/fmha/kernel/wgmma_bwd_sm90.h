@@ -9,10 +9,12 @@
 //   dV += P^T dO, dK += dS^T Q      RS, B = dO or Q read MN-major
 //   dS written transposed to smem   [queries, keys] K-major
 //   dQ = dS K                       SS with an MN-major B; warpgroup g takes d columns
-//                                   64 g ..; added to the fp32 accumulator (atomics)
-// Tiles are SW128 panels of 64 columns (cp.async fills them; mma::sw128_offset), Q and dO in
-// two stages. No warp specialisation, no TMA, no deterministic order yet: the first step of
-// §65's plan, d = 128.
+//                                   64 g ..; staged in smem and added to the fp32
+//                                   accumulator by bulk reduce-adds (asynchronous)
+// The products are waited one at a time where the next step needs them: P's exps run while
+// dP^T's product does, dS's while dV's does. Tiles are SW128 panels of 64 columns (cp.async
+// fills them; mma::sw128_offset), Q and dO in two stages. No warp specialisation, no TMA, no
+// deterministic order yet (§65's plan), d = 128.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -47,7 +49,11 @@ struct Traits {
     static constexpr int kSmemQ = kSmemV + kTileK;             // [kStages]
     static constexpr int kSmemDO = kSmemQ + kStages * kTileQ;  // [kStages]
     static constexpr int kSmemDS = kSmemDO + kStages * kTileQ;
-    static constexpr int kSmemRows = kSmemDS + kTileS;  // [kStages][LSE log2, D][kBlockM]
+    // dQ's fp32 staging [kBlockM][d], rows padded by 32 bytes: a warp's float2 stores of four
+    // rows then fall in distinct banks.
+    static constexpr int kDqPitch = kHeadDim * 4 + 32;
+    static constexpr int kSmemDQ = kSmemDS + kTileS;
+    static constexpr int kSmemRows = kSmemDQ + kBlockM * kDqPitch;  // [kStages][LSE log2, D][kBlockM]
     static constexpr int kSmemBytes = kSmemRows + kStages * 2 * kBlockM * 4 + 1024;  // + alignment slack
     static_assert(kHeadDim == 128, "wgmma-bwd draft: d = 128");
 };
@@ -77,6 +83,13 @@ FMHA_DEVICE void stmatrix_x4_trans(uint32_t smem_addr, const uint32_t (&r)[4]) {
                  : "memory");
 }
 
+FMHA_DEVICE void st_shared_v2(uint32_t addr, float x, float y) {
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(x), "f"(y) : "memory");
+}
+
+// Barrier over warpgroup g's 128 threads (ids 1 and 2; 0 is __syncthreads').
+FMHA_DEVICE void warpgroup_sync(int g) { asm volatile("bar.sync %0, 128;\n" ::"r"(1 + g) : "memory"); }
+
 template <class Tr, BwdMask kMask>
 __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_constant__ BwdParams bp) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -86,7 +99,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
     extern __shared__ char smem_raw[];
     // SW128 tiles want 1024-byte alignment.
     char* smem = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-    const int tid = threadIdx.x, lane = tid % kWarpSize, warp = (tid / kWarpSize) % 4, wg = tid / 128;
+    const int tid = threadIdx.x, lane = tid % kWarpSize, warp = (tid / kWarpSize) % 4, wg = tid / 128,
+              wg_tid = tid % 128;
     const int n_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
     const int q_len = seq_q_len(p, batch), kv_len = seq_kv_len(p, batch);
     const int n0 = n_block * Tr::kBlockN;
@@ -139,12 +153,21 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
         keep_rows(0);
     }
 
-    // Descriptors: K-major tiles step 32 bytes a k16 inside a panel; MN-major ones 16 rows.
+    // Descriptors of the tiles' first bytes; a k16 step, a stage or a panel adds (bytes >> 4)
+    // to the address field (one base register each, not one descriptor per step). K-major
+    // tiles step 32 bytes a k16 inside a panel; MN-major ones 16 rows (2048 bytes).
     const auto kmajor = [](uint32_t addr) { return mma::make_smem_desc_sw128(addr, 16, mma::kSw128AtomBytes); };
     const auto mnmajor = [](uint32_t addr, uint32_t panel_bytes) {
         return mma::make_smem_desc_sw128(addr, panel_bytes, mma::kSw128AtomBytes);
     };
+    const uint64_t desc_k = kmajor(sk + 64 * wg * 128), desc_v = kmajor(sv + 64 * wg * 128);
+    const uint64_t desc_q = kmajor(sq), desc_do = kmajor(sdo), desc_ds = kmajor(sds);
+    const uint64_t desc_q_mn = mnmajor(sq, Tr::kBlockM * 128), desc_do_mn = mnmajor(sdo, Tr::kBlockM * 128);
+    const uint64_t desc_k_mn = mnmajor(sk + wg * Tr::kBlockN * 128, Tr::kBlockN * 128);
     constexpr int kKSteps = Tr::kHeadDim / 16;
+    // k16 step kk's offset (>> 4) in a [128 keys, d] or [64 queries, d] tile of 64-column panels.
+    const auto in_k = [](int kk) { return uint64_t(((kk / 4) * Tr::kBlockN * 128 + 32 * (kk % 4)) >> 4); };
+    const auto in_q = [](int kk) { return uint64_t(((kk / 4) * Tr::kBlockM * 128 + 32 * (kk % 4)) >> 4); };
 
     float acc_dk[1][Tr::kHeadDim / 8][4], acc_dv[1][Tr::kHeadDim / 8][4];
 #pragma unroll
@@ -156,6 +179,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
     const float scale_log2 = p.scale_bmm1 * kLog2e;
     const bool mods = p.softcap > 0.f || p.alibi_slopes != nullptr;
     const int key_base = n0 + 64 * wg + 16 * warp + lane / 4;  // this thread's first key (rows +0, +8)
+    // This thread's first dQ element in the staging (rows +0, +8, columns 8 nt apart).
+    const uint32_t dq_stage =
+        base + Tr::kSmemDQ + (16 * warp + lane / 4) * Tr::kDqPitch + 4 * (64 * wg + 2 * (lane % 4));
 
     for (int m_block = m_begin; m_block < m_end; ++m_block) {
         const int m0 = m_block * Tr::kBlockM;
@@ -166,28 +192,30 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
         if (m_block + 1 < m_end) issue(m_block + 1, buf ^ 1);
         const float* lse_s = rows_s + buf * 2 * Tr::kBlockM;
         const float* dsum_s = lse_s + Tr::kBlockM;
-        const uint32_t q_t = sq + buf * Tr::kTileQ, do_t = sdo + buf * Tr::kTileQ;
+        const uint64_t stage = uint64_t(buf * Tr::kTileQ) >> 4;  // this block's Q, dO buffers
 
-        // S^T, dP^T: [64 keys of this warpgroup, 64 queries].
+        // S^T, dP^T: [64 keys of this warpgroup, 64 queries], a commit group each.
         float acc_s[1][Tr::kBlockM / 8][4], acc_dp[1][Tr::kBlockM / 8][4];
         mma::wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < kKSteps; ++kk) {
-            const uint32_t in_panel = (kk / 4) * Tr::kBlockN * 128 + 32 * (kk % 4);
-            const uint32_t in_q = (kk / 4) * Tr::kBlockM * 128 + 32 * (kk % 4);
-            mma::wgmma_ss<kBf16, Tr::kBlockM>(mma::flat(acc_s), kmajor(sk + 64 * wg * 128 + in_panel),
-                                              kmajor(q_t + in_q), kk > 0);
-            mma::wgmma_ss<kBf16, Tr::kBlockM>(mma::flat(acc_dp), kmajor(sv + 64 * wg * 128 + in_panel),
-                                              kmajor(do_t + in_q), kk > 0);
-        }
+        for (int kk = 0; kk < kKSteps; ++kk)
+            mma::wgmma_ss<kBf16, Tr::kBlockM>(mma::flat(acc_s), desc_k + in_k(kk), desc_q + stage + in_q(kk), kk > 0);
         mma::wgmma_commit();
-        mma::wgmma_wait<0>();
-        mma::fence_operands(acc_s);
-        mma::fence_operands(acc_dp);
+#pragma unroll
+        for (int kk = 0; kk < kKSteps; ++kk)
+            mma::wgmma_ss<kBf16, Tr::kBlockM>(mma::flat(acc_dp), desc_v + in_k(kk), desc_do + stage + in_q(kk), kk > 0);
+        mma::wgmma_commit();
 
-        // P^T and dS^T in place; the score modifiers' pass apart from the plain one (the plain
-        // kernels' registers stay free of it).
-        const auto elementwise = [&](auto with_mods) {
+        // P^T in place of S^T, dS^T in place of dP^T. The plain instance makes P while dP^T's
+        // product runs; the softcap/ALiBi one waits for it first and makes both in one pass,
+        // so that softcap's slope never needs registers of its own.
+        uint32_t p_frag[1][Tr::kBlockM / 16][4], ds_frag[1][Tr::kBlockM / 16][4];
+        const auto gradients = [&](auto with_mods) {
+            constexpr bool kMods = decltype(with_mods)::value;
+            if constexpr (kMods) mma::wgmma_wait<0>();
+            else mma::wgmma_wait<1>();
+            mma::fence_operands(acc_s);
+            if constexpr (kMods) mma::fence_operands(acc_dp);
 #pragma unroll
             for (int nt = 0; nt < Tr::kBlockM / 8; ++nt) {
 #pragma unroll
@@ -196,29 +224,38 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
                     const bool visible =
                         key < kv_len && row < q_len && flash_bwd::bwd_visible<kMask>(p, row + shift, key);
                     const float lse2 = lse_s[col];
-                    float logit2, slope = 1.f;  // log2 units
-                    if constexpr (decltype(with_mods)::value) {
-                        float logit = acc_s[0][nt][e] * p.scale_bmm1;
+                    if constexpr (kMods) {
+                        float logit = acc_s[0][nt][e] * p.scale_bmm1, slope = 1.f;
                         if (p.softcap > 0.f) {
                             const float t = 1.f - __fdividef(2.f, 1.f + fast_exp2(fminf(logit * cap_in, 64.f)));
                             logit = p.softcap * t, slope = 1.f - t * t;
                         }
                         if (p.alibi_slopes != nullptr) logit -= alibi * fabsf(float(row + shift - key));
-                        logit2 = logit * kLog2e;
+                        const float pv = visible && lse2 != -INFINITY ? exp2f(logit * kLog2e - lse2) : 0.f;
+                        acc_s[0][nt][e] = pv;
+                        acc_dp[0][nt][e] = pv * (acc_dp[0][nt][e] - dsum_s[col]) * slope;
                     } else {
-                        logit2 = acc_s[0][nt][e] * scale_log2;
+                        acc_s[0][nt][e] =
+                            visible && lse2 != -INFINITY ? exp2f(acc_s[0][nt][e] * scale_log2 - lse2) : 0.f;
                     }
-                    const float pv = visible && lse2 != -INFINITY ? exp2f(logit2 - lse2) : 0.f;
-                    acc_s[0][nt][e] = pv;
-                    acc_dp[0][nt][e] = pv * (acc_dp[0][nt][e] - dsum_s[col]) * slope;
                 }
             }
+            if constexpr (!kMods) {
+                mma::wgmma_wait<0>();
+                mma::fence_operands(acc_dp);
+#pragma unroll
+                for (int nt = 0; nt < Tr::kBlockM / 8; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int col = nt * 8 + 2 * (lane % 4) + e % 2;
+                        acc_dp[0][nt][e] = acc_s[0][nt][e] * (acc_dp[0][nt][e] - dsum_s[col]);
+                    }
+            }
+            mma::s_to_p<Element>(p_frag, acc_s);
+            mma::s_to_p<Element>(ds_frag, acc_dp);
         };
-        if (mods) elementwise(std::true_type{});
-        else elementwise(std::false_type{});
-        uint32_t p_frag[1][Tr::kBlockM / 16][4], ds_frag[1][Tr::kBlockM / 16][4];
-        mma::s_to_p<Element>(p_frag, acc_s);
-        mma::s_to_p<Element>(ds_frag, acc_dp);
+        if (mods) gradients(std::true_type{});
+        else gradients(std::false_type{});
         // dS to smem as [queries, keys] (K-major for dQ = dS K): the four 8 x 8 matrices of
         // each 16-query slice (s_to_p's order: keys +0/+8, then queries +0/+8), transposed
         // by stmatrix; lane l addresses row l % 8 (a query) of matrix l / 8.
@@ -237,12 +274,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
 #pragma unroll
         for (int kk = 0; kk < Tr::kBlockM / 16; ++kk) {
             mma::wgmma_rs<kBf16, Tr::kHeadDim>(mma::flat(acc_dv), p_frag[0][kk],
-                                               mnmajor(do_t + kk * 2048, Tr::kBlockM * 128), true);
+                                               desc_do_mn + stage + kk * 128, true);
             mma::wgmma_rs<kBf16, Tr::kHeadDim>(mma::flat(acc_dk), ds_frag[0][kk],
-                                               mnmajor(q_t + kk * 2048, Tr::kBlockM * 128), true);
+                                               desc_q_mn + stage + kk * 128, true);
         }
         mma::wgmma_commit();
-        mma::wgmma_wait<0>();  // the fragments' registers are free for dQ's accumulator
+        mma::wgmma_wait<0>();
+        mma::fence_operands(p_frag);
+        mma::fence_operands(ds_frag);
 
         memory::fence_proxy_async_smem();
         __syncthreads();  // dS of both warpgroups in smem
@@ -251,29 +290,33 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
         mma::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < Tr::kBlockN / 16; ++kk) {
-            const uint32_t a = sds + (kk / 4) * Tr::kBlockM * 128 + 32 * (kk % 4);
-            mma::wgmma_ss<kBf16, 64, true>(mma::flat(acc_dq), kmajor(a),
-                                        mnmajor(sk + wg * Tr::kBlockN * 128 + kk * 2048, Tr::kBlockN * 128), kk > 0);
+            mma::wgmma_ss<kBf16, 64, true>(mma::flat(acc_dq), desc_ds + in_q(kk), desc_k_mn + kk * 128, kk > 0);
         }
         mma::wgmma_commit();
+        // The staging's last reduce-adds have read it (issued a whole block ago).
+        if (wg_tid < Tr::kBlockM) memory::bulk_wait_read<0>();
         mma::wgmma_wait<0>();
         mma::fence_operands(acc_dq);
         mma::fence_operands(acc_dk);
         mma::fence_operands(acc_dv);
+        warpgroup_sync(wg);
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int row = m0 + 16 * warp + lane / 4 + 8 * h;
-            if (row >= q_len) continue;
-            float* acc = bp.dq_accum + (int64_t(q_off + row) * p.h + head) * p.d + 64 * wg + 2 * (lane % 4);
+        for (int h = 0; h < 2; ++h)
 #pragma unroll
-            for (int nt = 0; nt < 8; ++nt) {
-                atomicAdd(acc + 8 * nt, acc_dq[0][nt][2 * h]);
-                atomicAdd(acc + 8 * nt + 1, acc_dq[0][nt][2 * h + 1]);
-            }
+            for (int nt = 0; nt < 8; ++nt)
+                st_shared_v2(dq_stage + 8 * h * Tr::kDqPitch + 32 * nt, acc_dq[0][nt][2 * h], acc_dq[0][nt][2 * h + 1]);
+        memory::fence_proxy_async_smem();
+        warpgroup_sync(wg);
+        // One row's 64 columns (256 bytes) a thread, added in the L2 while the next block runs.
+        if (wg_tid < Tr::kBlockM && m0 + wg_tid < q_len) {
+            float* acc = bp.dq_accum + (int64_t(q_off + m0 + wg_tid) * p.h + head) * p.d + 64 * wg;
+            memory::bulk_reduce_add_f32(acc, base + Tr::kSmemDQ + wg_tid * Tr::kDqPitch + 256 * wg, 256);
+            memory::bulk_commit();
         }
         if (m_block + 1 < m_end) keep_rows(buf ^ 1);
     }
     memory::cp_async_wait<0>();
+    if (wg_tid < Tr::kBlockM) memory::bulk_wait<0>();  // the adds done before the postprocess reads
 
     // dK (scaled) and dV of this query head, to the workspace rows of its keys.
 #pragma unroll
