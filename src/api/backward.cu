@@ -29,7 +29,7 @@ constexpr bool kWgmmaImage = true;
 constexpr bool kWgmmaImage = false;
 #endif
 
-bool takes_wgmma(const BackwardAsk& a, int sm) { return kWgmmaImage && sm == 90 && a.d == 128 && !a.deterministic; }
+bool takes_wgmma(const BackwardAsk& a, int sm) { return kWgmmaImage && sm == 90 && a.d == 128; }
 
 }  // namespace
 

@@ -197,6 +197,22 @@ FMHA_DEVICE void bwd_query_blocks(const Params& p, int n0, int n1, int shift, in
     *m_hi = lo <= hi ? hi / kBlockM + 1 : 0;
 }
 
+// Deterministic order: key block n_block's place among the key blocks that see query block
+// m_block, counted from the last of them (the highest; bwd_query_blocks' bounds grow with the
+// key block, so they are a range and a binary search finds its top).
+template <BwdMask kMask, int kBlockM, int kBlockN>
+FMHA_DEVICE int dq_turn(const Params& p, int n_block, int m_block, int kv_len, int q_len, int shift) {
+    int lo = n_block, hi = ceil_div(kv_len, kBlockN) - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2, mid0 = mid * kBlockN;
+        int m_lo, m_hi;
+        bwd_query_blocks<kMask, kBlockM>(p, mid0, min(mid0 + kBlockN, kv_len) - 1, shift, q_len, &m_lo, &m_hi);
+        if (m_lo <= m_block) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo - n_block;
+}
+
 template <class Tr, BwdMask kMask, bool kDeterministic>
 __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_constant__ BwdParams bp) {
     using Element = typename Tr::Element;
@@ -403,16 +419,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
                 bp.dq_order + (int64_t(batch) * p.h + head) * ceil_div(p.s_q_max, Tr::kBlockM) + m_block;
             [[maybe_unused]] int turn = 0;
             if constexpr (kDeterministic) {
-                int lo = n_block, hi = ceil_div(kv_len, Tr::kBlockN) - 1;  // last: the highest that reaches m_block
-                while (lo < hi) {
-                    const int mid = (lo + hi + 1) / 2, mid0 = mid * Tr::kBlockN;
-                    int m_lo, m_hi;
-                    bwd_query_blocks<kMask, Tr::kBlockM>(p, mid0, min(mid0 + Tr::kBlockN, kv_len) - 1, shift, q_len,
-                                                         &m_lo, &m_hi);
-                    if (m_lo <= m_block) lo = mid;
-                    else hi = mid - 1;
-                }
-                turn = lo - n_block;
+                turn = dq_turn<kMask, Tr::kBlockM, Tr::kBlockN>(p, n_block, m_block, kv_len, q_len, shift);
                 if (tid == 0) {
                     int seen = -1;
                     do {

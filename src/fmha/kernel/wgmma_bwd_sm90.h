@@ -13,8 +13,9 @@
 //                                   accumulator by bulk reduce-adds (asynchronous)
 // The products are waited one at a time where the next step needs them: P's exps run while
 // dP^T's product does, dS's while dV's does. Tiles are SW128 panels of 64 columns (cp.async
-// fills them; mma::sw128_offset), Q and dO in two stages. No warp specialisation, no TMA, no
-// deterministic order yet (§65's plan), d = 128.
+// fills them; mma::sw128_offset), Q and dO in two stages. Deterministic: flash-bwd's order of
+// the dQ adds, each waited to completion before the next CTA's turn. No warp specialisation
+// or TMA loads yet (§65's plan), d = 128.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -90,7 +91,7 @@ FMHA_DEVICE void st_shared_v2(uint32_t addr, float x, float y) {
 // Barrier over warpgroup g's 128 threads (ids 1 and 2; 0 is __syncthreads').
 FMHA_DEVICE void warpgroup_sync(int g) { asm volatile("bar.sync %0, 128;\n" ::"r"(1 + g) : "memory"); }
 
-template <class Tr, BwdMask kMask>
+template <class Tr, BwdMask kMask, bool kDeterministic>
 __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_constant__ BwdParams bp) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using Element = typename Tr::Element;
@@ -101,7 +102,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
     char* smem = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
     const int tid = threadIdx.x, lane = tid % kWarpSize, warp = (tid / kWarpSize) % 4, wg = tid / 128,
               wg_tid = tid % 128;
-    const int n_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
+    // Deterministic: the key blocks from the last (flash-bwd's order, flash_bwd_sm80.h).
+    const int n_block = kDeterministic ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+    const int head = blockIdx.y, batch = blockIdx.z;
     const int q_len = seq_q_len(p, batch), kv_len = seq_kv_len(p, batch);
     const int n0 = n_block * Tr::kBlockN;
     if (n0 >= kv_len) return;
@@ -179,9 +182,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
     const float scale_log2 = p.scale_bmm1 * kLog2e;
     const bool mods = p.softcap > 0.f || p.alibi_slopes != nullptr;
     const int key_base = n0 + 64 * wg + 16 * warp + lane / 4;  // this thread's first key (rows +0, +8)
-    // This thread's first dQ element in the staging (rows +0, +8, columns 8 nt apart).
-    const uint32_t dq_stage =
-        base + Tr::kSmemDQ + (16 * warp + lane / 4) * Tr::kDqPitch + 4 * (64 * wg + 2 * (lane % 4));
 
     for (int m_block = m_begin; m_block < m_end; ++m_block) {
         const int m0 = m_block * Tr::kBlockM;
@@ -293,13 +293,29 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
             mma::wgmma_ss<kBf16, 64, true>(mma::flat(acc_dq), desc_ds + in_q(kk), desc_k_mn + kk * 128, kk > 0);
         }
         mma::wgmma_commit();
-        // The staging's last reduce-adds have read it (issued a whole block ago).
-        if (wg_tid < Tr::kBlockM) memory::bulk_wait_read<0>();
+        // Deterministic: flash-bwd's order (the key blocks that see this query block add from
+        // the last down), counted twice a CTA, once a warpgroup: each waits for 2 turn.
+        [[maybe_unused]] int* order =
+            bp.dq_order + (int64_t(batch) * p.h + head) * ceil_div(p.s_q_max, Tr::kBlockM) + m_block;
+        if constexpr (kDeterministic) {
+            const int turn = flash_bwd::dq_turn<kMask, Tr::kBlockM, Tr::kBlockN>(p, n_block, m_block, kv_len, q_len, shift);
+            if (wg_tid == 0) {
+                int seen = -1;
+                do {
+                    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(order) : "memory");
+                } while (seen != 2 * turn);
+            }
+        } else if (wg_tid < Tr::kBlockM) {
+            memory::bulk_wait_read<0>();  // the staging's last reduce-adds (a block ago) have read it
+        }
         mma::wgmma_wait<0>();
         mma::fence_operands(acc_dq);
         mma::fence_operands(acc_dk);
         mma::fence_operands(acc_dv);
         warpgroup_sync(wg);
+        // This thread's first dQ element in the staging (rows +0, +8, columns 8 nt apart).
+        const uint32_t dq_stage = smem_u32(smem) + Tr::kSmemDQ + (16 * warp + lane / 4) * Tr::kDqPitch +
+                                  4 * (64 * wg + 2 * (lane % 4));
 #pragma unroll
         for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -312,6 +328,15 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
             float* acc = bp.dq_accum + (int64_t(q_off + m0 + wg_tid) * p.h + head) * p.d + 64 * wg;
             memory::bulk_reduce_add_f32(acc, base + Tr::kSmemDQ + wg_tid * Tr::kDqPitch + 256 * wg, 256);
             memory::bulk_commit();
+        }
+        if constexpr (kDeterministic) {  // the adds done and visible, then the next turn
+            if (wg_tid < Tr::kBlockM) {
+                memory::bulk_wait<0>();
+                asm volatile("fence.proxy.async.global;\n" ::: "memory");
+                __threadfence();
+            }
+            warpgroup_sync(wg);
+            if (wg_tid == 0) asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(order) : "memory");
         }
         if (m_block + 1 < m_end) keep_rows(buf ^ 1);
     }
@@ -336,12 +361,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
 }
 
 // The three launches (flash-bwd's preprocess and postprocess around this main kernel).
-// cudaErrorInvalidValue for what the draft does not serve (d != 128, custom masks, bias,
-// paged caches, the deterministic order).
+// cudaErrorInvalidValue for what it does not serve (d != 128, custom masks, bias, paged
+// caches).
 template <class Tr>
 cudaError_t launch(const BwdParams& bp, cudaStream_t stream) {
     const Params& p = bp.p;
-    if (p.d != Tr::kHeadDim || p.dv != Tr::kHeadDim || p.h % p.h_kv != 0 || bp.deterministic) return cudaErrorInvalidValue;
+    if (p.d != Tr::kHeadDim || p.dv != Tr::kHeadDim || p.h % p.h_kv != 0) return cudaErrorInvalidValue;
     if (p.mask == MaskType::kCustom || p.kv_block_table != nullptr || p.attention_bias != nullptr)
         return cudaErrorInvalidValue;
     if (bp.d_o == nullptr || bp.lse == nullptr || bp.dq_accum == nullptr) return cudaErrorInvalidValue;
@@ -349,12 +374,16 @@ cudaError_t launch(const BwdParams& bp, cudaStream_t stream) {
     if (err != cudaSuccess) return err;
     flash_bwd::preprocess_kernel<Tr><<<dim3(ceil_div(p.s_q_max, 128), p.h, p.b), 128, 0, stream>>>(bp);
     const auto main = [&](auto mask) {
-        const void* fn = reinterpret_cast<const void*>(&bwd_kernel<Tr, decltype(mask)::value>);
-        cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
-        if (e != cudaSuccess) return e;
-        bwd_kernel<Tr, decltype(mask)::value>
-            <<<dim3(ceil_div(p.s_kv_max, Tr::kBlockN), p.h, p.b), Tr::kThreads, Tr::kSmemBytes, stream>>>(bp);
-        return cudaGetLastError();
+        const auto run = [&](auto deterministic) {
+            constexpr auto kernel = &bwd_kernel<Tr, decltype(mask)::value, decltype(deterministic)::value>;
+            cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
+            if (e != cudaSuccess) return e;
+            // blockIdx.x is the key block (deterministic: counted from the last).
+            kernel<<<dim3(ceil_div(p.s_kv_max, Tr::kBlockN), p.h, p.b), Tr::kThreads, Tr::kSmemBytes, stream>>>(bp);
+            return cudaGetLastError();
+        };
+        return bp.deterministic ? run(std::true_type{}) : run(std::false_type{});
     };
     using None = std::integral_constant<BwdMask, BwdMask::kNone>;
     using Causal = std::integral_constant<BwdMask, BwdMask::kCausal>;
