@@ -50,11 +50,12 @@ struct Traits {
     static constexpr int kSmemQ = kSmemV + kTileK;             // [kStages]
     static constexpr int kSmemDO = kSmemQ + kStages * kTileQ;  // [kStages]
     static constexpr int kSmemDS = kSmemDO + kStages * kTileQ;
-    // dQ's fp32 staging [kBlockM][d], rows padded by 32 bytes: a warp's float2 stores of four
-    // rows then fall in distinct banks.
-    static constexpr int kDqPitch = kHeadDim * 4 + 32;
+    // dQ's fp32 staging: panels of 32 columns (128-byte rows, the 128-byte swizzle) x kBlockM
+    // rows, one TMA reduce-add box each; warpgroup g's columns 64 g .. are panels 2 g, 2 g + 1.
+    static constexpr int kDqPanelCols = 32;
+    static constexpr int kDqPanelBytes = kBlockM * 128;
     static constexpr int kSmemDQ = kSmemDS + kTileS;
-    static constexpr int kSmemRows = kSmemDQ + kBlockM * kDqPitch;  // [kStages][LSE log2, D][kBlockM]
+    static constexpr int kSmemRows = kSmemDQ + kHeadDim / kDqPanelCols * kDqPanelBytes;  // [kStages][LSE log2, D][kBlockM]
     static constexpr int kSmemBytes = kSmemRows + kStages * 2 * kBlockM * 4 + 1024;  // + alignment slack
     static_assert(kHeadDim == 128, "wgmma-bwd draft: d = 128");
 };
@@ -91,15 +92,24 @@ FMHA_DEVICE void st_shared_v2(uint32_t addr, float x, float y) {
 // Barrier over warpgroup g's 128 threads (ids 1 and 2; 0 is __syncthreads').
 FMHA_DEVICE void warpgroup_sync(int g) { asm volatile("bar.sync %0, 128;\n" ::"r"(1 + g) : "memory"); }
 
+// The main kernel's parameter: flash-bwd's, and the fp32 dQ accumulator's map ([q_tokens, h, d],
+// box {32 columns, 1 head, kBlockM rows}, 128-byte swizzle).
+struct MainArgs {
+    BwdParams bp;
+    CUtensorMap dq_map;
+};
+
 template <class Tr, BwdMask kMask, bool kDeterministic>
-__global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_constant__ BwdParams bp) {
+__global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_constant__ MainArgs args) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using Element = typename Tr::Element;
     constexpr bool kBf16 = ElementTraits<Element>::kIsBf16;
+    const BwdParams& bp = args.bp;
     const Params& p = bp.p;
     extern __shared__ char smem_raw[];
-    // SW128 tiles want 1024-byte alignment.
-    char* smem = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+    // SW128 tiles want 1024-byte alignment (an offset from smem_raw keeps the shared space
+    // visible to the compiler: LDS, not generic loads).
+    char* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
     const int tid = threadIdx.x, lane = tid % kWarpSize, warp = (tid / kWarpSize) % 4, wg = tid / 128,
               wg_tid = tid % 128;
     // Deterministic: the key blocks from the last (flash-bwd's order, flash_bwd_sm80.h).
@@ -305,7 +315,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
                     asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(order) : "memory");
                 } while (seen != 2 * turn);
             }
-        } else if (wg_tid < Tr::kBlockM) {
+        } else if (wg_tid == 0) {
             memory::bulk_wait_read<0>();  // the staging's last reduce-adds (a block ago) have read it
         }
         mma::wgmma_wait<0>();
@@ -313,35 +323,42 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
         mma::fence_operands(acc_dk);
         mma::fence_operands(acc_dv);
         warpgroup_sync(wg);
-        // This thread's first dQ element in the staging (rows +0, +8, columns 8 nt apart).
-        const uint32_t dq_stage = smem_u32(smem) + Tr::kSmemDQ + (16 * warp + lane / 4) * Tr::kDqPitch +
-                                  4 * (64 * wg + 2 * (lane % 4));
+        // dQ to the staging: element (row, column c of panel) at row * 128 + 16 (chunk ^ row % 8)
+        // + 4 (c % 4), chunk = c / 4. This thread's rows are 16 warp + lane / 4 (+ 8), so row % 8
+        // = lane / 4, and its columns 8 j + 2 (lane % 4) (+ 1) of panel 2 wg + j / 4.
+        {
+            const int r8 = lane / 4, a = (lane % 4) / 2;
+            const uint32_t row0 = base + Tr::kSmemDQ + 2 * wg * Tr::kDqPanelBytes + (16 * warp + r8) * 128 +
+                                  8 * (lane % 2);
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
+            for (int j = 0; j < 8; ++j) {
+                const uint32_t at = row0 + (j / 4) * Tr::kDqPanelBytes + 16 * ((2 * (j % 4) + a) ^ r8);
 #pragma unroll
-            for (int nt = 0; nt < 8; ++nt)
-                st_shared_v2(dq_stage + 8 * h * Tr::kDqPitch + 32 * nt, acc_dq[0][nt][2 * h], acc_dq[0][nt][2 * h + 1]);
+                for (int h = 0; h < 2; ++h) st_shared_v2(at + 8 * h * 128, acc_dq[0][j][2 * h], acc_dq[0][j][2 * h + 1]);
+            }
+        }
         memory::fence_proxy_async_smem();
         warpgroup_sync(wg);
-        // One row's 64 columns (256 bytes) a thread, added in the L2 while the next block runs.
-        if (wg_tid < Tr::kBlockM && m0 + wg_tid < q_len) {
-            float* acc = bp.dq_accum + (int64_t(q_off + m0 + wg_tid) * p.h + head) * p.d + 64 * wg;
-            memory::bulk_reduce_add_f32(acc, base + Tr::kSmemDQ + wg_tid * Tr::kDqPitch + 256 * wg, 256);
+        // Two boxes a warpgroup, added in the L2 while the next block runs. Rows past q_len add
+        // zeros (their dS is 0) to the next sequence's rows or fall past the map's extent.
+        if (wg_tid == 0) {
+#pragma unroll
+            for (int c = 0; c < 2; ++c)
+                memory::tma_reduce_add_3d(&args.dq_map, base + Tr::kSmemDQ + (2 * wg + c) * Tr::kDqPanelBytes,
+                                          64 * wg + 32 * c, head, q_off + m0);
             memory::bulk_commit();
         }
         if constexpr (kDeterministic) {  // the adds done and visible, then the next turn
-            if (wg_tid < Tr::kBlockM) {
+            if (wg_tid == 0) {
                 memory::bulk_wait<0>();
                 asm volatile("fence.proxy.async.global;\n" ::: "memory");
-                __threadfence();
+                asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(order) : "memory");
             }
-            warpgroup_sync(wg);
-            if (wg_tid == 0) asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(order) : "memory");
         }
         if (m_block + 1 < m_end) keep_rows(buf ^ 1);
     }
     memory::cp_async_wait<0>();
-    if (wg_tid < Tr::kBlockM) memory::bulk_wait<0>();  // the adds done before the postprocess reads
+    if (wg_tid == 0) memory::bulk_wait<0>();  // the adds done before the postprocess reads
 
     // dK (scaled) and dV of this query head, to the workspace rows of its keys.
 #pragma unroll
@@ -370,6 +387,16 @@ cudaError_t launch(const BwdParams& bp, cudaStream_t stream) {
     if (p.mask == MaskType::kCustom || p.kv_block_table != nullptr || p.attention_bias != nullptr)
         return cudaErrorInvalidValue;
     if (bp.d_o == nullptr || bp.lse == nullptr || bp.dq_accum == nullptr) return cudaErrorInvalidValue;
+    MainArgs args;
+    args.bp = bp;
+    {
+        const cuuint64_t dims[3] = {cuuint64_t(p.d), cuuint64_t(p.h), cuuint64_t(p.q_tokens)};
+        const cuuint64_t strides[2] = {cuuint64_t(p.d) * 4, cuuint64_t(p.h) * p.d * 4};
+        const cuuint32_t box[3] = {Tr::kDqPanelCols, 1, Tr::kBlockM};
+        cudaError_t e = memory::encode_tiled(&args.dq_map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, bp.dq_accum, dims, strides,
+                                             box, CU_TENSOR_MAP_SWIZZLE_128B);
+        if (e != cudaSuccess) return e;
+    }
     cudaError_t err = cudaMemsetAsync(bp.dq_accum, 0, flash_bwd::workspace_bytes(p), stream);
     if (err != cudaSuccess) return err;
     flash_bwd::preprocess_kernel<Tr><<<dim3(ceil_div(p.s_q_max, 128), p.h, p.b), 128, 0, stream>>>(bp);
@@ -380,7 +407,7 @@ cudaError_t launch(const BwdParams& bp, cudaStream_t stream) {
                                                  cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
             if (e != cudaSuccess) return e;
             // blockIdx.x is the key block (deterministic: counted from the last).
-            kernel<<<dim3(ceil_div(p.s_kv_max, Tr::kBlockN), p.h, p.b), Tr::kThreads, Tr::kSmemBytes, stream>>>(bp);
+            kernel<<<dim3(ceil_div(p.s_kv_max, Tr::kBlockN), p.h, p.b), Tr::kThreads, Tr::kSmemBytes, stream>>>(args);
             return cudaGetLastError();
         };
         return bp.deterministic ? run(std::true_type{}) : run(std::false_type{});

@@ -206,12 +206,15 @@ FMHA_DEVICE void tma_store_4d(const CUtensorMap* map, uint32_t src, int c0, int 
                  "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
                  : "memory");
 }
-// Adds `bytes` (a multiple of 16) of fp32 at smem `src` to global `dst` elementwise, in the
-// L2, asynchronously (a bulk group: commit, then bulk_wait_read before src is written again).
-FMHA_DEVICE void bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t bytes) {
-    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
-                 "r"(bytes)
-                 : "memory");
+// Adds the box at smem src (the map's layout and swizzle) elementwise into the 3D tensor at
+// {c0, c1, c2}, in the L2, asynchronously (a bulk group, as tma_store_3d); elements past the
+// map's extent are not touched.
+FMHA_DEVICE void tma_reduce_add_3d(const CUtensorMap* map, uint32_t src, int c0, int c1, int c2) {
+    asm volatile(
+        "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
+            reinterpret_cast<uint64_t>(map)),
+        "r"(src), "r"(c0), "r"(c1), "r"(c2)
+        : "memory");
 }
 FMHA_DEVICE void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 template <int N>
