@@ -51,7 +51,7 @@ cudaError_t backward_launch(DataType dtype, flash_bwd::BwdParams& bp, void* work
     flash_bwd::carve_workspace(bp, workspace);
     BackwardAsk a;
     a.d = p.d, a.deterministic = bp.deterministic;
-    if (takes_wgmma(a, sm)) {
+    if (takes_wgmma(a, sm) && wgmma_bwd::tma_ready(bp)) {  // else flash-bwd: its loads take any alignment
         if (dtype == DataType::kBf16) return wgmma_bwd::launch<wgmma_bwd::Traits<__nv_bfloat16, 128>>(bp, stream);
         if (dtype == DataType::kFp16) return wgmma_bwd::launch<wgmma_bwd::Traits<__half, 128>>(bp, stream);
     }

@@ -28,14 +28,20 @@ struct BwdParams {
     float* dq_accum = nullptr;  // [q_tokens, h, d]
     float* dk_accum = nullptr;  // [kv_tokens, h, d], one row per query head
     float* dv_accum = nullptr;  // [kv_tokens, h, dv]
-    float* d_sum = nullptr;     // [b, h, s_q_max]: rowsum(dO O) - d_lse
+    float* d_sum = nullptr;     // [b, h, rows_pitch]: rowsum(dO O) - d_lse
+    float* lse2 = nullptr;      // [b, h, rows_pitch]: the LSE in log2 units (0 past q_len)
     int* dq_order = nullptr;    // [b, h, query blocks]: key blocks that added into them (deterministic)
 };
 
 constexpr int kBwdBlockM = 64;  // queries a step of the main kernel
 
+// The rows of d_sum and lse2 a (batch, head) takes: s_q_max padded to whole query blocks, so
+// that every block's rows start 256-byte aligned (the wgmma kernel's TMA boxes need 16).
+constexpr int64_t rows_pitch(const Params& p) { return int64_t(p.s_q_max + kBwdBlockM - 1) / kBwdBlockM * kBwdBlockM; }
+
 inline size_t workspace_floats(const Params& p) {
-    return size_t(p.q_tokens) * p.h * p.d + size_t(p.kv_tokens) * p.h * (p.d + p.dv) + size_t(p.b) * p.h * p.s_q_max;
+    return size_t(p.q_tokens) * p.h * p.d + size_t(p.kv_tokens) * p.h * (p.d + p.dv) +
+           2 * size_t(p.b) * p.h * size_t(rows_pitch(p));
 }
 // Bytes of workspace a problem needs (the counters after the floats).
 inline size_t workspace_bytes(const Params& p) {
@@ -48,7 +54,8 @@ inline void carve_workspace(BwdParams& bp, void* ws) {
     bp.dk_accum = bp.dq_accum + size_t(p.q_tokens) * p.h * p.d;
     bp.dv_accum = bp.dk_accum + size_t(p.kv_tokens) * p.h * p.d;
     bp.d_sum = bp.dv_accum + size_t(p.kv_tokens) * p.h * p.dv;
-    bp.dq_order = reinterpret_cast<int*>(bp.d_sum + size_t(p.b) * p.h * p.s_q_max);
+    bp.lse2 = bp.d_sum + size_t(p.b) * p.h * size_t(rows_pitch(p));
+    bp.dq_order = reinterpret_cast<int*>(bp.lse2 + size_t(p.b) * p.h * size_t(rows_pitch(p)));
 }
 
 }  // namespace flash_bwd

@@ -117,7 +117,9 @@ __global__ void __launch_bounds__(128) preprocess_kernel(const __grid_constant__
     const int64_t at = (int64_t(batch) * p.h + head) * p.s_q_max + row;
     // The LSE's gradient adds dLSE P to dS = P (dP - D): the same as D - dLSE for D.
     if (bp.d_lse != nullptr && row < q_len) d -= bp.d_lse[at];
-    bp.d_sum[at] = d;
+    const int64_t at2 = (int64_t(batch) * p.h + head) * rows_pitch(p) + row;
+    bp.d_sum[at2] = d;
+    bp.lse2[at2] = row < q_len ? bp.lse[at] * kLog2e : 0.f;
 }
 
 // dQ (scaled) to the input dtype, and dK, dV summed over each KV head's query heads; one
@@ -300,8 +302,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
         memory::cp_async_commit();
         if (tid < Tr::kBlockM) {
             const int row = m0 + tid;
-            const int64_t at = (int64_t(batch) * p.h + head) * p.s_q_max + row;
-            row_lse = row < q_len ? bp.lse[at] * kLog2e : -INFINITY;
+            const int64_t at = (int64_t(batch) * p.h + head) * rows_pitch(p) + row;
+            row_lse = row < q_len ? bp.lse2[at] : -INFINITY;
             row_d = row < q_len ? bp.d_sum[at] : 0.f;
         }
     };

@@ -10,18 +10,19 @@
 //   dS written transposed to smem   [queries, keys] K-major
 //   dQ = dS K                       SS with an MN-major B; warpgroup g takes d columns
 //                                   64 g ..; staged in smem and added to the fp32
-//                                   accumulator by bulk reduce-adds (asynchronous)
-// The products are waited one at a time where the next step needs them: P's exps run while
-// dP^T's product does, dS's while dV's does. Tiles are SW128 panels of 64 columns (cp.async
-// fills them; mma::sw128_offset), Q and dO in two stages. Deterministic: flash-bwd's order of
-// the dQ adds, each waited to completion before the next CTA's turn. No warp specialisation
-// or TMA loads yet (§65's plan), d = 128.
+//                                   accumulator by TMA reduce-adds (asynchronous)
+// P's exps run while dP^T's product does. Tiles are SW128 panels of 64 columns that TMA fills
+// (one thread issues; mbarriers count the bytes): K and V once, Q, dO and the rows' LSE and D
+// in two stages, the loads of block j + 2 issued once block j's dS barrier has passed (the one
+// CTA barrier a block; dS has two buffers). Deterministic: flash-bwd's order of the dQ adds,
+// each waited to completion before the next CTA's turn. No warp specialisation yet (§65's
+// plan), d = 128.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include "fmha/kernel/flash_bwd_sm80.h"
-#include "fmha/memory/cp_async.h"
+#include "fmha/memory/mbarrier_sm90.h"
 #include "fmha/memory/tma_sm90.h"
 #include "fmha/mma/fp8_sm90.h"
 #include "fmha/mma/warp_gemm.h"
@@ -49,34 +50,20 @@ struct Traits {
     static constexpr int kSmemV = kSmemK + kTileK;
     static constexpr int kSmemQ = kSmemV + kTileK;             // [kStages]
     static constexpr int kSmemDO = kSmemQ + kStages * kTileQ;  // [kStages]
-    static constexpr int kSmemDS = kSmemDO + kStages * kTileQ;
+    static constexpr int kSmemDS = kSmemDO + kStages * kTileQ;  // [kStages]: block i's in i % 2
     // dQ's fp32 staging: panels of 32 columns (128-byte rows, the 128-byte swizzle) x kBlockM
     // rows, one TMA reduce-add box each; warpgroup g's columns 64 g .. are panels 2 g, 2 g + 1.
     static constexpr int kDqPanelCols = 32;
     static constexpr int kDqPanelBytes = kBlockM * 128;
-    static constexpr int kSmemDQ = kSmemDS + kTileS;
-    static constexpr int kSmemRows = kSmemDQ + kHeadDim / kDqPanelCols * kDqPanelBytes;  // [kStages][LSE log2, D][kBlockM]
-    static constexpr int kSmemBytes = kSmemRows + kStages * 2 * kBlockM * 4 + 1024;  // + alignment slack
+    static constexpr int kSmemDQ = kSmemDS + kStages * kTileS;
+    static constexpr int kSmemRows = kSmemDQ + kHeadDim / kDqPanelCols * kDqPanelBytes;  // [kStages][LSE, D][kBlockM]
+    static constexpr int kRowBytes = kBlockM * 4;
+    // mbarriers: K and V, then one a stage (Q, dO and the rows' LSE and D).
+    static constexpr int kSmemBars = kSmemRows + kStages * 2 * kRowBytes;
+    static constexpr int kStageBytes = 2 * kTileQ + 2 * kRowBytes;
+    static constexpr int kSmemBytes = kSmemBars + 8 * (1 + kStages) + 1024;  // + alignment slack
     static_assert(kHeadDim == 128, "wgmma-bwd draft: d = 128");
 };
-
-// Rows [row0, row0 + rows) of a [*, d] 16-bit tensor (row stride `stride` elements) into an
-// SW128 tile of `tile_rows` rows; rows past `valid` zero-filled. Every thread of the CTA takes
-// every kThreads-th 16-byte chunk.
-template <class Tr, int kTileRows>
-FMHA_DEVICE void load_tile(uint32_t smem, const typename Tr::Element* src, int64_t stride, int valid, int tid) {
-    constexpr int kChunks = Tr::kHeadDim / 8;  // 16-byte chunks a row
-    static_assert(kTileRows * kChunks % Tr::kThreads == 0, "whole rounds of chunks");
-    // A thread's chunk column is the same every round (kThreads is a multiple of kChunks).
-    const int chunk = tid % kChunks, row0 = tid / kChunks;
-#pragma unroll
-    for (int round = 0; round < kTileRows * kChunks / Tr::kThreads; ++round) {
-        const int row = row0 + round * (Tr::kThreads / kChunks);
-        const bool ok = row < valid;
-        memory::cp_async_16(smem + mma::sw128_offset(row, 16 * chunk, kTileRows),
-                            src + (ok ? int64_t(row) * stride : 0) + 8 * chunk, ok);
-    }
-}
 
 // Four 8 x 8 b16 matrices, each stored transposed: lane l names row l % 8 of matrix l / 8.
 FMHA_DEVICE void stmatrix_x4_trans(uint32_t smem_addr, const uint32_t (&r)[4]) {
@@ -92,11 +79,14 @@ FMHA_DEVICE void st_shared_v2(uint32_t addr, float x, float y) {
 // Barrier over warpgroup g's 128 threads (ids 1 and 2; 0 is __syncthreads').
 FMHA_DEVICE void warpgroup_sync(int g) { asm volatile("bar.sync %0, 128;\n" ::"r"(1 + g) : "memory"); }
 
-// The main kernel's parameter: flash-bwd's, and the fp32 dQ accumulator's map ([q_tokens, h, d],
-// box {32 columns, 1 head, kBlockM rows}, 128-byte swizzle).
+// The main kernel's parameter: flash-bwd's and the TMA maps: Q and dO (head tiles of kBlockM
+// rows), K and V (kBlockN rows), the LSE (log2) and D rows (1D over the workspace's [b h
+// rows_pitch] arrays, boxes of kBlockM: every box starts 256-byte aligned, as TMA needs), the
+// fp32 dQ accumulator ([q_tokens, h, d], box {32 columns, 1 head, kBlockM rows}, 128-byte
+// swizzle).
 struct MainArgs {
     BwdParams bp;
-    CUtensorMap dq_map;
+    CUtensorMap q_map, do_map, k_map, v_map, lse_map, dsum_map, dq_map;
 };
 
 template <class Tr, BwdMask kMask, bool kDeterministic>
@@ -127,43 +117,36 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
 
     const uint32_t base = smem_u32(smem);
     const uint32_t sk = base + Tr::kSmemK, sv = base + Tr::kSmemV, sq = base + Tr::kSmemQ, sdo = base + Tr::kSmemDO,
-                   sds = base + Tr::kSmemDS;
-    float* rows_s = reinterpret_cast<float*>(smem + Tr::kSmemRows);
+                   sds = base + Tr::kSmemDS, bars = base + Tr::kSmemBars;
+    const float* rows_s = reinterpret_cast<const float*>(smem + Tr::kSmemRows);
 
-    const Element* k = static_cast<const Element*>(p.k) + int64_t(kv_off + n0) * p.k_row_stride +
-                       int64_t(kv_head) * p.k_head_stride;
-    const Element* v = static_cast<const Element*>(p.v) + int64_t(kv_off + n0) * p.v_row_stride +
-                       int64_t(kv_head) * p.v_head_stride;
-    load_tile<Tr, Tr::kBlockN>(sk, k, p.k_row_stride, kv_len - n0, tid);
-    load_tile<Tr, Tr::kBlockN>(sv, v, p.v_row_stride, kv_len - n0, tid);
-    memory::cp_async_commit();
-
-    float row_lse = 0.f, row_d = 0.f;
-    const auto issue = [&](int m_block, int buf) {
-        const int m0 = m_block * Tr::kBlockM;
-        const Element* q = static_cast<const Element*>(p.q) + int64_t(q_off + m0) * p.q_row_stride +
-                           int64_t(head) * p.q_head_stride;
-        const Element* d_o = static_cast<const Element*>(bp.d_o) + int64_t(q_off + m0) * bp.do_row_stride +
-                             int64_t(head) * bp.do_head_stride;
-        load_tile<Tr, Tr::kBlockM>(sq + buf * Tr::kTileQ, q, p.q_row_stride, q_len - m0, tid);
-        load_tile<Tr, Tr::kBlockM>(sdo + buf * Tr::kTileQ, d_o, bp.do_row_stride, q_len - m0, tid);
-        memory::cp_async_commit();
-        if (tid < Tr::kBlockM) {
-            const int row = m0 + tid;
-            const int64_t at = (int64_t(batch) * p.h + head) * p.s_q_max + row;
-            row_lse = row < q_len ? bp.lse[at] * kLog2e : -INFINITY;
-            row_d = row < q_len ? bp.d_sum[at] : 0.f;
-        }
+    // One thread issues every load (TMA): K and V once, then block j of the walk into stage j %
+    // 2, the stage's mbarrier counting its bytes. Rows past a sequence's end are the next
+    // sequence's (finite, and masked) or zeros past the tensors' extents.
+    const int blocks = m_end - m_begin;
+    const auto load_stage = [&](int j) {
+        const int st = j % Tr::kStages, m0 = (m_begin + j) * Tr::kBlockM;
+        const uint32_t bar = bars + 8 * (1 + st);
+        memory::mbar_arrive_expect_tx(bar, Tr::kStageBytes);
+        memory::tma_load_head_tile<Tr::kHeadDim, Tr::kBlockM * 128>(sq + st * Tr::kTileQ, &args.q_map, bar, q_off + m0, head);
+        memory::tma_load_head_tile<Tr::kHeadDim, Tr::kBlockM * 128>(sdo + st * Tr::kTileQ, &args.do_map, bar, q_off + m0,
+                                                                     head);
+        const int row = int((int64_t(batch) * p.h + head) * flash_bwd::rows_pitch(p)) + m0;
+        const uint32_t rows = base + Tr::kSmemRows + st * 2 * Tr::kRowBytes;
+        memory::tma_load_1d(rows, &args.lse_map, bar, row);
+        memory::tma_load_1d(rows + Tr::kRowBytes, &args.dsum_map, bar, row);
     };
-    const auto keep_rows = [&](int buf) {
-        if (tid < Tr::kBlockM) {
-            rows_s[buf * 2 * Tr::kBlockM + tid] = row_lse;
-            rows_s[buf * 2 * Tr::kBlockM + Tr::kBlockM + tid] = row_d;
-        }
-    };
-    if (m_begin < m_end) {
-        issue(m_begin, 0);
-        keep_rows(0);
+    if (tid == 0) {
+#pragma unroll
+        for (int b = 0; b < 1 + Tr::kStages; ++b) memory::mbar_init(bars + 8 * b, 1);
+        memory::mbar_fence_init();
+    }
+    __syncthreads();
+    if (tid == 0) {
+        memory::mbar_arrive_expect_tx(bars, 2 * Tr::kTileK);
+        memory::tma_load_head_tile<Tr::kHeadDim, Tr::kBlockN * 128>(sk, &args.k_map, bars, kv_off + n0, kv_head);
+        memory::tma_load_head_tile<Tr::kHeadDim, Tr::kBlockN * 128>(sv, &args.v_map, bars, kv_off + n0, kv_head);
+        for (int j = 0; j < min(blocks, Tr::kStages); ++j) load_stage(j);
     }
 
     // Descriptors of the tiles' first bytes; a k16 step, a stage or a panel adds (bytes >> 4)
@@ -193,13 +176,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
     const bool mods = p.softcap > 0.f || p.alibi_slopes != nullptr;
     const int key_base = n0 + 64 * wg + 16 * warp + lane / 4;  // this thread's first key (rows +0, +8)
 
-    for (int m_block = m_begin; m_block < m_end; ++m_block) {
-        const int m0 = m_block * Tr::kBlockM;
-        const int buf = (m_block - m_begin) & 1;
-        memory::cp_async_wait<0>();
-        memory::fence_proxy_async_smem();
-        __syncthreads();  // this block's tiles landed; the previous block's dS and buffers consumed
-        if (m_block + 1 < m_end) issue(m_block + 1, buf ^ 1);
+    memory::mbar_wait(bars, 0);  // K and V
+    for (int j = 0; j < blocks; ++j) {
+        const int m_block = m_begin + j, m0 = m_block * Tr::kBlockM;
+        const int buf = j % Tr::kStages;
+        memory::mbar_wait(bars + 8 * (1 + buf), (j / Tr::kStages) & 1);  // this block's stage landed
         const float* lse_s = rows_s + buf * 2 * Tr::kBlockM;
         const float* dsum_s = lse_s + Tr::kBlockM;
         const uint64_t stage = uint64_t(buf * Tr::kTileQ) >> 4;  // this block's Q, dO buffers
@@ -271,7 +252,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
         // by stmatrix; lane l addresses row l % 8 (a query) of matrix l / 8.
         {
             const int m = lane / 8, key0 = 64 * wg + 16 * warp + 8 * (m % 2);  // within the CTA
-            const uint32_t panel = sds + (key0 / 64) * Tr::kBlockM * 128;
+            const uint32_t panel = sds + buf * Tr::kTileS + (key0 / 64) * Tr::kBlockM * 128;
 #pragma unroll
             for (int kk = 0; kk < Tr::kBlockM / 16; ++kk)
                 stmatrix_x4_trans(panel + mma::sw128_offset(16 * kk + 8 * (m / 2) + lane % 8, 2 * (key0 % 64),
@@ -294,13 +275,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
         mma::fence_operands(ds_frag);
 
         memory::fence_proxy_async_smem();
-        __syncthreads();  // dS of both warpgroups in smem
+        // dS of both warpgroups in smem; this stage's Q, dO and rows read, and the other dS
+        // buffer's last reader (the dQ product a block ago) done.
+        __syncthreads();
+        if (tid == 0 && j + Tr::kStages < blocks) load_stage(j + Tr::kStages);
         // dQ = dS K: this warpgroup's 64 columns of d (panel wg of K), over the 128 keys.
         float acc_dq[1][8][4];
         mma::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < Tr::kBlockN / 16; ++kk) {
-            mma::wgmma_ss<kBf16, 64, true>(mma::flat(acc_dq), desc_ds + in_q(kk), desc_k_mn + kk * 128, kk > 0);
+            mma::wgmma_ss<kBf16, 64, true>(mma::flat(acc_dq), desc_ds + (uint64_t(buf * Tr::kTileS) >> 4) + in_q(kk), desc_k_mn + kk * 128, kk > 0);
         }
         mma::wgmma_commit();
         // Deterministic: flash-bwd's order (the key blocks that see this query block add from
@@ -355,9 +339,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
                 asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(order) : "memory");
             }
         }
-        if (m_block + 1 < m_end) keep_rows(buf ^ 1);
     }
-    memory::cp_async_wait<0>();
     if (wg_tid == 0) memory::bulk_wait<0>();  // the adds done before the postprocess reads
 
     // dK (scaled) and dV of this query head, to the workspace rows of its keys.
@@ -377,18 +359,47 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
 #endif
 }
 
+// Whether the TMA maps can address the tensors: 16-byte aligned bases and strides.
+inline bool tma_ready(const BwdParams& bp) {
+    const Params& p = bp.p;
+    const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+    const auto strides = [](int64_t row, int64_t head) { return row % 8 == 0 && head % 8 == 0; };  // 16-bit
+    return aligned(p.q) && aligned(p.k) && aligned(p.v) && aligned(bp.d_o) &&
+           strides(p.q_row_stride, p.q_head_stride) && strides(p.k_row_stride, p.k_head_stride) &&
+           strides(p.v_row_stride, p.v_head_stride) && strides(bp.do_row_stride, bp.do_head_stride);
+}
+
 // The three launches (flash-bwd's preprocess and postprocess around this main kernel).
 // cudaErrorInvalidValue for what it does not serve (d != 128, custom masks, bias, paged
 // caches).
 template <class Tr>
 cudaError_t launch(const BwdParams& bp, cudaStream_t stream) {
     const Params& p = bp.p;
-    if (p.d != Tr::kHeadDim || p.dv != Tr::kHeadDim || p.h % p.h_kv != 0) return cudaErrorInvalidValue;
+    if (p.d != Tr::kHeadDim || p.dv != Tr::kHeadDim || p.h % p.h_kv != 0 || !tma_ready(bp)) return cudaErrorInvalidValue;
     if (p.mask == MaskType::kCustom || p.kv_block_table != nullptr || p.attention_bias != nullptr)
         return cudaErrorInvalidValue;
     if (bp.d_o == nullptr || bp.lse == nullptr || bp.dq_accum == nullptr) return cudaErrorInvalidValue;
     MainArgs args;
     args.bp = bp;
+    using Element = typename Tr::Element;
+    const auto head_map = [&](CUtensorMap* map, const void* ptr, int64_t tokens, int heads, int64_t row_stride,
+                              int64_t head_stride, int rows) {
+        return memory::make_head_tile_map<Element>(map, ptr, tokens, heads, Tr::kHeadDim, row_stride, head_stride, rows);
+    };
+    const auto rows_map = [&](CUtensorMap* map, const float* ptr) {
+        const cuuint64_t dims[1] = {cuuint64_t(p.b) * p.h * flash_bwd::rows_pitch(p)};
+        const cuuint32_t box[1] = {Tr::kBlockM};
+        const cuuint64_t unused[1] = {4};  // rank 1 has no stride, but the encoder wants the array
+        return memory::encode_tiled(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 1, ptr, dims, unused, box,
+                                    CU_TENSOR_MAP_SWIZZLE_NONE);
+    };
+    for (const cudaError_t e :
+         {head_map(&args.q_map, p.q, p.q_tokens, p.h, p.q_row_stride, p.q_head_stride, Tr::kBlockM),
+          head_map(&args.do_map, bp.d_o, p.q_tokens, p.h, bp.do_row_stride, bp.do_head_stride, Tr::kBlockM),
+          head_map(&args.k_map, p.k, p.kv_tokens, p.h_kv, p.k_row_stride, p.k_head_stride, Tr::kBlockN),
+          head_map(&args.v_map, p.v, p.kv_tokens, p.h_kv, p.v_row_stride, p.v_head_stride, Tr::kBlockN),
+          rows_map(&args.lse_map, bp.lse2), rows_map(&args.dsum_map, bp.d_sum)})
+        if (e != cudaSuccess) return e;
     {
         const cuuint64_t dims[3] = {cuuint64_t(p.d), cuuint64_t(p.h), cuuint64_t(p.q_tokens)};
         const cuuint64_t strides[2] = {cuuint64_t(p.d) * 4, cuuint64_t(p.h) * p.d * 4};
