@@ -29,7 +29,7 @@ struct BwdParams {
     float* dk_accum = nullptr;  // [kv_tokens, h, d], one row per query head
     float* dv_accum = nullptr;  // [kv_tokens, h, dv]
     float* d_sum = nullptr;     // [b, h, rows_pitch]: rowsum(dO O) - d_lse
-    float* lse2 = nullptr;      // [b, h, rows_pitch]: the LSE in log2 units (0 past q_len)
+    float* lse2 = nullptr;      // [b, h, rows_pitch]: the LSE in log2 units (+inf past q_len or with no key)
     int* dq_order = nullptr;    // [b, h, query blocks]: key blocks that added into them (deterministic)
 };
 

@@ -97,14 +97,16 @@ struct Traits {
     static_assert(kSmemBytes <= kMaxSmemPerCta, "tiles exceed shared memory");
 };
 
-// D = rowsum(dO * O) - dLSE per (batch, head, row); one thread a row. grid (ceil(s_q_max / 128), h,
-// b), 128 threads. (The launch zeroes the workspace's accumulators before it.)
+// D = rowsum(dO * O) - dLSE and the LSE in log2 units per (batch, head, row), rows_pitch rows:
+// past q_len, and where no key is visible (LSE -inf), the LSE reads +inf, so that
+// exp2(logit - LSE) is 0 without a test. One thread a row; grid (ceil(s_q_max / 128), h, b),
+// 128 threads. (The launch zeroes the workspace's accumulators before it.)
 template <class Tr>
 __global__ void __launch_bounds__(128) preprocess_kernel(const __grid_constant__ BwdParams bp) {
     using Element = typename Tr::Element;
     const Params& p = bp.p;
     const int batch = blockIdx.z, head = blockIdx.y, row = blockIdx.x * 128 + threadIdx.x;
-    if (row >= p.s_q_max) return;
+    if (row >= rows_pitch(p)) return;
     const int q_len = seq_q_len(p, batch);
     float d = 0.f;
     if (row < q_len) {
@@ -119,7 +121,8 @@ __global__ void __launch_bounds__(128) preprocess_kernel(const __grid_constant__
     if (bp.d_lse != nullptr && row < q_len) d -= bp.d_lse[at];
     const int64_t at2 = (int64_t(batch) * p.h + head) * rows_pitch(p) + row;
     bp.d_sum[at2] = d;
-    bp.lse2[at2] = row < q_len ? bp.lse[at] * kLog2e : 0.f;
+    const float lse = row < q_len ? bp.lse[at] : -INFINITY;
+    bp.lse2[at2] = lse != -INFINITY ? lse * kLog2e : INFINITY;
 }
 
 // dQ (scaled) to the input dtype, and dK, dV summed over each KV head's query heads; one

@@ -42,7 +42,7 @@ struct Traits {
     static constexpr int kBlockN = 128;                     // keys a CTA: two warpgroups of 64
     static constexpr int kThreads = 256;
     static constexpr int kPanels = kHeadDim / 64;
-    static constexpr int kStages = 2;
+    static constexpr int kStages = 3;  // Q, dO and the rows: block j + 2 loads while j runs
     static constexpr int kTileK = kBlockN * kHeadDim * 2;  // K or V [128, d]
     static constexpr int kTileQ = kBlockM * kHeadDim * 2;  // Q or dO [64, d]
     static constexpr int kTileS = kBlockM * kBlockN * 2;   // dS [64, 128]
@@ -50,18 +50,19 @@ struct Traits {
     static constexpr int kSmemV = kSmemK + kTileK;
     static constexpr int kSmemQ = kSmemV + kTileK;             // [kStages]
     static constexpr int kSmemDO = kSmemQ + kStages * kTileQ;  // [kStages]
-    static constexpr int kSmemDS = kSmemDO + kStages * kTileQ;  // [kStages]: block i's in i % 2
+    static constexpr int kSmemDS = kSmemDO + kStages * kTileQ;  // [2]: block i's in i % 2
     // dQ's fp32 staging: panels of 32 columns (128-byte rows, the 128-byte swizzle) x kBlockM
     // rows, one TMA reduce-add box each; warpgroup g's columns 64 g .. are panels 2 g, 2 g + 1.
     static constexpr int kDqPanelCols = 32;
     static constexpr int kDqPanelBytes = kBlockM * 128;
-    static constexpr int kSmemDQ = kSmemDS + kStages * kTileS;
+    static constexpr int kSmemDQ = kSmemDS + 2 * kTileS;
     static constexpr int kSmemRows = kSmemDQ + kHeadDim / kDqPanelCols * kDqPanelBytes;  // [kStages][LSE, D][kBlockM]
     static constexpr int kRowBytes = kBlockM * 4;
     // mbarriers: K and V, then one a stage (Q, dO and the rows' LSE and D).
     static constexpr int kSmemBars = kSmemRows + kStages * 2 * kRowBytes;
     static constexpr int kStageBytes = 2 * kTileQ + 2 * kRowBytes;
     static constexpr int kSmemBytes = kSmemBars + 8 * (1 + kStages) + 1024;  // + alignment slack
+    static_assert(kSmemBytes <= 227 * 1024, "sm_90's shared memory a block");
     static_assert(kHeadDim == 128, "wgmma-bwd draft: d = 128");
 };
 
@@ -199,10 +200,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
 
         // P^T in place of S^T, dS^T in place of dP^T. The plain instance makes P while dP^T's
         // product runs; the softcap/ALiBi one waits for it first and makes both in one pass,
-        // so that softcap's slope never needs registers of its own.
+        // so that softcap's slope never needs registers of its own. The LSE is +inf for rows
+        // past q_len or that see no key (the preprocess), so P is 0 there without a test, and a
+        // block whose keys are all valid and visible to all its rows (kFull) tests nothing.
         uint32_t p_frag[1][Tr::kBlockM / 16][4], ds_frag[1][Tr::kBlockM / 16][4];
-        const auto gradients = [&](auto with_mods) {
-            constexpr bool kMods = decltype(with_mods)::value;
+        const auto gradients = [&](auto with_mods, auto full) {
+            constexpr bool kMods = decltype(with_mods)::value, kFull = decltype(full)::value;
             if constexpr (kMods) mma::wgmma_wait<0>();
             else mma::wgmma_wait<1>();
             mma::fence_operands(acc_s);
@@ -213,7 +216,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
                 for (int e = 0; e < 4; ++e) {
                     const int key = key_base + 8 * (e / 2), col = nt * 8 + 2 * (lane % 4) + e % 2, row = m0 + col;
                     const bool visible =
-                        key < kv_len && row < q_len && flash_bwd::bwd_visible<kMask>(p, row + shift, key);
+                        kFull || (key < kv_len && flash_bwd::bwd_visible<kMask>(p, row + shift, key));
                     const float lse2 = lse_s[col];
                     if constexpr (kMods) {
                         float logit = acc_s[0][nt][e] * p.scale_bmm1, slope = 1.f;
@@ -222,12 +225,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
                             logit = p.softcap * t, slope = 1.f - t * t;
                         }
                         if (p.alibi_slopes != nullptr) logit -= alibi * fabsf(float(row + shift - key));
-                        const float pv = visible && lse2 != -INFINITY ? exp2f(logit * kLog2e - lse2) : 0.f;
+                        const float pv = visible ? exp2f(fmaf(logit, kLog2e, -lse2)) : 0.f;
                         acc_s[0][nt][e] = pv;
                         acc_dp[0][nt][e] = pv * (acc_dp[0][nt][e] - dsum_s[col]) * slope;
                     } else {
-                        acc_s[0][nt][e] =
-                            visible && lse2 != -INFINITY ? exp2f(acc_s[0][nt][e] * scale_log2 - lse2) : 0.f;
+                        const float pv = exp2f(fmaf(acc_s[0][nt][e], scale_log2, -lse2));
+                        acc_s[0][nt][e] = visible ? pv : 0.f;
                     }
                 }
             }
@@ -245,14 +248,20 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
             mma::s_to_p<Element>(p_frag, acc_s);
             mma::s_to_p<Element>(ds_frag, acc_dp);
         };
-        if (mods) gradients(std::true_type{});
-        else gradients(std::false_type{});
+        // Whole-block visibility: every key valid, and (causal) the block's first row at or
+        // past its last key.
+        bool full = n0 + Tr::kBlockN <= kv_len;
+        if constexpr (kMask == BwdMask::kCausal) full = full && m0 + shift >= n0 + Tr::kBlockN - 1;
+        else if constexpr (kMask == BwdMask::kLocal) full = false;
+        if (mods) gradients(std::true_type{}, std::false_type{});
+        else if (full) gradients(std::false_type{}, std::true_type{});
+        else gradients(std::false_type{}, std::false_type{});
         // dS to smem as [queries, keys] (K-major for dQ = dS K): the four 8 x 8 matrices of
         // each 16-query slice (s_to_p's order: keys +0/+8, then queries +0/+8), transposed
         // by stmatrix; lane l addresses row l % 8 (a query) of matrix l / 8.
         {
             const int m = lane / 8, key0 = 64 * wg + 16 * warp + 8 * (m % 2);  // within the CTA
-            const uint32_t panel = sds + buf * Tr::kTileS + (key0 / 64) * Tr::kBlockM * 128;
+            const uint32_t panel = sds + (j & 1) * Tr::kTileS + (key0 / 64) * Tr::kBlockM * 128;
 #pragma unroll
             for (int kk = 0; kk < Tr::kBlockM / 16; ++kk)
                 stmatrix_x4_trans(panel + mma::sw128_offset(16 * kk + 8 * (m / 2) + lane % 8, 2 * (key0 % 64),
@@ -269,22 +278,20 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
             mma::wgmma_rs<kBf16, Tr::kHeadDim>(mma::flat(acc_dk), ds_frag[0][kk],
                                                desc_q_mn + stage + kk * 128, true);
         }
-        mma::wgmma_commit();
-        mma::wgmma_wait<0>();
-        mma::fence_operands(p_frag);
-        mma::fence_operands(ds_frag);
+        mma::wgmma_commit();  // waited with dQ's product: their fragments stay live till then
 
         memory::fence_proxy_async_smem();
-        // dS of both warpgroups in smem; this stage's Q, dO and rows read, and the other dS
-        // buffer's last reader (the dQ product a block ago) done.
+        // dS of both warpgroups in smem; block j - 1's stage and the other dS buffer read (each
+        // warpgroup waited for all its products at the end of block j - 1): block j + 2 loads
+        // into that stage.
         __syncthreads();
-        if (tid == 0 && j + Tr::kStages < blocks) load_stage(j + Tr::kStages);
+        if (tid == 0 && j >= 1 && j + 2 < blocks) load_stage(j + 2);
         // dQ = dS K: this warpgroup's 64 columns of d (panel wg of K), over the 128 keys.
         float acc_dq[1][8][4];
         mma::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < Tr::kBlockN / 16; ++kk) {
-            mma::wgmma_ss<kBf16, 64, true>(mma::flat(acc_dq), desc_ds + (uint64_t(buf * Tr::kTileS) >> 4) + in_q(kk), desc_k_mn + kk * 128, kk > 0);
+            mma::wgmma_ss<kBf16, 64, true>(mma::flat(acc_dq), desc_ds + (uint64_t((j & 1) * Tr::kTileS) >> 4) + in_q(kk), desc_k_mn + kk * 128, kk > 0);
         }
         mma::wgmma_commit();
         // Deterministic: flash-bwd's order (the key blocks that see this query block add from
@@ -303,6 +310,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
             memory::bulk_wait_read<0>();  // the staging's last reduce-adds (a block ago) have read it
         }
         mma::wgmma_wait<0>();
+        mma::fence_operands(p_frag);
+        mma::fence_operands(ds_frag);
         mma::fence_operands(acc_dq);
         mma::fence_operands(acc_dk);
         mma::fence_operands(acc_dv);
