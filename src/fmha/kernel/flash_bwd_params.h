@@ -24,6 +24,7 @@ struct BwdParams {
     int64_t dq_row_stride = 0, dq_head_stride = 0, dk_row_stride = 0, dk_head_stride = 0;
     int64_t dv_row_stride = 0, dv_head_stride = 0;
     bool deterministic = false;  // dQ added in key-block order (bitwise reproducible)
+    bool dkv_direct = false;     // the main kernel stored dK, dV (MHA): the postprocess converts dQ only
     // Workspace (workspace_bytes), zeroed by the launch:
     float* dq_accum = nullptr;  // [q_tokens, h, d]
     float* dk_accum = nullptr;  // [kv_tokens, h, d], one row per query head

@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(256) postprocess_kernel(const __grid_constant_
         static_cast<Element*>(bp.dq)[token * bp.dq_row_stride + int64_t(head) * bp.dq_head_stride + c] =
             from_f32<Element>(bp.dq_accum[i] * p.scale_bmm1);
     }
-    if (i < p.kv_tokens * p.h_kv * d) {  // dK, dV[token, kv head, c]
+    if (!bp.dkv_direct && i < p.kv_tokens * p.h_kv * d) {  // dK, dV[token, kv head, c]
         const int64_t token = i / (int64_t(p.h_kv) * d);
         const int kv_head = int(i / d % p.h_kv), c = int(i % d);
         float dk = 0.f, dv = 0.f;
@@ -162,6 +162,17 @@ FMHA_DEVICE void store_pair(uint32_t smem_base, int row, int col, float x0, floa
     const uint32_t addr =
         smem_base + Layout::offset(row, col / kElemsPerChunk) + static_cast<uint32_t>((col % kElemsPerChunk) * 2);
     asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(ElementTraits<Element>::pack(x0, x1)) : "memory");
+}
+
+// Zeroes what the main kernel accumulates into, dQ and the order counters; the rest of the
+// workspace (dK, dV rows of every valid key, D and the LSE over rows_pitch rows) is written
+// whole before it is read.
+inline cudaError_t clear_workspace(const BwdParams& bp, cudaStream_t stream) {
+    const Params& p = bp.p;
+    cudaError_t err = cudaMemsetAsync(bp.dq_accum, 0, size_t(p.q_tokens) * p.h * p.d * sizeof(float), stream);
+    if (err != cudaSuccess) return err;
+    const size_t before = size_t(reinterpret_cast<const char*>(bp.dq_order) - reinterpret_cast<const char*>(bp.dq_accum));
+    return cudaMemsetAsync(bp.dq_order, 0, workspace_bytes(p) - before, stream);
 }
 
 // The masks as compiled kinds: none, causal, and the local ones (sliding and bidirectional
@@ -510,7 +521,7 @@ cudaError_t launch(const BwdParams& bp, cudaStream_t stream) {
 
     // Accumulators at zero: dQ's take atomics, and rows no CTA writes (padding tokens between
     // sequences) come out as zeros in dQ, dK and dV.
-    cudaError_t err = cudaMemsetAsync(bp.dq_accum, 0, workspace_bytes(p), stream);
+    cudaError_t err = clear_workspace(bp, stream);
     if (err != cudaSuccess) return err;
     preprocess_kernel<Tr><<<dim3(ceil_div(p.s_q_max, 128), p.h, p.b), 128, 0, stream>>>(bp);
     const auto main = [&](auto mask, auto deterministic) {

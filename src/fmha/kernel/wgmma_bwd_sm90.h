@@ -351,7 +351,26 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
     }
     if (wg_tid == 0) memory::bulk_wait<0>();  // the adds done before the postprocess reads
 
-    // dK (scaled) and dV of this query head, to the workspace rows of its keys.
+    // dK (scaled) and dV: MHA straight to the outputs, else this query head's workspace rows of
+    // its keys (the postprocess sums a GQA group's).
+    if (bp.dkv_direct) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int64_t token = kv_off + key_base + 8 * h;
+            if (key_base + 8 * h >= kv_len) continue;
+            Element* dk = static_cast<Element*>(bp.dk) + token * bp.dk_row_stride + int64_t(head) * bp.dk_head_stride;
+            Element* dv = static_cast<Element*>(bp.dv) + token * bp.dv_row_stride + int64_t(head) * bp.dv_head_stride;
+#pragma unroll
+            for (int nt = 0; nt < Tr::kHeadDim / 8; ++nt) {
+                const int c = 8 * nt + 2 * (lane % 4);
+                *reinterpret_cast<uint32_t*>(dk + c) = ElementTraits<Element>::pack(
+                    acc_dk[0][nt][2 * h] * p.scale_bmm1, acc_dk[0][nt][2 * h + 1] * p.scale_bmm1);
+                *reinterpret_cast<uint32_t*>(dv + c) =
+                    ElementTraits<Element>::pack(acc_dv[0][nt][2 * h], acc_dv[0][nt][2 * h + 1]);
+            }
+        }
+        return;
+    }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int key = key_base + 8 * h;
@@ -390,6 +409,12 @@ cudaError_t launch(const BwdParams& bp, cudaStream_t stream) {
     if (bp.d_o == nullptr || bp.lse == nullptr || bp.dq_accum == nullptr) return cudaErrorInvalidValue;
     MainArgs args;
     args.bp = bp;
+    // MHA: the main kernel stores dK and dV itself (packed pairs: 4-byte aligned rows).
+    const auto even = [](const void* ptr, int64_t row, int64_t head) {
+        return reinterpret_cast<uintptr_t>(ptr) % 4 == 0 && row % 2 == 0 && head % 2 == 0;
+    };
+    args.bp.dkv_direct = p.h == p.h_kv && even(bp.dk, bp.dk_row_stride, bp.dk_head_stride) &&
+                         even(bp.dv, bp.dv_row_stride, bp.dv_head_stride);
     using Element = typename Tr::Element;
     const auto head_map = [&](CUtensorMap* map, const void* ptr, int64_t tokens, int heads, int64_t row_stride,
                               int64_t head_stride, int rows) {
@@ -417,7 +442,7 @@ cudaError_t launch(const BwdParams& bp, cudaStream_t stream) {
                                              box, CU_TENSOR_MAP_SWIZZLE_128B);
         if (e != cudaSuccess) return e;
     }
-    cudaError_t err = cudaMemsetAsync(bp.dq_accum, 0, flash_bwd::workspace_bytes(p), stream);
+    cudaError_t err = flash_bwd::clear_workspace(bp, stream);
     if (err != cudaSuccess) return err;
     flash_bwd::preprocess_kernel<Tr><<<dim3(ceil_div(p.s_q_max, 128), p.h, p.b), 128, 0, stream>>>(bp);
     const auto main = [&](auto mask) {
@@ -437,8 +462,9 @@ cudaError_t launch(const BwdParams& bp, cudaStream_t stream) {
     using Local = std::integral_constant<BwdMask, BwdMask::kLocal>;
     err = p.mask == MaskType::kPadding ? main(None{}) : p.mask == MaskType::kCausal ? main(Causal{}) : main(Local{});
     if (err != cudaSuccess) return err;
-    const int64_t elems = std::max(p.q_tokens * p.h, p.kv_tokens * p.h_kv) * int64_t(Tr::kHeadDim);
-    flash_bwd::postprocess_kernel<Tr><<<unsigned((elems + 255) / 256), 256, 0, stream>>>(bp);
+    const int64_t elems =
+        (args.bp.dkv_direct ? p.q_tokens * p.h : std::max(p.q_tokens * p.h, p.kv_tokens * p.h_kv)) * int64_t(Tr::kHeadDim);
+    flash_bwd::postprocess_kernel<Tr><<<unsigned((elems + 255) / 256), 256, 0, stream>>>(args.bp);
     return cudaGetLastError();
 }
 
