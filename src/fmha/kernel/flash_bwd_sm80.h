@@ -99,13 +99,16 @@ struct Traits {
 
 // D = rowsum(dO * O) - dLSE and the LSE in log2 units per (batch, head, row), rows_pitch rows:
 // past q_len, and where no key is visible (LSE -inf), the LSE reads +inf, so that
-// exp2(logit - LSE) is 0 without a test. One thread a row; grid (ceil(s_q_max / 128), h, b),
-// 128 threads. (The launch zeroes the workspace's accumulators before it.)
+// exp2(logit - LSE) is 0 without a test. A warp a row (lane l reads columns l, l + 32, ...: a
+// load instruction reads 64 contiguous bytes); grid (ceil(rows_pitch / 4), h, b), 128 threads.
+// (The launch zeroes the dQ accumulator before it.)
+constexpr int kPreRows = 4;  // rows (warps) a preprocess block
 template <class Tr>
-__global__ void __launch_bounds__(128) preprocess_kernel(const __grid_constant__ BwdParams bp) {
+__global__ void __launch_bounds__(kPreRows * kWarpSize) preprocess_kernel(const __grid_constant__ BwdParams bp) {
     using Element = typename Tr::Element;
     const Params& p = bp.p;
-    const int batch = blockIdx.z, head = blockIdx.y, row = blockIdx.x * 128 + threadIdx.x;
+    const int lane = threadIdx.x % kWarpSize;
+    const int batch = blockIdx.z, head = blockIdx.y, row = blockIdx.x * kPreRows + threadIdx.x / kWarpSize;
     if (row >= rows_pitch(p)) return;
     const int q_len = seq_q_len(p, batch);
     float d = 0.f;
@@ -114,8 +117,11 @@ __global__ void __launch_bounds__(128) preprocess_kernel(const __grid_constant__
         const Element* o = static_cast<const Element*>(p.o) + token * p.o_row_stride + int64_t(head) * p.o_head_stride;
         const Element* d_o =
             static_cast<const Element*>(bp.d_o) + token * bp.do_row_stride + int64_t(head) * bp.do_head_stride;
-        for (int c = 0; c < p.dv; ++c) d += to_f32(o[c]) * to_f32(d_o[c]);
+        for (int c = lane; c < p.dv; c += kWarpSize) d += to_f32(o[c]) * to_f32(d_o[c]);
+#pragma unroll
+        for (int m = kWarpSize / 2; m > 0; m /= 2) d += __shfl_xor_sync(0xffffffffu, d, m);
     }
+    if (lane != 0) return;
     const int64_t at = (int64_t(batch) * p.h + head) * p.s_q_max + row;
     // The LSE's gradient adds dLSE P to dS = P (dP - D): the same as D - dLSE for D.
     if (bp.d_lse != nullptr && row < q_len) d -= bp.d_lse[at];
@@ -124,35 +130,51 @@ __global__ void __launch_bounds__(128) preprocess_kernel(const __grid_constant__
     const float lse = row < q_len ? bp.lse[at] : -INFINITY;
     bp.lse2[at2] = lse != -INFINITY ? lse * kLog2e : INFINITY;
 }
+inline dim3 preprocess_grid(const Params& p) {
+    return dim3(unsigned((rows_pitch(p) + kPreRows - 1) / kPreRows), unsigned(p.h), unsigned(p.b));
+}
 
-// dQ (scaled) to the input dtype, and dK, dV summed over each KV head's query heads; one
-// thread an element. grid (ceil(rows * h * d / 256)), 256 threads, rows the larger storage.
+// dQ (scaled) to the input dtype, and (unless the main kernel stored them) dK, dV summed over
+// each KV head's query heads; four columns a thread (one 16-byte load of each accumulator).
+// grid (ceil(rows * h * d / 4 / 256)), 256 threads, rows the larger storage.
 template <class Tr>
 __global__ void __launch_bounds__(256) postprocess_kernel(const __grid_constant__ BwdParams bp) {
     using Element = typename Tr::Element;
     const Params& p = bp.p;
-    const int64_t i = int64_t(blockIdx.x) * 256 + threadIdx.x;
+    const int64_t i = (int64_t(blockIdx.x) * 256 + threadIdx.x) * 4;  // the first of four columns
     const int d = Tr::kHeadDim, group = p.h / p.h_kv;
-    if (i < p.q_tokens * p.h * d) {  // dQ[token, head, c]
+    static_assert(Tr::kHeadDim % 4 == 0, "whole groups of four columns");
+    if (i < p.q_tokens * p.h * d) {  // dQ[token, head, c .. c + 3]
         const int64_t token = i / (int64_t(p.h) * d);
         const int head = int(i / d % p.h), c = int(i % d);
-        static_cast<Element*>(bp.dq)[token * bp.dq_row_stride + int64_t(head) * bp.dq_head_stride + c] =
-            from_f32<Element>(bp.dq_accum[i] * p.scale_bmm1);
+        const float4 x = *reinterpret_cast<const float4*>(bp.dq_accum + i);
+        Element* dq = static_cast<Element*>(bp.dq) + token * bp.dq_row_stride + int64_t(head) * bp.dq_head_stride + c;
+        dq[0] = from_f32<Element>(x.x * p.scale_bmm1), dq[1] = from_f32<Element>(x.y * p.scale_bmm1);
+        dq[2] = from_f32<Element>(x.z * p.scale_bmm1), dq[3] = from_f32<Element>(x.w * p.scale_bmm1);
     }
-    if (!bp.dkv_direct && i < p.kv_tokens * p.h_kv * d) {  // dK, dV[token, kv head, c]
+    if (!bp.dkv_direct && i < p.kv_tokens * p.h_kv * d) {  // dK, dV[token, kv head, c .. c + 3]
         const int64_t token = i / (int64_t(p.h_kv) * d);
         const int kv_head = int(i / d % p.h_kv), c = int(i % d);
-        float dk = 0.f, dv = 0.f;
+        float4 dk = make_float4(0.f, 0.f, 0.f, 0.f), dv = dk;
         for (int g = 0; g < group; ++g) {
             const int64_t at = (token * p.h + kv_head * group + g) * d + c;
-            dk += bp.dk_accum[at];
-            dv += bp.dv_accum[at];
+            const float4 a = *reinterpret_cast<const float4*>(bp.dk_accum + at);
+            const float4 b = *reinterpret_cast<const float4*>(bp.dv_accum + at);
+            dk.x += a.x, dk.y += a.y, dk.z += a.z, dk.w += a.w;
+            dv.x += b.x, dv.y += b.y, dv.z += b.z, dv.w += b.w;
         }
-        static_cast<Element*>(bp.dk)[token * bp.dk_row_stride + int64_t(kv_head) * bp.dk_head_stride + c] =
-            from_f32<Element>(dk);
-        static_cast<Element*>(bp.dv)[token * bp.dv_row_stride + int64_t(kv_head) * bp.dv_head_stride + c] =
-            from_f32<Element>(dv);
+        Element* k = static_cast<Element*>(bp.dk) + token * bp.dk_row_stride + int64_t(kv_head) * bp.dk_head_stride + c;
+        Element* v = static_cast<Element*>(bp.dv) + token * bp.dv_row_stride + int64_t(kv_head) * bp.dv_head_stride + c;
+        k[0] = from_f32<Element>(dk.x), k[1] = from_f32<Element>(dk.y), k[2] = from_f32<Element>(dk.z);
+        k[3] = from_f32<Element>(dk.w);
+        v[0] = from_f32<Element>(dv.x), v[1] = from_f32<Element>(dv.y), v[2] = from_f32<Element>(dv.z);
+        v[3] = from_f32<Element>(dv.w);
     }
+}
+inline unsigned postprocess_blocks(const BwdParams& bp) {
+    const Params& p = bp.p;
+    const int64_t rows = bp.dkv_direct ? int64_t(p.q_tokens) * p.h : std::max(int64_t(p.q_tokens) * p.h, int64_t(p.kv_tokens) * p.h_kv);
+    return unsigned((rows * p.d / 4 + 255) / 256);
 }
 
 // An [rows, cols] f32 accumulator pair of this thread, packed, into a 16-bit [rows, cols]
@@ -523,7 +545,7 @@ cudaError_t launch(const BwdParams& bp, cudaStream_t stream) {
     // sequences) come out as zeros in dQ, dK and dV.
     cudaError_t err = clear_workspace(bp, stream);
     if (err != cudaSuccess) return err;
-    preprocess_kernel<Tr><<<dim3(ceil_div(p.s_q_max, 128), p.h, p.b), 128, 0, stream>>>(bp);
+    preprocess_kernel<Tr><<<preprocess_grid(p), kPreRows * kWarpSize, 0, stream>>>(bp);
     const auto main = [&](auto mask, auto deterministic) {
         return launch_main<Tr, decltype(mask)::value, decltype(deterministic)::value>(bp, stream);
     };
@@ -536,8 +558,7 @@ cudaError_t launch(const BwdParams& bp, cudaStream_t stream) {
     err = p.mask == MaskType::kPadding ? with_order(None{}) : p.mask == MaskType::kCausal ? with_order(Causal{})
                                                                                        : with_order(Local{});
     if (err != cudaSuccess) return err;
-    const int64_t elems = std::max(p.q_tokens * p.h, p.kv_tokens * p.h_kv) * int64_t(Tr::kHeadDim);
-    postprocess_kernel<Tr><<<unsigned((elems + 255) / 256), 256, 0, stream>>>(bp);
+    postprocess_kernel<Tr><<<postprocess_blocks(bp), 256, 0, stream>>>(bp);
     return cudaGetLastError();
 }
 

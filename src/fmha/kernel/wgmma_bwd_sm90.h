@@ -444,7 +444,7 @@ cudaError_t launch(const BwdParams& bp, cudaStream_t stream) {
     }
     cudaError_t err = flash_bwd::clear_workspace(bp, stream);
     if (err != cudaSuccess) return err;
-    flash_bwd::preprocess_kernel<Tr><<<dim3(ceil_div(p.s_q_max, 128), p.h, p.b), 128, 0, stream>>>(bp);
+    flash_bwd::preprocess_kernel<Tr><<<flash_bwd::preprocess_grid(p), flash_bwd::kPreRows * kWarpSize, 0, stream>>>(bp);
     const auto main = [&](auto mask) {
         const auto run = [&](auto deterministic) {
             constexpr auto kernel = &bwd_kernel<Tr, decltype(mask)::value, decltype(deterministic)::value>;
@@ -462,9 +462,7 @@ cudaError_t launch(const BwdParams& bp, cudaStream_t stream) {
     using Local = std::integral_constant<BwdMask, BwdMask::kLocal>;
     err = p.mask == MaskType::kPadding ? main(None{}) : p.mask == MaskType::kCausal ? main(Causal{}) : main(Local{});
     if (err != cudaSuccess) return err;
-    const int64_t elems =
-        (args.bp.dkv_direct ? p.q_tokens * p.h : std::max(p.q_tokens * p.h, p.kv_tokens * p.h_kv)) * int64_t(Tr::kHeadDim);
-    flash_bwd::postprocess_kernel<Tr><<<unsigned((elems + 255) / 256), 256, 0, stream>>>(args.bp);
+    flash_bwd::postprocess_kernel<Tr><<<flash_bwd::postprocess_blocks(args.bp), 256, 0, stream>>>(args.bp);
     return cudaGetLastError();
 }
 
