@@ -1,4 +1,4 @@
-// Draft (issue #33, bench/NOTES.md §65): the backward pass's main kernel on wgmma (sm_90a),
+// The backward pass's main kernel on wgmma (sm_90a; issue #33, bench/NOTES.md §65-§68),
 // keys as the M side. Preprocess, postprocess, workspace and the mask helpers are flash-bwd's
 // (flash_bwd_sm80.h); only the main kernel differs.
 //
@@ -13,10 +13,11 @@
 //                                   accumulator by TMA reduce-adds (asynchronous)
 // P's exps run while dP^T's product does. Tiles are SW128 panels of 64 columns that TMA fills
 // (one thread issues; mbarriers count the bytes): K and V once, Q, dO and the rows' LSE and D
-// in two stages, the loads of block j + 2 issued once block j's dS barrier has passed (the one
-// CTA barrier a block; dS has two buffers). Deterministic: flash-bwd's order of the dQ adds,
-// each waited to completion before the next CTA's turn. No warp specialisation yet (§65's
-// plan), d = 128.
+// in three stages, block j + 2's loads issued once block j's dS barrier has passed (the one
+// CTA barrier a block; dS has two buffers). MHA stores dK and dV itself; GQA leaves fp32 rows
+// per query head for the postprocess. Deterministic: flash-bwd's order of the dQ adds, each
+// waited to completion before the next CTA's turn. No warp specialisation yet (§65's plan),
+// d = 128.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -122,7 +123,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
     const float* rows_s = reinterpret_cast<const float*>(smem + Tr::kSmemRows);
 
     // One thread issues every load (TMA): K and V once, then block j of the walk into stage j %
-    // 2, the stage's mbarrier counting its bytes. Rows past a sequence's end are the next
+    // kStages, the stage's mbarrier counting its bytes. Rows past a sequence's end are the next
     // sequence's (finite, and masked) or zeros past the tensors' extents.
     const int blocks = m_end - m_begin;
     const auto load_stage = [&](int j) {
@@ -387,11 +388,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
 #endif
 }
 
-// Whether the TMA maps can address the tensors: 16-byte aligned bases and strides.
+// Whether the TMA maps can address the tensors: 16-byte aligned bases and strides, rows within
+// int32 coordinates.
 inline bool tma_ready(const BwdParams& bp) {
     const Params& p = bp.p;
     const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
     const auto strides = [](int64_t row, int64_t head) { return row % 8 == 0 && head % 8 == 0; };  // 16-bit
+    // The rows' 1D maps take int32 coordinates.
+    if (int64_t(p.b) * p.h * flash_bwd::rows_pitch(p) > INT32_MAX) return false;
     return aligned(p.q) && aligned(p.k) && aligned(p.v) && aligned(bp.d_o) &&
            strides(p.q_row_stride, p.q_head_stride) && strides(p.k_row_stride, p.k_head_stride) &&
            strides(p.v_row_stride, p.v_head_stride) && strides(bp.do_row_stride, bp.do_head_stride);
