@@ -226,11 +226,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
                             logit = p.softcap * t, slope = 1.f - t * t;
                         }
                         if (p.alibi_slopes != nullptr) logit -= alibi * fabsf(float(row + shift - key));
-                        const float pv = visible ? exp2f(fmaf(logit, kLog2e, -lse2)) : 0.f;
+                        const float pv = visible ? fast_exp2(fmaf(logit, kLog2e, -lse2)) : 0.f;
                         acc_s[0][nt][e] = pv;
                         acc_dp[0][nt][e] = pv * (acc_dp[0][nt][e] - dsum_s[col]) * slope;
                     } else {
-                        const float pv = exp2f(fmaf(acc_s[0][nt][e], scale_log2, -lse2));
+                        const float pv = fast_exp2(fmaf(acc_s[0][nt][e], scale_log2, -lse2));
                         acc_s[0][nt][e] = visible ? pv : 0.f;
                     }
                 }
