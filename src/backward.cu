@@ -37,18 +37,23 @@ void compare(const std::vector<uint16_t>& got, const std::vector<float>& want, B
     *worst = top > 0 ? max_err / top : max_err;
 }
 
-}  // namespace
-
-std::string backward_refusal(const Problem& p) {
+// What the library is asked for (tma_ready left to the tensors).
+api::BackwardAsk ask_of(const Problem& p) {
     api::BackwardAsk a;
     a.dtype = p.dtype, a.d = p.d, a.dv = p.dv, a.mask = p.mask;
     a.bias = p.attention_bias;
     a.paged = p.layout == Layout::kPagedKv;
-    const std::string why = api::backward_refusal(a);
+    return a;
+}
+
+}  // namespace
+
+std::string backward_refusal(const Problem& p) {
+    const std::string why = api::backward_refusal(ask_of(p));
     return why.empty() ? why : "-bwd: " + why;
 }
 
-BackwardResult run_backward(const Problem& p, const SeqLens& lens, const DeviceTensors& t, cudaStream_t stream) {
+BackwardResult run_backward(const Problem& p, int sm, const SeqLens& lens, const DeviceTensors& t, cudaStream_t stream) {
     BackwardResult r;
     const Params& prm = t.params;
     const int64_t q_rows = lens.q_storage_tokens, kv_rows = lens.kv_storage_tokens;
@@ -72,17 +77,10 @@ BackwardResult run_backward(const Problem& p, const SeqLens& lens, const DeviceT
     bp.dv_row_stride = int64_t(p.h_kv) * p.dv, bp.dv_head_stride = p.dv;
     const size_t ws_bytes = api::backward_workspace_bytes(prm);
     DeviceBuffer<char> workspace(ws_bytes);
-    int dev = 0, major = 0, minor = 0;  // the library picks the kernel by arch
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-    const int sm = 10 * major + minor;
-    {
-        api::BackwardAsk a;
-        a.dtype = p.dtype, a.d = p.d, a.dv = p.dv, a.deterministic = p.deterministic;
-        r.kernel = api::backward_kernel_name(a, sm);
-    }
-    const auto launch = [&] { return api::backward_launch(p.dtype, bp, workspace.get(), ws_bytes, sm, stream); };
+    api::BackwardAsk a = ask_of(p);
+    a.tma_ready = api::backward_tma_ready(bp);
+    r.kernel = api::backward_kernel_name(a, sm);
+    const auto launch = [&] { return api::backward_launch(a, bp, workspace.get(), ws_bytes, sm, stream); };
 
     CUDA_CHECK(launch());
     CUDA_CHECK(cudaStreamSynchronize(stream));

@@ -26,7 +26,7 @@ struct BackwardResult {
 };
 
 // Runs, checks (unless -skip-checks) and times the backward of the forward in `t` (its O and
-// LSE as the forward kernel wrote them).
-BackwardResult run_backward(const Problem& p, const SeqLens& lens, const DeviceTensors& t, cudaStream_t stream);
+// LSE as the forward kernel wrote them) on a device of arch sm (the library's pick).
+BackwardResult run_backward(const Problem& p, int sm, const SeqLens& lens, const DeviceTensors& t, cudaStream_t stream);
 
 }  // namespace fmha

@@ -277,7 +277,7 @@ int run(int argc, char** argv) {
 
     bool bwd_passed = true, bwd_identical = true;
     if (p.bwd) {
-        const BackwardResult bwd = run_backward(p, lens, t, stream);
+        const BackwardResult bwd = run_backward(p, dev.sm, lens, t, stream);
         const double flops = 2.5 * attention_flops(p, lens, t.variants.custom_mask_host);
         print_field("Bwd kernel", bwd.kernel);
         print_field("Backward", format("%.6f us, %.2f Tflop/s", bwd.us, flops / (bwd.us * 1e-6) / 1e12));

@@ -338,7 +338,6 @@ fmha_status_t check_backward(const fmha_problem_t* pr, const fmha_backward_args_
     a.bias = pr->bias != nullptr;
     a.paged = pr->block_table != nullptr;
     a.seqused_k = pr->seqused_k != nullptr;
-    a.deterministic = g->deterministic != 0;
     const std::string why = backward_refusal(a);
     if (!why.empty()) return fail(FMHA_ERROR_NOT_SUPPORTED, "backward: " + why);
     if (pr->lse == nullptr) return fail(FMHA_ERROR_INVALID_VALUE, "backward: lse (the forward's) is NULL");
@@ -375,6 +374,7 @@ fmha_status_t check_backward(const fmha_problem_t* pr, const fmha_backward_args_
     bp.dk_row_stride = g->dk.token_stride, bp.dk_head_stride = g->dk.head_stride;
     bp.dv_row_stride = g->dv.token_stride, bp.dv_head_stride = g->dv.head_stride;
     bp.deterministic = g->deterministic != 0;
+    a.tma_ready = backward_tma_ready(bp);
     return FMHA_SUCCESS;
 }
 
@@ -509,7 +509,7 @@ fmha_status_t fmha_backward(const fmha_problem_t* problem, const fmha_backward_a
         return api::fail(FMHA_ERROR_WORKSPACE, "workspace: " + std::to_string(needed) +
                                                    " bytes, 256-byte aligned, needed; got " +
                                                    std::to_string(workspace_bytes) + (workspace ? "" : " at NULL"));
-    cudaError_t err = api::backward_launch(a.dtype, bp, workspace, workspace_bytes, plan->sm, stream);
+    cudaError_t err = api::backward_launch(a, bp, workspace, workspace_bytes, plan->sm, stream);
     if (err == cudaErrorInvalidValue) {
         cudaGetLastError();
         return api::fail(FMHA_ERROR_INVALID_VALUE, kernel + " refused the problem");

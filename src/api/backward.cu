@@ -29,9 +29,11 @@ constexpr bool kWgmmaImage = true;
 constexpr bool kWgmmaImage = false;
 #endif
 
-bool takes_wgmma(const BackwardAsk& a, int sm) { return kWgmmaImage && sm == 90 && a.d == 128; }
+bool takes_wgmma(const BackwardAsk& a, int sm) { return kWgmmaImage && sm == 90 && a.d == 128 && a.tma_ready; }
 
 }  // namespace
+
+bool backward_tma_ready(const flash_bwd::BwdParams& bp) { return wgmma_bwd::tma_ready(bp); }
 
 std::string backward_kernel_name(const BackwardAsk& a, int sm) {
     const std::string dtype = a.dtype == DataType::kBf16 ? "bf16" : "fp16";
@@ -44,14 +46,13 @@ size_t backward_workspace_bytes(const Params& p) {
     return (flash_bwd::workspace_bytes(p) + kAlign - 1) / kAlign * kAlign;
 }
 
-cudaError_t backward_launch(DataType dtype, flash_bwd::BwdParams& bp, void* workspace, size_t workspace_bytes, int sm,
-                            cudaStream_t stream) {
+cudaError_t backward_launch(const BackwardAsk& a, flash_bwd::BwdParams& bp, void* workspace, size_t workspace_bytes,
+                            int sm, cudaStream_t stream) {
+    const DataType dtype = a.dtype;
     const Params& p = bp.p;
     if (workspace == nullptr || workspace_bytes < flash_bwd::workspace_bytes(p)) return cudaErrorInvalidValue;
     flash_bwd::carve_workspace(bp, workspace);
-    BackwardAsk a;
-    a.d = p.d, a.deterministic = bp.deterministic;
-    if (takes_wgmma(a, sm) && wgmma_bwd::tma_ready(bp)) {  // else flash-bwd: its loads take any alignment
+    if (takes_wgmma(a, sm)) {
         if (dtype == DataType::kBf16) return wgmma_bwd::launch<wgmma_bwd::Traits<__nv_bfloat16, 128>>(bp, stream);
         if (dtype == DataType::kFp16) return wgmma_bwd::launch<wgmma_bwd::Traits<__half, 128>>(bp, stream);
     }

@@ -22,14 +22,19 @@ struct BackwardAsk {
     bool bias = false;
     bool paged = false;
     bool seqused_k = false;
-    bool deterministic = false;
+    // Q, K, V and dO within the wgmma kernel's TMA maps (backward_tma_ready); else flash-bwd.
+    bool tma_ready = true;
 };
 
 // Why no backward kernel serves the ask, in the words of its fields ("" where one does).
 std::string backward_refusal(const BackwardAsk& a);
 
+// Whether the wgmma kernel's TMA maps can address bp's Q, K, V and dO (16-byte aligned bases
+// and strides, rows within int32 coordinates): the ask's tma_ready.
+bool backward_tma_ready(const flash_bwd::BwdParams& bp);
+
 // The kernel that runs the ask on a device of arch sm: the wgmma kernel ("wgmma_bwd_bf16_d128_sm90")
-// on sm_90 where this build has its image and it serves the ask (d = 128),
+// on sm_90 where this build has its image and it serves the ask (d = 128, tma_ready),
 // else flash-bwd ("flash_bwd_bf16_d128_sm80"); the ask must be served.
 std::string backward_kernel_name(const BackwardAsk& a, int sm);
 
@@ -40,8 +45,8 @@ size_t backward_workspace_bytes(const Params& p);
 // of arch sm, on stream; bp's pointers and strides set except its workspace, carved here
 // from `workspace`. cudaErrorInvalidValue for a problem no kernel serves or a workspace too
 // small.
-cudaError_t backward_launch(DataType dtype, flash_bwd::BwdParams& bp, void* workspace, size_t workspace_bytes, int sm,
-                            cudaStream_t stream);
+cudaError_t backward_launch(const BackwardAsk& a, flash_bwd::BwdParams& bp, void* workspace, size_t workspace_bytes,
+                            int sm, cudaStream_t stream);
 
 }  // namespace api
 }  // namespace fmha
