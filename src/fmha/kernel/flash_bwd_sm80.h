@@ -339,8 +339,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
         if (tid < Tr::kBlockM) {
             const int row = m0 + tid;
             const int64_t at = (int64_t(batch) * p.h + head) * rows_pitch(p) + row;
-            row_lse = row < q_len ? bp.lse2[at] : -INFINITY;
-            row_d = row < q_len ? bp.d_sum[at] : 0.f;
+            row_lse = bp.lse2[at];  // +inf past q_len: P reads 0 there (the preprocess)
+            row_d = bp.d_sum[at];
         }
     };
     const auto keep_rows = [&](int buf) {
@@ -387,7 +387,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
                 for (int e = 0; e < 2; ++e) {
                     const int col = Tr::kQueriesS * part + 8 * nt + 2 * (lane % 4) + e;  // query in the block
                     const int row = m0 + col;
-                    const bool visible = key < kv_len && row < q_len && bwd_visible<kMask>(p, row + shift, key);
+                    const bool visible = key < kv_len && bwd_visible<kMask>(p, row + shift, key);
                     const float lse2 = lse_s[col];
                     // The logit as the forward made it: scaled, capped, ALiBi's distance
                     // penalty; dS is taken through the cap's tanh (1 - tanh^2).
@@ -400,7 +400,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
                         logit = p.softcap * t, slope = 1.f - t * t;
                     }
                     if (p.alibi_slopes != nullptr) logit -= alibi * fabsf(float(row + shift - key));
-                    pv[e] = visible && lse2 != -INFINITY ? exp2f(fmaf(logit, kLog2e, -lse2)) : 0.f;
+                    pv[e] = visible ? exp2f(fmaf(logit, kLog2e, -lse2)) : 0.f;
                     dsv[e] = pv[e] * (dp[0][nt][2 * h + e] - dsum_s[col]) * slope;
                 }
                 const int srow = 16 * kr + lane / 4 + 8 * h, scol = Tr::kQueriesS * part + 8 * nt + 2 * (lane % 4);
