@@ -29,7 +29,9 @@ constexpr bool kWgmmaImage = true;
 constexpr bool kWgmmaImage = false;
 #endif
 
-bool takes_wgmma(const BackwardAsk& a, int sm) { return kWgmmaImage && sm == 90 && a.d == 128 && a.tma_ready; }
+bool takes_wgmma(const BackwardAsk& a, int sm) {
+    return kWgmmaImage && sm == 90 && (a.d == 64 || a.d == 128) && a.tma_ready;
+}
 
 }  // namespace
 
@@ -53,8 +55,14 @@ cudaError_t backward_launch(const BackwardAsk& a, flash_bwd::BwdParams& bp, void
     if (workspace == nullptr || workspace_bytes < flash_bwd::workspace_bytes(p)) return cudaErrorInvalidValue;
     flash_bwd::carve_workspace(bp, workspace);
     if (takes_wgmma(a, sm)) {
-        if (dtype == DataType::kBf16) return wgmma_bwd::launch<wgmma_bwd::Traits<__nv_bfloat16, 128>>(bp, stream);
-        if (dtype == DataType::kFp16) return wgmma_bwd::launch<wgmma_bwd::Traits<__half, 128>>(bp, stream);
+        using wgmma_bwd::Traits;
+        if (dtype == DataType::kBf16) {
+            if (p.d == 64) return wgmma_bwd::launch<Traits<__nv_bfloat16, 64>>(bp, stream);
+            if (p.d == 128) return wgmma_bwd::launch<Traits<__nv_bfloat16, 128>>(bp, stream);
+        } else if (dtype == DataType::kFp16) {
+            if (p.d == 64) return wgmma_bwd::launch<Traits<__half, 64>>(bp, stream);
+            if (p.d == 128) return wgmma_bwd::launch<Traits<__half, 128>>(bp, stream);
+        }
     }
     using flash_bwd::Traits;
     if (dtype == DataType::kBf16) {

@@ -34,7 +34,7 @@ std::string backward_refusal(const BackwardAsk& a);
 bool backward_tma_ready(const flash_bwd::BwdParams& bp);
 
 // The kernel that runs the ask on a device of arch sm: the wgmma kernel ("wgmma_bwd_bf16_d128_sm90")
-// on sm_90 where this build has its image and it serves the ask (d = 128, tma_ready),
+// on sm_90 where this build has its image and it serves the ask (d = 64 or 128, tma_ready),
 // else flash-bwd ("flash_bwd_bf16_d128_sm80"); the ask must be served.
 std::string backward_kernel_name(const BackwardAsk& a, int sm);
 

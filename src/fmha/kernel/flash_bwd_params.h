@@ -34,11 +34,15 @@ struct BwdParams {
     int* dq_order = nullptr;    // [b, h, query blocks]: key blocks that added into them (deterministic)
 };
 
-constexpr int kBwdBlockM = 64;  // queries a step of the main kernel
+constexpr int kBwdBlockM = 64;  // queries a step of flash-bwd (the wgmma kernel's: 64 or 128)
+constexpr int kBwdRowsAlign = 128;  // the largest step
 
-// The rows of d_sum and lse2 a (batch, head) takes: s_q_max padded to whole query blocks, so
-// that every block's rows start 256-byte aligned (the wgmma kernel's TMA boxes need 16).
-constexpr int64_t rows_pitch(const Params& p) { return int64_t(p.s_q_max + kBwdBlockM - 1) / kBwdBlockM * kBwdBlockM; }
+// The rows of d_sum and lse2 a (batch, head) takes: s_q_max padded to whole query blocks of
+// either kernel, so that a block's rows start 256-byte aligned (the wgmma kernel's TMA boxes
+// need 16) and its box never reaches the next head's rows (whose LSE is finite).
+constexpr int64_t rows_pitch(const Params& p) {
+    return int64_t(p.s_q_max + kBwdRowsAlign - 1) / kBwdRowsAlign * kBwdRowsAlign;
+}
 
 inline size_t workspace_floats(const Params& p) {
     return size_t(p.q_tokens) * p.h * p.d + size_t(p.kv_tokens) * p.h * (p.d + p.dv) +

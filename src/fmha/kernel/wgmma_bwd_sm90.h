@@ -39,32 +39,38 @@ template <typename Element_, int kHeadDim_>
 struct Traits {
     using Element = Element_;
     static constexpr int kHeadDim = kHeadDim_;
-    static constexpr int kBlockM = flash_bwd::kBwdBlockM;  // 64 queries a step
-    static constexpr int kBlockN = 128;                     // keys a CTA: two warpgroups of 64
+    // Queries a step: 64 at d = 128 (dK, dV and S^T, dP^T of 64 x 64 fill the registers), 128
+    // at d = 64 (FA3's tile: the N = 128 products of S^T and dP^T, half the steps).
+    static constexpr int kBlockM = kHeadDim == 64 ? 128 : 64;
+    static constexpr int kBlockN = 128;  // keys a CTA: two warpgroups of 64
     static constexpr int kThreads = 256;
-    static constexpr int kPanels = kHeadDim / 64;
-    static constexpr int kStages = 3;  // Q, dO and the rows: block j + 2 loads while j runs
+    // dQ = dS K [kBlockM, d] as two m64 n64 tiles, one a warpgroup: split by rows at d = 64,
+    // by columns at d = 128.
+    static constexpr bool kDqByRows = kBlockM == 128;
+    static constexpr int kStages = kBlockM == 128 ? 2 : 3;  // Q, dO and the rows in flight
     static constexpr int kTileK = kBlockN * kHeadDim * 2;  // K or V [128, d]
-    static constexpr int kTileQ = kBlockM * kHeadDim * 2;  // Q or dO [64, d]
-    static constexpr int kTileS = kBlockM * kBlockN * 2;   // dS [64, 128]
+    static constexpr int kTileQ = kBlockM * kHeadDim * 2;  // Q or dO [kBlockM, d]
+    static constexpr int kTileS = kBlockM * kBlockN * 2;   // dS [kBlockM, 128]
     static constexpr int kSmemK = 0;
     static constexpr int kSmemV = kSmemK + kTileK;
     static constexpr int kSmemQ = kSmemV + kTileK;             // [kStages]
     static constexpr int kSmemDO = kSmemQ + kStages * kTileQ;  // [kStages]
     static constexpr int kSmemDS = kSmemDO + kStages * kTileQ;  // [2]: block i's in i % 2
-    // dQ's fp32 staging: panels of 32 columns (128-byte rows, the 128-byte swizzle) x kBlockM
-    // rows, one TMA reduce-add box each; warpgroup g's columns 64 g .. are panels 2 g, 2 g + 1.
+    // dQ's fp32 staging: panels of 32 columns (128-byte rows, the 128-byte swizzle) x 64 rows,
+    // one TMA reduce-add box each; warpgroup g's m64 n64 tile is panels 2 g, 2 g + 1.
     static constexpr int kDqPanelCols = 32;
-    static constexpr int kDqPanelBytes = kBlockM * 128;
+    static constexpr int kDqPanelBytes = 64 * 128;
     static constexpr int kSmemDQ = kSmemDS + 2 * kTileS;
-    static constexpr int kSmemRows = kSmemDQ + kHeadDim / kDqPanelCols * kDqPanelBytes;  // [kStages][LSE, D][kBlockM]
+    static constexpr int kSmemRows = kSmemDQ + 4 * kDqPanelBytes;  // [kStages][LSE, D][kBlockM]
     static constexpr int kRowBytes = kBlockM * 4;
     // mbarriers: K and V, then one a stage (Q, dO and the rows' LSE and D).
     static constexpr int kSmemBars = kSmemRows + kStages * 2 * kRowBytes;
     static constexpr int kStageBytes = 2 * kTileQ + 2 * kRowBytes;
     static constexpr int kSmemBytes = kSmemBars + 8 * (1 + kStages) + 1024;  // + alignment slack
     static_assert(kSmemBytes <= 227 * 1024, "sm_90's shared memory a block");
-    static_assert(kHeadDim == 128, "wgmma-bwd draft: d = 128");
+    static_assert(kHeadDim == 64 || kHeadDim == 128, "wgmma-bwd: d = 64 or 128");
+    static_assert(kBlockM % flash_bwd::kBwdBlockM == 0 && kBlockM <= flash_bwd::kBwdRowsAlign,
+                  "whole blocks of the workspace's rows (the rows' TMA boxes stay in their head's)");
 };
 
 // Four 8 x 8 b16 matrices, each stored transposed: lane l names row l % 8 of matrix l / 8.
@@ -161,7 +167,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
     const uint64_t desc_k = kmajor(sk + 64 * wg * 128), desc_v = kmajor(sv + 64 * wg * 128);
     const uint64_t desc_q = kmajor(sq), desc_do = kmajor(sdo), desc_ds = kmajor(sds);
     const uint64_t desc_q_mn = mnmajor(sq, Tr::kBlockM * 128), desc_do_mn = mnmajor(sdo, Tr::kBlockM * 128);
-    const uint64_t desc_k_mn = mnmajor(sk + wg * Tr::kBlockN * 128, Tr::kBlockN * 128);
+    // dQ's tile of this warpgroup: rows (queries) dq_row .., columns dq_col .. (64 each).
+    const int dq_row = Tr::kDqByRows ? 64 * wg : 0, dq_col = Tr::kDqByRows ? 0 : 64 * wg;
+    const uint64_t desc_k_mn = mnmajor(sk + (dq_col / 64) * Tr::kBlockN * 128, Tr::kBlockN * 128);
+    const uint64_t desc_ds_wg = desc_ds + (uint64_t(dq_row * 128) >> 4);
     constexpr int kKSteps = Tr::kHeadDim / 16;
     // k16 step kk's offset (>> 4) in a [128 keys, d] or [64 queries, d] tile of 64-column panels.
     const auto in_k = [](int kk) { return uint64_t(((kk / 4) * Tr::kBlockN * 128 + 32 * (kk % 4)) >> 4); };
@@ -286,13 +295,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
         // warpgroup waited for all its products at the end of block j - 1): block j + 2 loads
         // into that stage.
         __syncthreads();
-        if (tid == 0 && j >= 1 && j + 2 < blocks) load_stage(j + 2);
-        // dQ = dS K: this warpgroup's 64 columns of d (panel wg of K), over the 128 keys.
+        if (tid == 0 && j >= 1 && j + Tr::kStages - 1 < blocks) load_stage(j + Tr::kStages - 1);
+        // dQ = dS K: this warpgroup's m64 n64 tile, over the 128 keys.
         float acc_dq[1][8][4];
         mma::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < Tr::kBlockN / 16; ++kk) {
-            mma::wgmma_ss<kBf16, 64, true>(mma::flat(acc_dq), desc_ds + (uint64_t((j & 1) * Tr::kTileS) >> 4) + in_q(kk), desc_k_mn + kk * 128, kk > 0);
+            mma::wgmma_ss<kBf16, 64, true>(mma::flat(acc_dq), desc_ds_wg + (uint64_t((j & 1) * Tr::kTileS) >> 4) + in_q(kk),
+                                           desc_k_mn + kk * 128, kk > 0);
         }
         mma::wgmma_commit();
         // Deterministic: flash-bwd's order (the key blocks that see this query block add from
@@ -339,7 +349,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
 #pragma unroll
             for (int c = 0; c < 2; ++c)
                 memory::tma_reduce_add_3d(&args.dq_map, base + Tr::kSmemDQ + (2 * wg + c) * Tr::kDqPanelBytes,
-                                          64 * wg + 32 * c, head, q_off + m0);
+                                          dq_col + 32 * c, head, q_off + m0 + dq_row);
             memory::bulk_commit();
         }
         if constexpr (kDeterministic) {  // the adds done and visible, then the next turn
@@ -441,7 +451,7 @@ cudaError_t launch(const BwdParams& bp, cudaStream_t stream) {
     {
         const cuuint64_t dims[3] = {cuuint64_t(p.d), cuuint64_t(p.h), cuuint64_t(p.q_tokens)};
         const cuuint64_t strides[2] = {cuuint64_t(p.d) * 4, cuuint64_t(p.h) * p.d * 4};
-        const cuuint32_t box[3] = {Tr::kDqPanelCols, 1, Tr::kBlockM};
+        const cuuint32_t box[3] = {Tr::kDqPanelCols, 1, 64};
         cudaError_t e = memory::encode_tiled(&args.dq_map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, bp.dq_accum, dims, strides,
                                              box, CU_TENSOR_MAP_SWIZZLE_128B);
         if (e != cudaSuccess) return e;

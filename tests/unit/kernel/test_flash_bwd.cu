@@ -33,7 +33,7 @@ struct Errors {
     double relative_rms() const { return std::sqrt(rms / std::max(ref, 1e-300)); }
 };
 
-// The kernels under test: flash-bwd, or the wgmma draft (kWgmma: d = 128, sm_90a).
+// The kernels under test: flash-bwd, or the wgmma kernel (kWgmma: sm_90a).
 template <typename Element, int kD, bool kWgmma>
 struct Kernel {
     using Tr = fmha::flash_bwd::Traits<Element, kD>;
@@ -162,7 +162,6 @@ void run(const Case& c) {
         EXPECT_LE(e->worst, max_bound * e->top);
     }
 
-    if (kWgmma) return;  // the draft has no deterministic order yet
     // Deterministic: dQ's adds in key-block order; two runs leave the same bits, and dK, dV
     // (no atomics either way) the same as the first run's.
     bp.deterministic = true;
@@ -195,20 +194,24 @@ TEST_P(FlashBwd, MatchesFloat64Gradients) {
     else run<__half, 128>(c);
 }
 
-// The wgmma draft (bench/NOTES.md §65) on the d = 128 shapes.
-TEST_P(FlashBwd, WgmmaDraftMatchesFloat64Gradients) {
+// The wgmma kernel (bench/NOTES.md §65-§69) on the same shapes.
+TEST_P(FlashBwd, WgmmaMatchesFloat64Gradients) {
     const Case c = GetParam();
     int dev = 0, major = 0;
     CUDA_ASSERT(cudaGetDevice(&dev));
     CUDA_ASSERT(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    if (major != 9 || c.d != 128) GTEST_SKIP() << "the wgmma draft: d = 128 on sm_90";
-    if (c.bf16) run<__nv_bfloat16, 128, true>(c);
+    if (major != 9) GTEST_SKIP() << "the wgmma kernel: sm_90";
+    if (c.bf16 && c.d == 64) run<__nv_bfloat16, 64, true>(c);
+    else if (c.bf16) run<__nv_bfloat16, 128, true>(c);
+    else if (c.d == 64) run<__half, 64, true>(c);
     else run<__half, 128, true>(c);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, FlashBwd,
                          ::testing::Values(Case{"fp16_d64_b2_h2_s128", false, 64, 2, 2, 2, 128, 128, false},
                                            Case{"bf16_d64_b2_h4_gqa2_s100_causal", true, 64, 2, 4, 2, 100, 100, true},
+                                           Case{"fp16_d64_b1_h2_sq77_s300_causal", false, 64, 1, 2, 2, 77, 300, true},
+                                           Case{"bf16_d64_b1_h2_s333", true, 64, 1, 2, 2, 333, 333, false},
                                            Case{"fp16_d128_b1_h2_sq77_s150_causal", false, 128, 1, 2, 2, 77, 150, true},
                                            Case{"bf16_d128_b2_h4_mqa_s192", true, 128, 2, 4, 1, 192, 192, false},
                                            Case{"bf16_d128_b1_h2_s333_causal", true, 128, 1, 2, 2, 333, 333, true}),
