@@ -1,23 +1,25 @@
-// The backward pass's main kernel on wgmma (sm_90a; issue #33, bench/NOTES.md §65-§68),
+// The backward pass's main kernel on wgmma (sm_90a; issue #33, bench/NOTES.md §65-§69),
 // keys as the M side. Preprocess, postprocess, workspace and the mask helpers are flash-bwd's
 // (flash_bwd_sm80.h); only the main kernel differs.
 //
 // One CTA per (128-key block, query head, batch): two warpgroups, warpgroup g owning keys
-// 64 g .. 64 g + 63 with their dK and dV (m64 x d fp32 each) in registers. Per 64-query block:
+// 64 g .. 64 g + 63 with their dK and dV (m64 x d fp32 each) in registers. Per block of
+// kBlockM queries (64 at d = 128, 128 at d = 64):
 //   S^T = K Q^T, dP^T = V dO^T      SS, A = K or V [keys, d] K-major, B = Q or dO [queries, d]
 //   P^T, dS^T in registers          (the accumulator layout, packed as the RS A operand)
 //   dV += P^T dO, dK += dS^T Q      RS, B = dO or Q read MN-major
 //   dS written transposed to smem   [queries, keys] K-major
-//   dQ = dS K                       SS with an MN-major B; warpgroup g takes d columns
-//                                   64 g ..; staged in smem and added to the fp32
-//                                   accumulator by TMA reduce-adds (asynchronous)
+//   dQ = dS K                       SS with an MN-major B, an m64 n64 tile a warpgroup (d
+//                                   columns 64 g .. at d = 128, queries 64 g .. at d = 64);
+//                                   staged in smem and added to the fp32 accumulator by TMA
+//                                   reduce-adds (asynchronous)
 // P's exps run while dP^T's product does. Tiles are SW128 panels of 64 columns that TMA fills
 // (one thread issues; mbarriers count the bytes): K and V once, Q, dO and the rows' LSE and D
-// in three stages, block j + 2's loads issued once block j's dS barrier has passed (the one
-// CTA barrier a block; dS has two buffers). MHA stores dK and dV itself; GQA leaves fp32 rows
-// per query head for the postprocess. Deterministic: flash-bwd's order of the dQ adds, each
-// waited to completion before the next CTA's turn. No warp specialisation yet (§65's plan),
-// d = 128.
+// in kStages stages, block j + kStages - 1's loads issued once block j's dS barrier has passed
+// (the one CTA barrier a block; dS has two buffers). MHA stores dK and dV itself; GQA leaves
+// fp32 rows per query head for the postprocess. Deterministic: flash-bwd's order of the dQ
+// adds, each waited to completion before the next CTA's turn. No warp specialisation yet
+// (§65's plan).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -97,7 +99,8 @@ struct MainArgs {
     CUtensorMap q_map, do_map, k_map, v_map, lse_map, dsum_map, dq_map;
 };
 
-template <class Tr, BwdMask kMask, bool kDeterministic>
+// kMods: softcap or ALiBi (their own instances: the plain ones keep the registers they take).
+template <class Tr, BwdMask kMask, bool kDeterministic, bool kMods>
 __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_constant__ MainArgs args) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using Element = typename Tr::Element;
@@ -184,7 +187,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
     const float alibi = p.alibi_slopes != nullptr ? p.alibi_slopes[head] : 0.f;
     const float cap_in = p.softcap > 0.f ? 2.f * kLog2e / p.softcap : 0.f;
     const float scale_log2 = p.scale_bmm1 * kLog2e;
-    const bool mods = p.softcap > 0.f || p.alibi_slopes != nullptr;
     const int key_base = n0 + 64 * wg + 16 * warp + lane / 4;  // this thread's first key (rows +0, +8)
 
     memory::mbar_wait(bars, 0);  // K and V
@@ -214,8 +216,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
         // past q_len or that see no key (the preprocess), so P is 0 there without a test, and a
         // block whose keys are all valid and visible to all its rows (kFull) tests nothing.
         uint32_t p_frag[1][Tr::kBlockM / 16][4], ds_frag[1][Tr::kBlockM / 16][4];
-        const auto gradients = [&](auto with_mods, auto full) {
-            constexpr bool kMods = decltype(with_mods)::value, kFull = decltype(full)::value;
+        const auto gradients = [&](auto full) {
+            constexpr bool kFull = decltype(full)::value;
             if constexpr (kMods) mma::wgmma_wait<0>();
             else mma::wgmma_wait<1>();
             mma::fence_operands(acc_s);
@@ -263,9 +265,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
         bool full = n0 + Tr::kBlockN <= kv_len;
         if constexpr (kMask == BwdMask::kCausal) full = full && m0 + shift >= n0 + Tr::kBlockN - 1;
         else if constexpr (kMask == BwdMask::kLocal) full = false;
-        if (mods) gradients(std::true_type{}, std::false_type{});
-        else if (full) gradients(std::false_type{}, std::true_type{});
-        else gradients(std::false_type{}, std::false_type{});
+        if (!kMods && full) gradients(std::true_type{});
+        else gradients(std::false_type{});
         // dS to smem as [queries, keys] (K-major for dQ = dS K): the four 8 x 8 matrices of
         // each 16-query slice (s_to_p's order: keys +0/+8, then queries +0/+8), transposed
         // by stmatrix; lane l addresses row l % 8 (a query) of matrix l / 8.
@@ -307,14 +308,17 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
         mma::wgmma_commit();
         // Deterministic: flash-bwd's order (the key blocks that see this query block add from
         // the last down), counted twice a CTA, once a warpgroup: each waits for 2 turn.
-        [[maybe_unused]] int* order =
-            bp.dq_order + (int64_t(batch) * p.h + head) * ceil_div(p.s_q_max, Tr::kBlockM) + m_block;
+        // (The counter's address is made where it is used: one thread, few live registers.)
+        const auto order = [&] {
+            return bp.dq_order + (int64_t(batch) * p.h + head) * ceil_div(p.s_q_max, Tr::kBlockM) + m_block;
+        };
         if constexpr (kDeterministic) {
-            const int turn = flash_bwd::dq_turn<kMask, Tr::kBlockM, Tr::kBlockN>(p, n_block, m_block, kv_len, q_len, shift);
             if (wg_tid == 0) {
+                const int turn =
+                    flash_bwd::dq_turn<kMask, Tr::kBlockM, Tr::kBlockN>(p, n_block, m_block, kv_len, q_len, shift);
                 int seen = -1;
                 do {
-                    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(order) : "memory");
+                    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(order()) : "memory");
                 } while (seen != 2 * turn);
             }
         } else if (wg_tid == 0) {
@@ -356,7 +360,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
             if (wg_tid == 0) {
                 memory::bulk_wait<0>();
                 asm volatile("fence.proxy.async.global;\n" ::: "memory");
-                asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(order) : "memory");
+                asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(order()) : "memory");
             }
         }
     }
@@ -460,8 +464,9 @@ cudaError_t launch(const BwdParams& bp, cudaStream_t stream) {
     if (err != cudaSuccess) return err;
     flash_bwd::preprocess_kernel<Tr><<<flash_bwd::preprocess_grid(p), flash_bwd::kPreRows * kWarpSize, 0, stream>>>(bp);
     const auto main = [&](auto mask) {
-        const auto run = [&](auto deterministic) {
-            constexpr auto kernel = &bwd_kernel<Tr, decltype(mask)::value, decltype(deterministic)::value>;
+        const auto run = [&](auto deterministic, auto mods) {
+            constexpr auto kernel =
+                &bwd_kernel<Tr, decltype(mask)::value, decltype(deterministic)::value, decltype(mods)::value>;
             cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
                                                  cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
             if (e != cudaSuccess) return e;
@@ -469,7 +474,11 @@ cudaError_t launch(const BwdParams& bp, cudaStream_t stream) {
             kernel<<<dim3(ceil_div(p.s_kv_max, Tr::kBlockN), p.h, p.b), Tr::kThreads, Tr::kSmemBytes, stream>>>(args);
             return cudaGetLastError();
         };
-        return bp.deterministic ? run(std::true_type{}) : run(std::false_type{});
+        const auto with_mods = [&](auto deterministic) {
+            return p.softcap > 0.f || p.alibi_slopes != nullptr ? run(deterministic, std::true_type{})
+                                                                 : run(deterministic, std::false_type{});
+        };
+        return bp.deterministic ? with_mods(std::true_type{}) : with_mods(std::false_type{});
     };
     using None = std::integral_constant<BwdMask, BwdMask::kNone>;
     using Causal = std::integral_constant<BwdMask, BwdMask::kCausal>;
