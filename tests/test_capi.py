@@ -235,7 +235,7 @@ def test_plan_backward_names_the_kernel_and_sizes_the_workspace(lib):
     assert (status, error) == (SUCCESS, "")
     assert out.kernel.decode() == "flash_bwd_fp16_d64_sm80" and out.sm == 80 and out.index == -1
     # fp32 dQ [256 tokens, 4, 64], dK and dV per query head [256, 4, 64 + 64], D and the LSE in
-    # log2 units [2, 4, 128 rows padded to whole 64-row blocks], the order counters [2, 4, 2 query
+    # log2 units [2, 4, 128 rows padded to whole 128-row blocks], the order counters [2, 4, 2 query
     # blocks]: 794,688 bytes, to 256.
     floats = 256 * 4 * 64 + 256 * 4 * 128 + 2 * 2 * 4 * 128
     assert out.workspace_bytes == (floats * 4 + 2 * 4 * 2 * 4 + 255) // 256 * 256 == 794880
