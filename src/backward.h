@@ -13,8 +13,9 @@
 
 namespace fmha {
 
-// Why the backward cannot run this problem ("" where it can): what the draft serves.
-std::string backward_refusal(const Problem& p);
+// Why the backward cannot run this problem ("" where it can): what the kernels serve, and
+// (sm > 0) whether the one it gets on a device of that arch can run there.
+std::string backward_refusal(const Problem& p, int sm = 0);
 
 struct BackwardResult {
     std::string kernel;                       // the library's pick for this device

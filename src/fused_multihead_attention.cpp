@@ -238,6 +238,10 @@ int run(int argc, char** argv) {
 
     const Device dev = open_device();
     const KernelMeta& kernel = select_kernel(p, forced, dev.sm);
+    if (p.bwd) {
+        const std::string why = backward_refusal(p, dev.sm);
+        if (!why.empty()) fail_args(why);
+    }
 
     const SeqLens lens = make_seqlens(p);
     DeviceTensors t = make_tensors(p, lens);

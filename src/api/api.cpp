@@ -380,9 +380,8 @@ fmha_status_t check_backward(const fmha_problem_t* pr, const fmha_backward_args_
 
 fmha_status_t plan_backward_checked(const flash_bwd::BwdParams& bp, const BackwardAsk& a, int sm, int num_sms,
                                     fmha_plan_t* plan) {
-    if (sm < 80)
-        return fail(FMHA_ERROR_NOT_SUPPORTED, "backward: the flash-bwd kernels need sm_80 or later, not sm_" +
-                                                  std::to_string(sm));
+    const std::string why = backward_arch_refusal(a, sm);
+    if (!why.empty()) return fail(FMHA_ERROR_NOT_SUPPORTED, "backward: " + why);
     *plan = fmha_plan_t{};
     std::snprintf(plan->kernel, sizeof(plan->kernel), "%s", backward_kernel_name(a, sm).c_str());
     plan->workspace_bytes = backward_workspace_bytes(bp.p);

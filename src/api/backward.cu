@@ -11,8 +11,8 @@ namespace api {
 
 std::string backward_refusal(const BackwardAsk& a) {
     if (a.dtype != DataType::kFp16 && a.dtype != DataType::kBf16) return "fp16 or bf16 inputs only";
-    if (a.d != a.dv || (a.d != 64 && a.d != 128))
-        return "d = dv = 64 or 128 only (got d " + std::to_string(a.d) + ", dv " + std::to_string(a.dv) + ")";
+    if (a.d != a.dv || (a.d != 64 && a.d != 128 && a.d != 256))
+        return "d = dv = 64, 128 or 256 only (got d " + std::to_string(a.d) + ", dv " + std::to_string(a.dv) + ")";
     if (a.mask == MaskType::kCustom) return "no custom mask yet";
     if (a.bias) return "no bias yet";
     if (a.paged) return "not over a paged KV cache";
@@ -33,7 +33,37 @@ bool takes_wgmma(const BackwardAsk& a, int sm) {
     return kWgmmaImage && sm == 90 && (a.d == 64 || a.d == 128) && a.tma_ready;
 }
 
+// Shared memory a block may opt into (CUDA's per-arch table): 163 KB on sm_80/87, 99 KB on
+// sm_86/89 and sm_12x, 227 KB on sm_90 and sm_10x.
+int smem_optin_bytes(int sm) {
+    if (sm == 80 || sm == 87) return 163 * 1024;
+    if (sm == 86 || sm == 89 || sm >= 120) return 99 * 1024;
+    return 227 * 1024;
+}
+
+// The shared memory of the main kernel the ask gets on arch sm.
+int backward_smem_bytes(const BackwardAsk& a, int sm) {
+    const auto pick = [&](auto element) {
+        using Element = decltype(element);
+        if (takes_wgmma(a, sm))
+            return a.d == 64 ? wgmma_bwd::Traits<Element, 64>::kSmemBytes : wgmma_bwd::Traits<Element, 128>::kSmemBytes;
+        return a.d == 64    ? flash_bwd::Traits<Element, 64>::kSmemBytes
+               : a.d == 128 ? flash_bwd::Traits<Element, 128>::kSmemBytes
+                            : flash_bwd::Traits<Element, 256>::kSmemBytes;
+    };
+    return a.dtype == DataType::kBf16 ? pick(__nv_bfloat16{}) : pick(__half{});
+}
+
 }  // namespace
+
+std::string backward_arch_refusal(const BackwardAsk& a, int sm) {
+    if (sm < 80) return "the backward kernels need sm_80 or later, not sm_" + std::to_string(sm);
+    const int need = backward_smem_bytes(a, sm), have = smem_optin_bytes(sm);
+    if (need > have)
+        return backward_kernel_name(a, sm) + " needs " + std::to_string(need / 1024) + " KB of shared memory a block; sm_" +
+               std::to_string(sm) + " offers " + std::to_string(have / 1024) + " KB";
+    return "";
+}
 
 bool backward_tma_ready(const flash_bwd::BwdParams& bp) { return wgmma_bwd::tma_ready(bp); }
 
@@ -68,9 +98,11 @@ cudaError_t backward_launch(const BackwardAsk& a, flash_bwd::BwdParams& bp, void
     if (dtype == DataType::kBf16) {
         if (p.d == 64) return flash_bwd::launch<Traits<__nv_bfloat16, 64>>(bp, stream);
         if (p.d == 128) return flash_bwd::launch<Traits<__nv_bfloat16, 128>>(bp, stream);
+        if (p.d == 256) return flash_bwd::launch<Traits<__nv_bfloat16, 256>>(bp, stream);
     } else if (dtype == DataType::kFp16) {
         if (p.d == 64) return flash_bwd::launch<Traits<__half, 64>>(bp, stream);
         if (p.d == 128) return flash_bwd::launch<Traits<__half, 128>>(bp, stream);
+        if (p.d == 256) return flash_bwd::launch<Traits<__half, 256>>(bp, stream);
     }
     return cudaErrorInvalidValue;
 }

@@ -29,6 +29,10 @@ struct BackwardAsk {
 // Why no backward kernel serves the ask, in the words of its fields ("" where one does).
 std::string backward_refusal(const BackwardAsk& a);
 
+// Why the kernel the ask gets on arch sm cannot run there ("" where it can): sm_80 or later,
+// and its shared memory within what a block may opt into on that arch.
+std::string backward_arch_refusal(const BackwardAsk& a, int sm);
+
 // Whether the wgmma kernel's TMA maps can address bp's Q, K, V and dO (16-byte aligned bases
 // and strides, rows within int32 coordinates): the ask's tma_ready.
 bool backward_tma_ready(const flash_bwd::BwdParams& bp);

@@ -92,7 +92,7 @@ struct Traits {
     static constexpr int kSmemBytes = kSmemRows + kStages * 2 * kBlockM * 4;
 
     static_assert(kIsSupportedElement<Element>, "Element must be __half or __nv_bfloat16");
-    static_assert(kHeadDim == 64 || kHeadDim == 128, "flash-bwd draft: d = dv = 64 or 128");
+    static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "flash-bwd: d = dv = 64, 128 or 256");
     static_assert(kNTilesS % 2 == 0, "S^T is read 16 queries at a time");
     static_assert(kSmemBytes <= kMaxSmemPerCta, "tiles exceed shared memory");
 };
