@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 
 #include "params.h"
 
@@ -18,6 +19,10 @@ size_t reference_bwd_scratch_floats(const Params& p);
 // cudaErrorInvalidValue for what the draft does not serve: a mask other than padding and
 // causal, a head size above 256, h not a multiple of h_kv. Score modifiers and sinks are
 // ignored: the caller refuses them.
+// The RMS magnitude of dQ, dK and dV (the terms' absolute values summed; reference_bwd.cu)
+// over counts[t] elements each, from the scratch of a finished run_reference_bwd.
+cudaError_t reference_bwd_magnitudes(const float* scratch, double rms[3], int64_t counts[3]);
+
 cudaError_t run_reference_bwd(const Params& p, DataType dtype, const void* d_o, float* dq_ref, float* dk_ref,
                               float* dv_ref, float* scratch, cudaStream_t stream);
 
