@@ -241,15 +241,18 @@ FMHA_DEVICE void bwd_query_blocks(const Params& p, int n0, int n1, int shift, in
 template <BwdMask kMask, int kBlockM, int kBlockN>
 FMHA_DEVICE int dq_turn(const Params& p, int n_block, int m_block, int kv_len, int q_len, int shift) {
     int lo = n_block, hi = ceil_div(kv_len, kBlockN) - 1;
-    if constexpr (kMask == BwdMask::kNone) return hi - lo;  // every key block sees every row
-    while (lo < hi) {
-        const int mid = (lo + hi + 1) / 2, mid0 = mid * kBlockN;
-        int m_lo, m_hi;
-        bwd_query_blocks<kMask, kBlockM>(p, mid0, min(mid0 + kBlockN, kv_len) - 1, shift, q_len, &m_lo, &m_hi);
-        if (m_lo <= m_block) lo = mid;
-        else hi = mid - 1;
+    if constexpr (kMask == BwdMask::kNone) {
+        return hi - lo;  // every key block sees every row
+    } else {
+        while (lo < hi) {
+            const int mid = (lo + hi + 1) / 2, mid0 = mid * kBlockN;
+            int m_lo, m_hi;
+            bwd_query_blocks<kMask, kBlockM>(p, mid0, min(mid0 + kBlockN, kv_len) - 1, shift, q_len, &m_lo, &m_hi);
+            if (m_lo <= m_block) lo = mid;
+            else hi = mid - 1;
+        }
+        return lo - n_block;
     }
-    return lo - n_block;
 }
 
 template <class Tr, BwdMask kMask, bool kDeterministic>

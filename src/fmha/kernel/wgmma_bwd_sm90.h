@@ -189,26 +189,48 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
     const float scale_log2 = p.scale_bmm1 * kLog2e;
     const int key_base = n0 + 64 * wg + 16 * warp + lane / 4;  // this thread's first key (rows +0, +8)
 
-    memory::mbar_wait(bars, 0);  // K and V
-    for (int j = 0; j < blocks; ++j) {
-        const int m_block = m_begin + j, m0 = m_block * Tr::kBlockM;
-        const int buf = j % Tr::kStages;
-        memory::mbar_wait(bars + 8 * (1 + buf), (j / Tr::kStages) & 1);  // this block's stage landed
-        const float* lse_s = rows_s + buf * 2 * Tr::kBlockM;
-        const float* dsum_s = lse_s + Tr::kBlockM;
-        const uint64_t stage = uint64_t(buf * Tr::kTileQ) >> 4;  // this block's Q, dO buffers
-
-        // S^T, dP^T: [64 keys of this warpgroup, 64 queries], a commit group each.
-        float acc_s[1][Tr::kBlockM / 8][4], acc_dp[1][Tr::kBlockM / 8][4];
+    // S^T, dP^T of block j: [64 keys of this warpgroup, kBlockM queries], a commit group each,
+    // S^T once the block's stage has landed. kEarlyS: block j + 1's S^T is issued right after
+    // block j's dQ product, so that the tensor cores run it while this warpgroup stages dQ
+    // (dP^T too would hold 32 more registers there, which d = 128 does not have; with two
+    // stages, as at d = 64, block j + 1's are loaded only during block j, so its products
+    // wait at its top instead).
+    // (Not with softcap/ALiBi, which have no registers to spare, nor for the local masks,
+    // where ptxas then serialises the products, C7514.)
+    constexpr bool kEarlyS = Tr::kStages >= 3 && !kMods && kMask != BwdMask::kLocal;
+    float acc_s[1][Tr::kBlockM / 8][4], acc_dp[1][Tr::kBlockM / 8][4];
+    const auto stage_of = [](int j) { return uint64_t(j % Tr::kStages * Tr::kTileQ) >> 4; };  // Q, dO buffers
+    const auto issue_s = [&](int j) {
+        memory::mbar_wait(bars + 8 * (1 + j % Tr::kStages), (j / Tr::kStages) & 1);  // block j's stage landed
         mma::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kKSteps; ++kk)
-            mma::wgmma_ss<kBf16, Tr::kBlockM>(mma::flat(acc_s), desc_k + in_k(kk), desc_q + stage + in_q(kk), kk > 0);
+            mma::wgmma_ss<kBf16, Tr::kBlockM>(mma::flat(acc_s), desc_k + in_k(kk), desc_q + stage_of(j) + in_q(kk),
+                                              kk > 0);
         mma::wgmma_commit();
+    };
+    const auto issue_dp = [&](int j) {
+        mma::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kKSteps; ++kk)
-            mma::wgmma_ss<kBf16, Tr::kBlockM>(mma::flat(acc_dp), desc_v + in_k(kk), desc_do + stage + in_q(kk), kk > 0);
+            mma::wgmma_ss<kBf16, Tr::kBlockM>(mma::flat(acc_dp), desc_v + in_k(kk), desc_do + stage_of(j) + in_q(kk),
+                                              kk > 0);
         mma::wgmma_commit();
+    };
+
+    memory::mbar_wait(bars, 0);  // K and V
+    // Block j of the walk. kTop: issue its own S^T first (else block j - 1 did); kNext: issue
+    // block j + 1's behind dQ's product. (Separate instances, not run-time branches: a product issued on one
+    // path only makes ptxas wait for every product where the paths meet.)
+    const auto block = [&](int j, auto top, auto next) {
+        constexpr bool kTop = decltype(top)::value, kNext = decltype(next)::value;
+        const int m_block = m_begin + j, m0 = m_block * Tr::kBlockM;
+        const int buf = j % Tr::kStages;
+        if constexpr (kTop) issue_s(j);
+        issue_dp(j);
+        const float* lse_s = rows_s + buf * 2 * Tr::kBlockM;
+        const float* dsum_s = lse_s + Tr::kBlockM;
+        const uint64_t stage = stage_of(j);  // this block's Q, dO buffers
 
         // P^T in place of S^T, dS^T in place of dP^T. The plain instance makes P while dP^T's
         // product runs; the softcap/ALiBi one waits for it first and makes both in one pass,
@@ -306,6 +328,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
                                            desc_k_mn + kk * 128, kk > 0);
         }
         mma::wgmma_commit();
+        // kNext: dV and dK done (their fragments free), then block j + 1's S^T behind dQ's
+        // product.
+        if constexpr (kNext) {
+            mma::wgmma_wait<1>();
+            mma::fence_operands(p_frag);
+            mma::fence_operands(ds_frag);
+            mma::fence_operands(acc_dk);
+            mma::fence_operands(acc_dv);
+            issue_s(j + 1);
+        }
         // Deterministic: flash-bwd's order (the key blocks that see this query block add from
         // the last down), counted twice a CTA, once a warpgroup: each waits for 2 turn.
         // (The counter's address is made where it is used: one thread, few live registers.)
@@ -324,7 +356,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
         } else if (wg_tid == 0) {
             memory::bulk_wait_read<0>();  // the staging's last reduce-adds (a block ago) have read it
         }
-        mma::wgmma_wait<0>();
+        if constexpr (kNext) mma::wgmma_wait<1>();  // dQ's product (S^T of j + 1 may run on)
+        else mma::wgmma_wait<0>();
         mma::fence_operands(p_frag);
         mma::fence_operands(ds_frag);
         mma::fence_operands(acc_dq);
@@ -363,6 +396,17 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
                 asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(order()) : "memory");
             }
         }
+    };
+    using Yes = std::true_type;
+    using No = std::false_type;
+    if constexpr (kEarlyS) {
+        if (blocks > 0) {
+            issue_s(0);
+            for (int j = 0; j + 1 < blocks; ++j) block(j, No{}, Yes{});
+            block(blocks - 1, No{}, No{});
+        }
+    } else {
+        for (int j = 0; j < blocks; ++j) block(j, Yes{}, No{});
     }
     if (wg_tid == 0) memory::bulk_wait<0>();  // the adds done before the postprocess reads
 
