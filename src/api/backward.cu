@@ -60,8 +60,9 @@ std::string backward_arch_refusal(const BackwardAsk& a, int sm) {
     if (sm < 80) return "the backward kernels need sm_80 or later, not sm_" + std::to_string(sm);
     const int need = backward_smem_bytes(a, sm), have = smem_optin_bytes(sm);
     if (need > have)
-        return backward_kernel_name(a, sm) + " needs " + std::to_string(need / 1024) + " KB of shared memory a block; sm_" +
-               std::to_string(sm) + " offers " + std::to_string(have / 1024) + " KB";
+        return backward_kernel_name(a, sm) + " needs " + std::to_string(need / 1024) +
+               " KB of shared memory a block; sm_" + std::to_string(sm) + " offers " + std::to_string(have / 1024) +
+               " KB";
     return "";
 }
 

@@ -13,7 +13,8 @@
 //                                   columns 64 g .. at d = 128, queries 64 g .. at d = 64);
 //                                   staged in smem and added to the fp32 accumulator by TMA
 //                                   reduce-adds (asynchronous)
-// P's exps run while dP^T's product does. Tiles are SW128 panels of 64 columns that TMA fills
+// P's exps run while dP^T's product does, and (d = 128) block j + 1's S^T while block j's dQ
+// is staged. Tiles are SW128 panels of 64 columns that TMA fills
 // (one thread issues; mbarriers count the bytes): K and V once, Q, dO and the rows' LSE and D
 // in kStages stages, block j + kStages - 1's loads issued once block j's dS barrier has passed
 // (the one CTA barrier a block; dS has two buffers). MHA stores dK and dV itself; GQA leaves
@@ -192,11 +193,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
     // S^T, dP^T of block j: [64 keys of this warpgroup, kBlockM queries], a commit group each,
     // S^T once the block's stage has landed. kEarlyS: block j + 1's S^T is issued right after
     // block j's dQ product, so that the tensor cores run it while this warpgroup stages dQ
-    // (dP^T too would hold 32 more registers there, which d = 128 does not have; with two
-    // stages, as at d = 64, block j + 1's are loaded only during block j, so its products
-    // wait at its top instead).
-    // (Not with softcap/ALiBi, which have no registers to spare, nor for the local masks,
-    // where ptxas then serialises the products, C7514.)
+    // (bench/NOTES.md §71). Not dP^T too (32 more registers, which d = 128 does not have), not
+    // with two stages (d = 64: block j + 1 lands only during block j), not for softcap/ALiBi
+    // (no registers to spare) nor the local masks (ptxas then serialises the products, C7514).
     constexpr bool kEarlyS = Tr::kStages >= 3 && !kMods && kMask != BwdMask::kLocal;
     float acc_s[1][Tr::kBlockM / 8][4], acc_dp[1][Tr::kBlockM / 8][4];
     const auto stage_of = [](int j) { return uint64_t(j % Tr::kStages * Tr::kTileQ) >> 4; };  // Q, dO buffers
@@ -220,8 +219,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
 
     memory::mbar_wait(bars, 0);  // K and V
     // Block j of the walk. kTop: issue its own S^T first (else block j - 1 did); kNext: issue
-    // block j + 1's behind dQ's product. (Separate instances, not run-time branches: a product issued on one
-    // path only makes ptxas wait for every product where the paths meet.)
+    // block j + 1's behind dQ's product. Compile-time, with the last block peeled: a product
+    // issued on one run-time path only makes ptxas wait for all of them where the paths meet
+    // (C7517).
     const auto block = [&](int j, auto top, auto next) {
         constexpr bool kTop = decltype(top)::value, kNext = decltype(next)::value;
         const int m_block = m_begin + j, m0 = m_block * Tr::kBlockM;
@@ -321,12 +321,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
         if (tid == 0 && j >= 1 && j + Tr::kStages - 1 < blocks) load_stage(j + Tr::kStages - 1);
         // dQ = dS K: this warpgroup's m64 n64 tile, over the 128 keys.
         float acc_dq[1][8][4];
+        const uint64_t desc_ds_j = desc_ds_wg + (uint64_t((j & 1) * Tr::kTileS) >> 4);  // block j's dS buffer
         mma::wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < Tr::kBlockN / 16; ++kk) {
-            mma::wgmma_ss<kBf16, 64, true>(mma::flat(acc_dq), desc_ds_wg + (uint64_t((j & 1) * Tr::kTileS) >> 4) + in_q(kk),
-                                           desc_k_mn + kk * 128, kk > 0);
-        }
+        for (int kk = 0; kk < Tr::kBlockN / 16; ++kk)
+            mma::wgmma_ss<kBf16, 64, true>(mma::flat(acc_dq), desc_ds_j + in_q(kk), desc_k_mn + kk * 128, kk > 0);
         mma::wgmma_commit();
         // kNext: dV and dK done (their fragments free), then block j + 1's S^T behind dQ's
         // product.
