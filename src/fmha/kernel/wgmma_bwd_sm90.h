@@ -76,13 +76,6 @@ struct Traits {
                   "whole blocks of the workspace's rows (the rows' TMA boxes stay in their head's)");
 };
 
-// Four 8 x 8 b16 matrices, each stored transposed: lane l names row l % 8 of matrix l / 8.
-FMHA_DEVICE void stmatrix_x4_trans(uint32_t smem_addr, const uint32_t (&r)[4]) {
-    asm volatile("stmatrix.sync.aligned.x4.trans.m8n8.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr),
-                 "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
-                 : "memory");
-}
-
 FMHA_DEVICE void st_shared_v2(uint32_t addr, float x, float y) {
     asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(x), "f"(y) : "memory");
 }
@@ -297,7 +290,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
             const uint32_t panel = sds + (j & 1) * Tr::kTileS + (key0 / 64) * Tr::kBlockM * 128;
 #pragma unroll
             for (int kk = 0; kk < Tr::kBlockM / 16; ++kk)
-                stmatrix_x4_trans(panel + mma::sw128_offset(16 * kk + 8 * (m / 2) + lane % 8, 2 * (key0 % 64),
+                mma::stmatrix_x4_trans(panel + mma::sw128_offset(16 * kk + 8 * (m / 2) + lane % 8, 2 * (key0 % 64),
                                                             Tr::kBlockM),
                                   ds_frag[0][kk]);
         }

@@ -76,6 +76,13 @@ FMHA_DEVICE void stmatrix_x4(uint32_t smem_addr, uint32_t r0, uint32_t r1, uint3
                  : "memory");
 }
 
+// Four 8 x 8 b16 matrices, each stored transposed: lane l names row l % 8 of matrix l / 8.
+FMHA_DEVICE void stmatrix_x4_trans(uint32_t smem_addr, const uint32_t (&r)[4]) {
+    asm volatile("stmatrix.sync.aligned.x4.trans.m8n8.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr),
+                 "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+                 : "memory");
+}
+
 // Shared-memory address of byte (row, col) of SW128 panels of 128-byte rows, `rows` rows a panel.
 FMHA_HOST_DEVICE constexpr uint32_t sw128_offset(int row, int col, int rows) {
     return uint32_t((col / kE4m3PanelCols) * rows * 128 + row * 128 +
