@@ -256,7 +256,7 @@ def test_plan_backward_names_the_kernel_and_sizes_the_workspace(lib):
 @pytest.mark.parametrize("fields, args, status, reason", [
     ({}, {}, INVALID, "backward: lse (the forward's) is NULL"),
     ({"dtype": E4M3, "acc": FP32}, {}, NOT_SUPPORTED, "backward: fp16 or bf16 inputs only"),
-    ({"d": 96, "dv": 96}, {}, NOT_SUPPORTED, "backward: d = dv = 64, 128 or 256 only (got d 96, dv 96)"),
+    ({"d": 264, "dv": 264}, {}, NOT_SUPPORTED, "backward: d and dv multiples of 8 up to 256 only (got d 264, dv 264)"),
     ({"mask": CUSTOM, "custom_mask": 0x60000000, "custom_mask_row_words": 4}, {}, NOT_SUPPORTED,
      "backward: no custom mask yet"),
     ({"bias": 0x60000000, "bias_row_stride": 128}, {}, NOT_SUPPORTED, "backward: no bias yet"),
@@ -281,13 +281,20 @@ def test_bad_backward_problems_get_a_status_and_a_reason(lib, fields, args, stat
 def test_backward_plans_d256_where_its_shared_memory_fits(lib):
     # flash-bwd at d = 256 takes 209 KB a block: sm_90's 227 KB hold it, sm_80's 163 do not;
     # at d = 128 (113 KB) the 99 KB of sm_86/89 are too few. Each refusal names both.
-    def wide(d):
-        t = {name: Tensor(0x10000000 * (i + 1), 128 * 4 * d, 4 * d, d) for i, name in enumerate("qkvo")}
-        g = {name: Tensor(0x90000000 + 0x1000000 * i, 128 * 4 * d, 4 * d, d)
+    def wide(d, dv=None):
+        dv = dv or d
+        width = {"q": d, "k": d, "v": dv, "o": dv, "d_o": dv, "dq": d, "dk": d, "dv": dv}
+        t = {name: Tensor(0x10000000 * (i + 1), 128 * 4 * width[name], 4 * width[name], width[name])
+             for i, name in enumerate("qkvo")}
+        g = {name: Tensor(0x90000000 + 0x1000000 * i, 128 * 4 * width[name], 4 * width[name], width[name])
              for i, name in enumerate(("d_o", "dq", "dk", "dv"))}
-        return problem(lib, lse=0xa0000000, d=d, dv=d, **t), grads(lib, **g)
+        return problem(lib, lse=0xa0000000, d=d, dv=dv, **t), grads(lib, **g)
     status, error, out = plan_backward(lib, *wide(256), sm=90)
     assert (status, error, out.kernel.decode()) == (SUCCESS, "", "flash_bwd_fp16_d256_sm80")
+    # Other head sizes take the next tile of 64, 128, 256, zero-padded (MLA's 192 / 128 too).
+    for d, dv, kernel in ((32, 32, "d64"), (96, 96, "d128"), (160, 160, "d256"), (192, 128, "d256")):
+        status, error, out = plan_backward(lib, *wide(d, dv), sm=90)
+        assert (status, error, out.kernel.decode()) == (SUCCESS, "", f"flash_bwd_fp16_{kernel}_sm80")
     assert plan_backward(lib, *wide(256), sm=80)[:2] == (
         NOT_SUPPORTED, "backward: flash_bwd_fp16_d256_sm80 needs 209 KB of shared memory a block; sm_80 offers 163 KB")
     assert plan_backward(lib, *wide(128), sm=89)[:2] == (

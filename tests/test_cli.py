@@ -84,7 +84,7 @@ BAD_ARGS = {
     "alibi with softcapping": (["-alibi", "-softcapping-scale-bmm1", "30"],
                                "-alibi and -softcapping-scale-bmm1 cannot be combined"),
     "e4m3 fp16 out": (["-e4m3", "-fp16-output"], "no kernel writes O in fp16 yet"),
-    "bwd head size": (["-bwd", "-d", "96"], "-bwd: d = dv = 64, 128 or 256 only"),
+    "bwd head size": (["-bwd", "-d", "100"], "-bwd: d and dv multiples of 8 up to 256 only (got d 100, dv 100)"),
     "bwd e4m3": (["-bwd", "-e4m3"], "-bwd: fp16 or bf16 inputs only"),
     "bwd bias": (["-bwd", "-attention-bias"], "-bwd: no bias yet"),
     "bwd custom mask": (["-bwd", "-custom-mask"], "-bwd: no custom mask yet"),

@@ -1,5 +1,7 @@
 #include "api/backward.h"
 
+#include <algorithm>
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -11,8 +13,10 @@ namespace api {
 
 std::string backward_refusal(const BackwardAsk& a) {
     if (a.dtype != DataType::kFp16 && a.dtype != DataType::kBf16) return "fp16 or bf16 inputs only";
-    if (a.d != a.dv || (a.d != 64 && a.d != 128 && a.d != 256))
-        return "d = dv = 64, 128 or 256 only (got d " + std::to_string(a.d) + ", dv " + std::to_string(a.dv) + ")";
+    const auto size_ok = [](int d) { return d >= 8 && d <= 256 && d % 8 == 0; };
+    if (!size_ok(a.d) || !size_ok(a.dv))
+        return "d and dv multiples of 8 up to 256 only (got d " + std::to_string(a.d) + ", dv " + std::to_string(a.dv) +
+               ")";
     if (a.mask == MaskType::kCustom) return "no custom mask yet";
     if (a.bias) return "no bias yet";
     if (a.paged) return "not over a paged KV cache";
@@ -30,7 +34,13 @@ constexpr bool kWgmmaImage = false;
 #endif
 
 bool takes_wgmma(const BackwardAsk& a, int sm) {
-    return kWgmmaImage && sm == 90 && (a.d == 64 || a.d == 128) && a.tma_ready;
+    return kWgmmaImage && sm == 90 && a.d == a.dv && (a.d == 64 || a.d == 128) && a.tma_ready;
+}
+
+// flash-bwd's tile head size for the ask: 64, 128 or 256, d and dv zero-padded up to it.
+int flash_tile_d(const BackwardAsk& a) {
+    const int d = std::max(a.d, a.dv);
+    return d <= 64 ? 64 : d <= 128 ? 128 : 256;
 }
 
 // Shared memory a block may opt into (CUDA's per-arch table): 163 KB on sm_80/87, 99 KB on
@@ -47,9 +57,10 @@ int backward_smem_bytes(const BackwardAsk& a, int sm) {
         using Element = decltype(element);
         if (takes_wgmma(a, sm))
             return a.d == 64 ? wgmma_bwd::Traits<Element, 64>::kSmemBytes : wgmma_bwd::Traits<Element, 128>::kSmemBytes;
-        return a.d == 64    ? flash_bwd::Traits<Element, 64>::kSmemBytes
-               : a.d == 128 ? flash_bwd::Traits<Element, 128>::kSmemBytes
-                            : flash_bwd::Traits<Element, 256>::kSmemBytes;
+        const int tile = flash_tile_d(a);
+        return tile == 64    ? flash_bwd::Traits<Element, 64>::kSmemBytes
+               : tile == 128 ? flash_bwd::Traits<Element, 128>::kSmemBytes
+                             : flash_bwd::Traits<Element, 256>::kSmemBytes;
     };
     return a.dtype == DataType::kBf16 ? pick(__nv_bfloat16{}) : pick(__half{});
 }
@@ -71,7 +82,7 @@ bool backward_tma_ready(const flash_bwd::BwdParams& bp) { return wgmma_bwd::tma_
 std::string backward_kernel_name(const BackwardAsk& a, int sm) {
     const std::string dtype = a.dtype == DataType::kBf16 ? "bf16" : "fp16";
     if (takes_wgmma(a, sm)) return "wgmma_bwd_" + dtype + "_d" + std::to_string(a.d) + "_sm90";
-    return "flash_bwd_" + dtype + "_d" + std::to_string(a.d) + "_sm80";
+    return "flash_bwd_" + dtype + "_d" + std::to_string(flash_tile_d(a)) + "_sm80";
 }
 
 size_t backward_workspace_bytes(const Params& p) {
@@ -96,14 +107,15 @@ cudaError_t backward_launch(const BackwardAsk& a, flash_bwd::BwdParams& bp, void
         }
     }
     using flash_bwd::Traits;
+    const int tile = flash_tile_d(a);
     if (dtype == DataType::kBf16) {
-        if (p.d == 64) return flash_bwd::launch<Traits<__nv_bfloat16, 64>>(bp, stream);
-        if (p.d == 128) return flash_bwd::launch<Traits<__nv_bfloat16, 128>>(bp, stream);
-        if (p.d == 256) return flash_bwd::launch<Traits<__nv_bfloat16, 256>>(bp, stream);
+        if (tile == 64) return flash_bwd::launch<Traits<__nv_bfloat16, 64>>(bp, stream);
+        if (tile == 128) return flash_bwd::launch<Traits<__nv_bfloat16, 128>>(bp, stream);
+        return flash_bwd::launch<Traits<__nv_bfloat16, 256>>(bp, stream);
     } else if (dtype == DataType::kFp16) {
-        if (p.d == 64) return flash_bwd::launch<Traits<__half, 64>>(bp, stream);
-        if (p.d == 128) return flash_bwd::launch<Traits<__half, 128>>(bp, stream);
-        if (p.d == 256) return flash_bwd::launch<Traits<__half, 256>>(bp, stream);
+        if (tile == 64) return flash_bwd::launch<Traits<__half, 64>>(bp, stream);
+        if (tile == 128) return flash_bwd::launch<Traits<__half, 128>>(bp, stream);
+        return flash_bwd::launch<Traits<__half, 256>>(bp, stream);
     }
     return cudaErrorInvalidValue;
 }

@@ -38,8 +38,9 @@ std::string backward_arch_refusal(const BackwardAsk& a, int sm);
 bool backward_tma_ready(const flash_bwd::BwdParams& bp);
 
 // The kernel that runs the ask on a device of arch sm: the wgmma kernel ("wgmma_bwd_bf16_d128_sm90")
-// on sm_90 where this build has its image and it serves the ask (d = 64 or 128, tma_ready),
-// else flash-bwd ("flash_bwd_bf16_d128_sm80"); the ask must be served.
+// on sm_90 where this build has its image and it serves the ask (d = dv = 64 or 128,
+// tma_ready), else flash-bwd on the tile of the next head size of 64, 128, 256 at or above
+// d and dv, zero-padded ("flash_bwd_bf16_d256_sm80" for d 192, dv 128); the ask must be served.
 std::string backward_kernel_name(const BackwardAsk& a, int sm);
 
 // Bytes of workspace (256-byte aligned, any content: the launch clears what it uses).

@@ -135,46 +135,48 @@ inline dim3 preprocess_grid(const Params& p) {
 }
 
 // dQ (scaled) to the input dtype, and (unless the main kernel stored them) dK, dV summed over
-// each KV head's query heads; four columns a thread (one 16-byte load of each accumulator).
-// grid (ceil(rows * h * d / 4 / 256)), 256 threads, rows the larger storage.
+// each KV head's query heads; four columns a thread (one 16-byte load of each accumulator;
+// d and dv are whole 8-element chunks). Grid (postprocess_blocks), 256 threads: thread i
+// takes columns 4 i .. of each of the three [rows, heads, d or dv] storages it reaches.
+template <typename Element>
+FMHA_DEVICE void store4(Element* out, float4 x, float scale) {
+    out[0] = from_f32<Element>(x.x * scale), out[1] = from_f32<Element>(x.y * scale);
+    out[2] = from_f32<Element>(x.z * scale), out[3] = from_f32<Element>(x.w * scale);
+}
 template <class Tr>
 __global__ void __launch_bounds__(256) postprocess_kernel(const __grid_constant__ BwdParams bp) {
     using Element = typename Tr::Element;
     const Params& p = bp.p;
     const int64_t i = (int64_t(blockIdx.x) * 256 + threadIdx.x) * 4;  // the first of four columns
-    const int d = Tr::kHeadDim, group = p.h / p.h_kv;
-    static_assert(Tr::kHeadDim % 4 == 0, "whole groups of four columns");
-    if (i < p.q_tokens * p.h * d) {  // dQ[token, head, c .. c + 3]
-        const int64_t token = i / (int64_t(p.h) * d);
-        const int head = int(i / d % p.h), c = int(i % d);
-        const float4 x = *reinterpret_cast<const float4*>(bp.dq_accum + i);
-        Element* dq = static_cast<Element*>(bp.dq) + token * bp.dq_row_stride + int64_t(head) * bp.dq_head_stride + c;
-        dq[0] = from_f32<Element>(x.x * p.scale_bmm1), dq[1] = from_f32<Element>(x.y * p.scale_bmm1);
-        dq[2] = from_f32<Element>(x.z * p.scale_bmm1), dq[3] = from_f32<Element>(x.w * p.scale_bmm1);
+    const int group = p.h / p.h_kv;
+    if (i < p.q_tokens * p.h * p.d) {  // dQ[token, head, c .. c + 3]
+        const int64_t token = i / (int64_t(p.h) * p.d);
+        const int head = int(i / p.d % p.h), c = int(i % p.d);
+        store4(static_cast<Element*>(bp.dq) + token * bp.dq_row_stride + int64_t(head) * bp.dq_head_stride + c,
+               *reinterpret_cast<const float4*>(bp.dq_accum + i), p.scale_bmm1);
     }
-    if (!bp.dkv_direct && i < p.kv_tokens * p.h_kv * d) {  // dK, dV[token, kv head, c .. c + 3]
+    if (bp.dkv_direct) return;
+    // dK (d columns) and dV (dv columns) [token, kv head, c .. c + 3], each the sum of its
+    // group's rows [token, head, c].
+    const auto sum_group = [&](const float* accum, int d, void* out, int64_t row_stride, int64_t head_stride) {
+        if (i >= p.kv_tokens * p.h_kv * d) return;
         const int64_t token = i / (int64_t(p.h_kv) * d);
         const int kv_head = int(i / d % p.h_kv), c = int(i % d);
-        float4 dk = make_float4(0.f, 0.f, 0.f, 0.f), dv = dk;
+        float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
         for (int g = 0; g < group; ++g) {
-            const int64_t at = (token * p.h + kv_head * group + g) * d + c;
-            const float4 a = *reinterpret_cast<const float4*>(bp.dk_accum + at);
-            const float4 b = *reinterpret_cast<const float4*>(bp.dv_accum + at);
-            dk.x += a.x, dk.y += a.y, dk.z += a.z, dk.w += a.w;
-            dv.x += b.x, dv.y += b.y, dv.z += b.z, dv.w += b.w;
+            const float4 a = *reinterpret_cast<const float4*>(accum + (token * p.h + kv_head * group + g) * d + c);
+            x.x += a.x, x.y += a.y, x.z += a.z, x.w += a.w;
         }
-        Element* k = static_cast<Element*>(bp.dk) + token * bp.dk_row_stride + int64_t(kv_head) * bp.dk_head_stride + c;
-        Element* v = static_cast<Element*>(bp.dv) + token * bp.dv_row_stride + int64_t(kv_head) * bp.dv_head_stride + c;
-        k[0] = from_f32<Element>(dk.x), k[1] = from_f32<Element>(dk.y), k[2] = from_f32<Element>(dk.z);
-        k[3] = from_f32<Element>(dk.w);
-        v[0] = from_f32<Element>(dv.x), v[1] = from_f32<Element>(dv.y), v[2] = from_f32<Element>(dv.z);
-        v[3] = from_f32<Element>(dv.w);
-    }
+        store4(static_cast<Element*>(out) + token * row_stride + int64_t(kv_head) * head_stride + c, x, 1.f);
+    };
+    sum_group(bp.dk_accum, p.d, bp.dk, bp.dk_row_stride, bp.dk_head_stride);
+    sum_group(bp.dv_accum, p.dv, bp.dv, bp.dv_row_stride, bp.dv_head_stride);
 }
 inline unsigned postprocess_blocks(const BwdParams& bp) {
     const Params& p = bp.p;
-    const int64_t rows = bp.dkv_direct ? int64_t(p.q_tokens) * p.h : std::max(int64_t(p.q_tokens) * p.h, int64_t(p.kv_tokens) * p.h_kv);
-    return unsigned((rows * p.d / 4 + 255) / 256);
+    int64_t elems = int64_t(p.q_tokens) * p.h * p.d;
+    if (!bp.dkv_direct) elems = std::max(elems, int64_t(p.kv_tokens) * p.h_kv * std::max(p.d, p.dv));
+    return unsigned((elems / 4 + 255) / 256);
 }
 
 // An [rows, cols] f32 accumulator pair of this thread, packed, into a 16-bit [rows, cols]
@@ -284,8 +286,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
                        int64_t(kv_head) * p.k_head_stride;
     const Element* v = static_cast<const Element*>(p.v) + int64_t(kv_off + n0) * p.v_row_stride +
                        int64_t(kv_head) * p.v_head_stride;
-    Tr::LoaderKV::template load<true>(smem_k, k, p.k_row_stride, kv_len - n0, tid);
-    Tr::LoaderKV::template load<true>(smem_v, v, p.v_row_stride, kv_len - n0, tid);
+    // Columns past d (dv for V, dO) read as zeros: the tile's kHeadDim may exceed them.
+    const int d_chunks = p.d / kElemsPerChunk, dv_chunks = p.dv / kElemsPerChunk;
+    Tr::LoaderKV::template load<true>(smem_k, k, p.k_row_stride, kv_len - n0, tid, 0, 1, d_chunks);
+    Tr::LoaderKV::template load<true>(smem_v, v, p.v_row_stride, kv_len - n0, tid, 0, 1, dv_chunks);
     memory::cp_async_commit();
 
     const int kr = warp % 4;    // key rows 16 kr .. (S^T, dP^T, dK, dV); query rows 16 kr .. (dQ)
@@ -337,8 +341,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
                            int64_t(head) * p.q_head_stride;
         const Element* d_o = static_cast<const Element*>(bp.d_o) + int64_t(q_off + m0) * bp.do_row_stride +
                              int64_t(head) * bp.do_head_stride;
-        Tr::LoaderQ::template load<true>(smem_q + buf * Tr::LayoutQ::kBytes, q, p.q_row_stride, q_len - m0, tid);
-        Tr::LoaderQ::template load<true>(smem_do + buf * Tr::LayoutQ::kBytes, d_o, bp.do_row_stride, q_len - m0, tid);
+        Tr::LoaderQ::template load<true>(smem_q + buf * Tr::LayoutQ::kBytes, q, p.q_row_stride, q_len - m0, tid, 0, 1,
+                                         d_chunks);
+        Tr::LoaderQ::template load<true>(smem_do + buf * Tr::LayoutQ::kBytes, d_o, bp.do_row_stride, q_len - m0, tid,
+                                         0, 1, dv_chunks);
         memory::cp_async_commit();
         if (tid < Tr::kBlockM) {
             const int row = m0 + tid;
@@ -477,6 +483,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
                 float* acc = bp.dq_accum + (int64_t(q_off + row) * p.h + head) * p.d + 64 * part + 2 * (lane % 4);
 #pragma unroll
                 for (int nt = 0; nt < Tr::kNTilesW; ++nt) {
+                    if (64 * part + 8 * nt >= p.d) break;  // the tile's columns past d
                     if constexpr (kDeterministic) {  // L2 only: the adds before came from other SMs
                         float2 x = __ldcg(reinterpret_cast<const float2*>(acc + 8 * nt));
                         x.x += dq[0][nt][2 * h], x.y += dq[0][nt][2 * h + 1];
@@ -502,13 +509,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
     for (int h = 0; h < 2; ++h) {
         const int key = key0 + 8 * h;
         if (key >= kv_len) continue;
-        const int64_t at = (int64_t(kv_off + key) * p.h + head) * p.d + 64 * part + 2 * (lane % 4);
+        const int c0 = 64 * part + 2 * (lane % 4);
+        const int64_t row = int64_t(kv_off + key) * p.h + head;
 #pragma unroll
         for (int nt = 0; nt < Tr::kNTilesW; ++nt) {
-            *reinterpret_cast<float2*>(bp.dk_accum + at + 8 * nt) =
-                make_float2(acc_dk[0][nt][2 * h] * p.scale_bmm1, acc_dk[0][nt][2 * h + 1] * p.scale_bmm1);
-            *reinterpret_cast<float2*>(bp.dv_accum + at + 8 * nt) =
-                make_float2(acc_dv[0][nt][2 * h], acc_dv[0][nt][2 * h + 1]);
+            if (c0 + 8 * nt < p.d)
+                *reinterpret_cast<float2*>(bp.dk_accum + row * p.d + c0 + 8 * nt) =
+                    make_float2(acc_dk[0][nt][2 * h] * p.scale_bmm1, acc_dk[0][nt][2 * h + 1] * p.scale_bmm1);
+            if (c0 + 8 * nt < p.dv)
+                *reinterpret_cast<float2*>(bp.dv_accum + row * p.dv + c0 + 8 * nt) =
+                    make_float2(acc_dv[0][nt][2 * h], acc_dv[0][nt][2 * h + 1]);
         }
     }
 }
@@ -532,7 +542,9 @@ cudaError_t launch_main(const BwdParams& bp, cudaStream_t stream) {
 template <class Tr>
 cudaError_t launch(const BwdParams& bp, cudaStream_t stream) {
     const Params& p = bp.p;
-    if (p.d != Tr::kHeadDim || p.dv != Tr::kHeadDim || p.b < 1 || p.h < 1 || p.h_kv < 1 || p.h % p.h_kv != 0)
+    // d and dv whole 16-byte chunks up to the tile's head size (the loads zero the rest).
+    const auto fits = [](int d) { return d >= kElemsPerChunk && d <= Tr::kHeadDim && d % kElemsPerChunk == 0; };
+    if (!fits(p.d) || !fits(p.dv) || p.b < 1 || p.h < 1 || p.h_kv < 1 || p.h % p.h_kv != 0)
         return cudaErrorInvalidValue;
     if (p.mask == MaskType::kCustom || p.kv_block_table != nullptr || p.attention_bias != nullptr ||
         p.custom_mask != nullptr)
@@ -545,8 +557,9 @@ cudaError_t launch(const BwdParams& bp, cudaStream_t stream) {
         return cudaErrorInvalidValue;
     if (p.q_tokens < 1 || p.kv_tokens < 1 || p.s_q_max < 1 || p.s_kv_max < 1) return cudaErrorInvalidValue;
 
-    // Accumulators at zero: dQ's take atomics, and rows no CTA writes (padding tokens between
-    // sequences) come out as zeros in dQ, dK and dV.
+    // dQ's accumulator at zero (it takes atomics). Rows of no sequence (tokens past a
+    // sequence's length in a padded batch) come out as zeros in dQ; their dK and dV rows are
+    // left as they were (as FlashAttention leaves them).
     cudaError_t err = clear_workspace(bp, stream);
     if (err != cudaSuccess) return err;
     preprocess_kernel<Tr><<<preprocess_grid(p), kPreRows * kWarpSize, 0, stream>>>(bp);

@@ -41,15 +41,17 @@ struct TileLoader {
     static FMHA_DEVICE int column_chunk(int tid) { return kHeads == 1 ? tid % kChunks : tid % kRowChunks % kChunks; }
 
     // gmem: the tile's row 0, column 0; row_stride in elements. Rows >= valid_rows are
-    // zero-filled (only checked when kCheckRows). The caller commits the group.
+    // zero-filled (only checked when kCheckRows), and so are chunks >= valid_chunks (a head
+    // size below the tile's, known at run time). The caller commits the group.
     template <bool kCheckRows, typename Element>
     static FMHA_DEVICE void load(uint32_t smem_base, const Element* gmem, int64_t row_stride,
-                                 int valid_rows, int tid, int64_t head_stride = 0, int heads = 1) {
+                                 int valid_rows, int tid, int64_t head_stride = 0, int heads = 1,
+                                 int valid_chunks = kValidChunks) {
         if constexpr (kFixedColumn) {
             const int head = column_head(tid);
             const int chunk = column_chunk(tid);
             const int row0 = tid / kRowChunks;
-            const bool col_ok = chunk < kValidChunks && (kHeads == 1 || head < heads);
+            const bool col_ok = chunk < valid_chunks && (kHeads == 1 || head < heads);
             const Element* src = gmem + head * head_stride + row0 * row_stride + chunk * kElemsPerChunk;
             smem_base += static_cast<uint32_t>(head * Layout::kBytes);
             const int64_t step = kRowStep * row_stride;
@@ -69,7 +71,7 @@ struct TileLoader {
                 const int row = idx / kChunks;
                 const int chunk = idx % kChunks;
                 if (kTotal % kThreads == 0 || idx < kTotal) {
-                    const bool ok = chunk < kValidChunks && (!kCheckRows || row < valid_rows);
+                    const bool ok = chunk < valid_chunks && (!kCheckRows || row < valid_rows);
                     const Element* src = gmem + row * row_stride + chunk * kElemsPerChunk;
                     cp_async_16(smem_base + Layout::offset(row, chunk), ok ? src : gmem, ok);
                 }
