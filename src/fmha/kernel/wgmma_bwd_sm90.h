@@ -496,9 +496,8 @@ cudaError_t launch(const BwdParams& bp, cudaStream_t stream) {
                                              box, CU_TENSOR_MAP_SWIZZLE_128B);
         if (e != cudaSuccess) return e;
     }
-    cudaError_t err = flash_bwd::clear_workspace(bp, stream);
+    cudaError_t err = flash_bwd::prepare<Tr>(bp, stream);
     if (err != cudaSuccess) return err;
-    flash_bwd::preprocess_kernel<Tr><<<flash_bwd::preprocess_grid(p), flash_bwd::kPreRows * kWarpSize, 0, stream>>>(bp);
     const auto main = [&](auto mask) {
         const auto run = [&](auto deterministic, auto mods) {
             constexpr auto kernel =
@@ -521,8 +520,7 @@ cudaError_t launch(const BwdParams& bp, cudaStream_t stream) {
     using Local = std::integral_constant<BwdMask, BwdMask::kLocal>;
     err = p.mask == MaskType::kPadding ? main(None{}) : p.mask == MaskType::kCausal ? main(Causal{}) : main(Local{});
     if (err != cudaSuccess) return err;
-    flash_bwd::postprocess_kernel<Tr><<<flash_bwd::postprocess_blocks(args.bp), 256, 0, stream>>>(args.bp);
-    return cudaGetLastError();
+    return flash_bwd::finish<Tr>(args.bp, stream);
 }
 
 }  // namespace wgmma_bwd

@@ -20,6 +20,7 @@ struct Case {
     bool bf16;
     int d, b, h, h_kv, s_q, s_kv;
     bool causal;
+    bool o_unaligned = false;  // O two bytes past a 16-byte boundary: the preprocess's scalar path
 };
 
 class FlashBwd : public unit::DeviceTestP<Case> {};
@@ -118,7 +119,9 @@ void run(const Case& c) {
     CUDA_ASSERT(gq.upload(unit::to_elements<Element>(q)));
     CUDA_ASSERT(gk.upload(unit::to_elements<Element>(k)));
     CUDA_ASSERT(gv.upload(unit::to_elements<Element>(v)));
-    CUDA_ASSERT(go.upload(unit::to_elements<Element>(o)));
+    std::vector<Element> o_elems = unit::to_elements<Element>(o);
+    if (c.o_unaligned) o_elems.insert(o_elems.begin(), Element{});
+    CUDA_ASSERT(go.upload(o_elems));
     CUDA_ASSERT(gdo.upload(unit::to_elements<Element>(d_o)));
     CUDA_ASSERT(glse.upload(lse));
     CUDA_ASSERT(gdq.alloc(q_elems, 0xff));  // NaN bits: an element left unwritten fails
@@ -127,7 +130,7 @@ void run(const Case& c) {
 
     fmha::flash_bwd::BwdParams bp;
     fmha::Params& p = bp.p;
-    p.q = gq.get(), p.k = gk.get(), p.v = gv.get(), p.o = go.get();
+    p.q = gq.get(), p.k = gk.get(), p.v = gv.get(), p.o = go.get() + (c.o_unaligned ? 1 : 0);
     p.q_row_stride = p.o_row_stride = int64_t(c.h) * kD, p.q_head_stride = p.o_head_stride = kD;
     p.k_row_stride = p.v_row_stride = int64_t(c.h_kv) * kD, p.k_head_stride = p.v_head_stride = kD;
     p.q_tokens = int64_t(c.b) * c.s_q, p.kv_tokens = int64_t(c.b) * c.s_kv;
@@ -225,6 +228,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, FlashBwd,
                                            Case{"bf16_d128_b2_h4_mqa_s192", true, 128, 2, 4, 1, 192, 192, false},
                                            Case{"bf16_d128_b1_h2_s333_causal", true, 128, 1, 2, 2, 333, 333, true},
                                            Case{"bf16_d96_b2_h4_gqa2_sq77_s150_causal", true, 96, 2, 4, 2, 77, 150, true},
+                                           Case{"fp16_d64_b2_h2_s100_o_unaligned", false, 64, 2, 2, 2, 100, 100, false, true},
                                            Case{"bf16_d256_b1_h4_gqa2_sq100_s200_causal", true, 256, 1, 4, 2, 100, 200, true},
                                            Case{"fp16_d256_b2_h2_s150", false, 256, 2, 2, 2, 150, 150, false}),
                          [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
