@@ -2,7 +2,7 @@
 // SM80+ tensor cores (mma.sync m16n8k16), FlashAttention-2's schedule.
 //
 // Three launches:
-//   preprocess: D = rowsum(dO * O) per query row (fp32), the dQ accumulator zeroed;
+//   preprocess: D = rowsum(dO * O) per query row (fp32), the dQ accumulator zeroed (prepare);
 //   main:       one CTA per (64-key block, query head, batch) keeps dK and dV of its keys in
 //               fp32 registers and walks the 64-query blocks that see them; per block it
 //               recomputes S^T = K Q^T, P^T = exp(logit(S^T) - LSE) (the forward's
@@ -16,12 +16,14 @@
 //               heads of each KV head (GQA) and converted.
 // The next query block's Q and dO load (cp.async, two buffers) under the current one's
 // products.
-// Warps: 4 * kSplit (kSplit = d / 64). For S^T and dP^T warp w owns keys 16 (w % 4) .. + 15
+// Warps: 4 * kSplit (kSplit = kHeadDim / 64, the tile's head size: 64, 128 or 256; d and dv
+// at or below it are zero-padded up to it). For S^T and dP^T warp w owns keys 16 (w % 4) .. + 15
 // and queries (64 / kSplit) (w / 4) ..; P^T and dS^T go through shared memory, from which the
 // dV / dK products take 16 keys x 64 columns (w / 4) per warp and the dQ product 16 queries
 // (w % 4) x 64 columns (w / 4).
 //
-// What it serves (launch refuses the rest): __half or __nv_bfloat16; d = dv = 64 or 128; no
+// What it serves (launch refuses the rest): __half or __nv_bfloat16; d, dv multiples of 8 up
+// to the tile's head size (MLA's 192 / 128 on 256); no
 // mask, causal, sliding and bidirectional windows, chunks (bottom-right aligned); softcap,
 // ALiBi, sinks (their logit's gradient is the caller's: -sum P_sink D); fixed or var-len
 // sequences (seq_lens.h); GQA/MQA; token storage (no paged cache); no bias, custom mask or
@@ -92,7 +94,7 @@ struct Traits {
     static constexpr int kSmemBytes = kSmemRows + kStages * 2 * kBlockM * 4;
 
     static_assert(kIsSupportedElement<Element>, "Element must be __half or __nv_bfloat16");
-    static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "flash-bwd: d = dv = 64, 128 or 256");
+    static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "flash-bwd tiles: 64, 128 or 256");
     static_assert(kNTilesS % 2 == 0, "S^T is read 16 queries at a time");
     static_assert(kSmemBytes <= kMaxSmemPerCta, "tiles exceed shared memory");
 };
