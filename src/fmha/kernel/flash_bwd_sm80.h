@@ -62,7 +62,7 @@ FMHA_DEVICE Element from_f32(float x) {
 template <typename Element_, int kHeadDim_>
 struct Traits {
     using Element = Element_;
-    static constexpr int kHeadDim = kHeadDim_;  // d == dv
+    static constexpr int kHeadDim = kHeadDim_;  // the tile's head size (d, dv <= it)
     static constexpr int kBlockM = kBwdBlockM;  // queries a step
     static constexpr int kBlockN = 64;          // keys a CTA
     static constexpr int kSplit = kHeadDim / 64;
