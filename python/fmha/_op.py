@@ -136,12 +136,52 @@ def _prepare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Op
     """The problem of the op's arguments, planned (a NotImplementedError or ValueError with the
     library's reason where no kernel serves it). `deterministic` is the backward's."""
     so = _library()
+    p = _problem(q, k, v, cu_seqlens_q, cu_seqlens_k, page_table, max_seqlen_q, max_seqlen_k, scale, mask, window,
+                 chunk, softcap, bias, mask_bits, o_e4m3)
+    b, h, dv = p.b, p.h, p.dv
+    out_shape = q.shape[:-1] + (dv,)
+    tensors = (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, alibi_slopes, sinks, bias, mask_bits,
+               q_descale, k_descale, v_descale)
+    inputs = tuple((word, i) for i, (word, t) in enumerate(zip(_INPUT_WORDS, tensors)) if t is not None)
+    # Planning looks at which pointers are set (a variant's kernel), not where they point: an
+    # aligned stand-in until run() writes the call's own (and fmha_forward checks those).
+    words = _Words.from_buffer(p)
+    for word, _ in inputs:
+        words[word] = 256
+    words[_O_WORD] = 256
+    if want_lse:
+        words[_LSE_WORD] = 256
+
+    sm, num_sms = _device(q)
+    plan = _lib.Plan()
+    status = so.fmha_plan(p, sm, num_sms, plan)
+    if status == _lib.NOT_SUPPORTED and p.dtype == _lib.FP16:
+        # A build without ENABLE_HMMA_FP32 has fp16 kernels that accumulate P V in fp16 only.
+        p.acc = _lib.FP16
+        status = so.fmha_plan(p, sm, num_sms, plan)
+        if status != _lib.SUCCESS:
+            p.acc = _lib.FP32
+            status = so.fmha_plan(p, sm, num_sms, plan)
+    _lib.raise_for(so, status, "fmha")
+    out_dtype = _out_dtype(q.dtype, o_e4m3)
+    like_q = tuple(out_shape) == tuple(q.shape) and q.is_contiguous() and out_dtype == q.dtype
+    return _Prepared(p, plan, out_shape, (b, h, max_seqlen_q) if want_lse else None, out_dtype, q.device, inputs,
+                     like_q)
+
+
+def _problem(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Optional[torch.Tensor],
+             cu_seqlens_k: Optional[torch.Tensor], page_table: Optional[torch.Tensor], max_seqlen_q: int,
+             max_seqlen_k: int, scale: float, mask: int, window: int, chunk: int, softcap: float,
+             bias: Optional[torch.Tensor], mask_bits: Optional[torch.Tensor], o_e4m3: bool) -> "_lib.Problem":
+    """The library's problem of the op's arguments: shapes, strides, lengths, options and the
+    pointers of q, k and v (the other inputs' and O's unset). _prepare plans it (with stand-in
+    pointers); the backward sets every pointer itself and plans its own kernel."""
+    so = _library()
     varlen = cu_seqlens_q is not None
     paged = page_table is not None
     b = cu_seqlens_q.shape[0] - 1 if varlen else q.shape[0]
     h, d = q.shape[-2], q.shape[-1]
     h_kv, dv = k.shape[-2], v.shape[-1]
-    out_shape = q.shape[:-1] + (dv,)
 
     p = _lib.Problem()
     so.fmha_problem_init(p)
@@ -174,33 +214,7 @@ def _prepare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Op
         p.bias_row_stride = bias.stride(2)
     if mask_bits is not None:  # [b, s_q, words] int32: bit j % 32 of word j / 32, key j visible
         p.custom_mask_row_words = mask_bits.shape[2]
-    tensors = (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, alibi_slopes, sinks, bias, mask_bits,
-               q_descale, k_descale, v_descale)
-    inputs = tuple((word, i) for i, (word, t) in enumerate(zip(_INPUT_WORDS, tensors)) if t is not None)
-    # Planning looks at which pointers are set (a variant's kernel), not where they point: an
-    # aligned stand-in until run() writes the call's own (and fmha_forward checks those).
-    words = _Words.from_buffer(p)
-    for word, _ in inputs:
-        words[word] = 256
-    words[_O_WORD] = 256
-    if want_lse:
-        words[_LSE_WORD] = 256
-
-    sm, num_sms = _device(q)
-    plan = _lib.Plan()
-    status = so.fmha_plan(p, sm, num_sms, plan)
-    if status == _lib.NOT_SUPPORTED and p.dtype == _lib.FP16:
-        # A build without ENABLE_HMMA_FP32 has fp16 kernels that accumulate P V in fp16 only.
-        p.acc = _lib.FP16
-        status = so.fmha_plan(p, sm, num_sms, plan)
-        if status != _lib.SUCCESS:
-            p.acc = _lib.FP32
-            status = so.fmha_plan(p, sm, num_sms, plan)
-    _lib.raise_for(so, status, "fmha")
-    out_dtype = _out_dtype(q.dtype, o_e4m3)
-    like_q = tuple(out_shape) == tuple(q.shape) and q.is_contiguous() and out_dtype == q.dtype
-    return _Prepared(p, plan, out_shape, (b, h, max_seqlen_q) if want_lse else None, out_dtype, q.device, inputs,
-                     like_q)
+    return p
 
 
 def _tensors(args) -> tuple:
@@ -335,9 +349,9 @@ def _bwd_impl(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
               sinks: Optional[torch.Tensor], deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     batch = cu_seqlens_q is None
     with torch.cuda.device(q.device):
-        prepared = _prepare(q, k, v, cu_seqlens_q, cu_seqlens_k, None, None, max_seqlen_q, max_seqlen_k, scale, mask,
-                            window, chunk, softcap, alibi_slopes, sinks, None, None, True)
-        problem = _lib.Problem.from_buffer_copy(prepared.words)
+        # The forward's problem, not its plan: the backward plans its own kernel below.
+        problem = _problem(q, k, v, cu_seqlens_q, cu_seqlens_k, None, max_seqlen_q, max_seqlen_k, scale, mask, window,
+                           chunk, softcap, None, None, False)
         problem.q.data, problem.k.data, problem.v.data = q.data_ptr(), k.data_ptr(), v.data_ptr()
         problem.o.data, problem.lse = out.data_ptr(), lse.data_ptr()
         if not batch:
