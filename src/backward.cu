@@ -58,8 +58,9 @@ api::BackwardAsk ask_of(const Problem& p) {
 }  // namespace
 
 std::string backward_refusal(const Problem& p, int sm) {
-    std::string why = api::backward_refusal(ask_of(p));
-    if (why.empty() && sm > 0) why = api::backward_arch_refusal(ask_of(p), sm);
+    const api::BackwardAsk a = ask_of(p);
+    std::string why = api::backward_refusal(a);
+    if (why.empty() && sm > 0) why = api::backward_arch_refusal(a, sm);
     return why.empty() ? why : "-bwd: " + why;
 }
 

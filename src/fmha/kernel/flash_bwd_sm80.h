@@ -99,6 +99,19 @@ struct Traits {
     static_assert(kSmemBytes <= kMaxSmemPerCta, "tiles exceed shared memory");
 };
 
+// Row `row` of (batch, head) in the workspace: D (d, the row's rowsum(dO * O)) less dLSE, and
+// the LSE in log2 units, +inf past q_len or where no key is visible.
+FMHA_DEVICE void store_rows(const BwdParams& bp, int batch, int head, int row, int q_len, float d) {
+    const Params& p = bp.p;
+    const int64_t at = (int64_t(batch) * p.h + head) * p.s_q_max + row;
+    // The LSE's gradient adds dLSE P to dS = P (dP - D): the same as D - dLSE for D.
+    if (bp.d_lse != nullptr && row < q_len) d -= bp.d_lse[at];
+    const int64_t at2 = (int64_t(batch) * p.h + head) * rows_pitch(p) + row;
+    bp.d_sum[at2] = d;
+    const float lse = row < q_len ? bp.lse[at] : -INFINITY;
+    bp.lse2[at2] = lse != -INFINITY ? lse * kLog2e : INFINITY;
+}
+
 // D = rowsum(dO * O) - dLSE and the LSE in log2 units per (batch, head, row), rows_pitch rows:
 // past q_len, and where no key is visible (LSE -inf), the LSE reads +inf, so that
 // exp2(logit - LSE) is 0 without a test. A warp a row (lane l reads columns l, l + 32, ...: a
@@ -123,14 +136,7 @@ __global__ void __launch_bounds__(kPreRows * kWarpSize) preprocess_kernel(const 
 #pragma unroll
         for (int m = kWarpSize / 2; m > 0; m /= 2) d += __shfl_xor_sync(0xffffffffu, d, m);
     }
-    if (lane != 0) return;
-    const int64_t at = (int64_t(batch) * p.h + head) * p.s_q_max + row;
-    // The LSE's gradient adds dLSE P to dS = P (dP - D): the same as D - dLSE for D.
-    if (bp.d_lse != nullptr && row < q_len) d -= bp.d_lse[at];
-    const int64_t at2 = (int64_t(batch) * p.h + head) * rows_pitch(p) + row;
-    bp.d_sum[at2] = d;
-    const float lse = row < q_len ? bp.lse[at] : -INFINITY;
-    bp.lse2[at2] = lse != -INFINITY ? lse * kLog2e : INFINITY;
+    if (lane == 0) store_rows(bp, batch, head, row, q_len, d);
 }
 inline dim3 preprocess_grid(const Params& p) {
     return dim3(unsigned((rows_pitch(p) + kPreRows - 1) / kPreRows), unsigned(p.h), unsigned(p.b));
@@ -187,13 +193,7 @@ __global__ void __launch_bounds__(256) preprocess_vec_kernel(const __grid_consta
     }
 #pragma unroll
     for (int m = kT / 2; m > 0; m /= 2) d += __shfl_xor_sync(0xffffffffu, d, m);  // a row's kT lanes
-    if (t != 0) return;
-    const int64_t at = (int64_t(batch) * p.h + head) * p.s_q_max + row;
-    if (bp.d_lse != nullptr && row < q_len) d -= bp.d_lse[at];
-    const int64_t at2 = (int64_t(batch) * p.h + head) * rows_pitch(p) + row;
-    bp.d_sum[at2] = d;
-    const float lse = row < q_len ? bp.lse[at] : -INFINITY;
-    bp.lse2[at2] = lse != -INFINITY ? lse * kLog2e : INFINITY;
+    if (t == 0) store_rows(bp, batch, head, row, q_len, d);
 }
 
 // dQ (scaled) to the input dtype, and (unless the main kernel stored them) dK, dV summed over

@@ -192,23 +192,19 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
     constexpr bool kEarlyS = Tr::kStages >= 3 && !kMods && kMask != BwdMask::kLocal;
     float acc_s[1][Tr::kBlockM / 8][4], acc_dp[1][Tr::kBlockM / 8][4];
     const auto stage_of = [](int j) { return uint64_t(j % Tr::kStages * Tr::kTileQ) >> 4; };  // Q, dO buffers
+    // acc = A B^T over d, one commit group: A = K or V (this warpgroup's keys), B = Q or dO.
+    const auto issue = [&](float(&acc)[1][Tr::kBlockM / 8][4], uint64_t desc_a, uint64_t desc_b) {
+        mma::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kKSteps; ++kk)
+            mma::wgmma_ss<kBf16, Tr::kBlockM>(mma::flat(acc), desc_a + in_k(kk), desc_b + in_q(kk), kk > 0);
+        mma::wgmma_commit();
+    };
     const auto issue_s = [&](int j) {
         memory::mbar_wait(bars + 8 * (1 + j % Tr::kStages), (j / Tr::kStages) & 1);  // block j's stage landed
-        mma::wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < kKSteps; ++kk)
-            mma::wgmma_ss<kBf16, Tr::kBlockM>(mma::flat(acc_s), desc_k + in_k(kk), desc_q + stage_of(j) + in_q(kk),
-                                              kk > 0);
-        mma::wgmma_commit();
+        issue(acc_s, desc_k, desc_q + stage_of(j));
     };
-    const auto issue_dp = [&](int j) {
-        mma::wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < kKSteps; ++kk)
-            mma::wgmma_ss<kBf16, Tr::kBlockM>(mma::flat(acc_dp), desc_v + in_k(kk), desc_do + stage_of(j) + in_q(kk),
-                                              kk > 0);
-        mma::wgmma_commit();
-    };
+    const auto issue_dp = [&](int j) { issue(acc_dp, desc_v, desc_do + stage_of(j)); };
 
     memory::mbar_wait(bars, 0);  // K and V
     // Block j of the walk. kTop: issue its own S^T first (else block j - 1 did); kNext: issue
