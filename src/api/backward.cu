@@ -1,6 +1,7 @@
 #include "api/backward.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -51,18 +52,27 @@ int smem_optin_bytes(int sm) {
     return 227 * 1024;
 }
 
-// The shared memory of the main kernel the ask gets on arch sm.
-int backward_smem_bytes(const BackwardAsk& a, int sm) {
-    const auto pick = [&](auto element) {
+// fn(Traits{}, is_wgmma) for the main kernel the ask gets on arch sm (an fp16 or bf16 ask):
+// the one dispatch the launch and the shared-memory check share.
+template <class Fn>
+auto with_kernel(const BackwardAsk& a, int sm, Fn&& fn) {
+    using Yes = std::true_type;
+    using No = std::false_type;
+    const auto by_dtype = [&](auto element) {
         using Element = decltype(element);
         if (takes_wgmma(a, sm))
-            return a.d == 64 ? wgmma_bwd::Traits<Element, 64>::kSmemBytes : wgmma_bwd::Traits<Element, 128>::kSmemBytes;
+            return a.d == 64 ? fn(wgmma_bwd::Traits<Element, 64>{}, Yes{}) : fn(wgmma_bwd::Traits<Element, 128>{}, Yes{});
         const int tile = flash_tile_d(a);
-        return tile == 64    ? flash_bwd::Traits<Element, 64>::kSmemBytes
-               : tile == 128 ? flash_bwd::Traits<Element, 128>::kSmemBytes
-                             : flash_bwd::Traits<Element, 256>::kSmemBytes;
+        return tile == 64    ? fn(flash_bwd::Traits<Element, 64>{}, No{})
+               : tile == 128 ? fn(flash_bwd::Traits<Element, 128>{}, No{})
+                             : fn(flash_bwd::Traits<Element, 256>{}, No{});
     };
-    return a.dtype == DataType::kBf16 ? pick(__nv_bfloat16{}) : pick(__half{});
+    return a.dtype == DataType::kBf16 ? by_dtype(__nv_bfloat16{}) : by_dtype(__half{});
+}
+
+// The shared memory of the main kernel the ask gets on arch sm.
+int backward_smem_bytes(const BackwardAsk& a, int sm) {
+    return with_kernel(a, sm, [](auto tr, auto) { return int(decltype(tr)::kSmemBytes); });
 }
 
 }  // namespace
@@ -92,32 +102,14 @@ size_t backward_workspace_bytes(const Params& p) {
 
 cudaError_t backward_launch(const BackwardAsk& a, flash_bwd::BwdParams& bp, void* workspace, size_t workspace_bytes,
                             int sm, cudaStream_t stream) {
-    const DataType dtype = a.dtype;
-    const Params& p = bp.p;
-    if (workspace == nullptr || workspace_bytes < flash_bwd::workspace_bytes(p)) return cudaErrorInvalidValue;
+    if (workspace == nullptr || workspace_bytes < flash_bwd::workspace_bytes(bp.p)) return cudaErrorInvalidValue;
     flash_bwd::carve_workspace(bp, workspace);
-    if (takes_wgmma(a, sm)) {
-        using wgmma_bwd::Traits;
-        if (dtype == DataType::kBf16) {
-            if (p.d == 64) return wgmma_bwd::launch<Traits<__nv_bfloat16, 64>>(bp, stream);
-            if (p.d == 128) return wgmma_bwd::launch<Traits<__nv_bfloat16, 128>>(bp, stream);
-        } else if (dtype == DataType::kFp16) {
-            if (p.d == 64) return wgmma_bwd::launch<Traits<__half, 64>>(bp, stream);
-            if (p.d == 128) return wgmma_bwd::launch<Traits<__half, 128>>(bp, stream);
-        }
-    }
-    using flash_bwd::Traits;
-    const int tile = flash_tile_d(a);
-    if (dtype == DataType::kBf16) {
-        if (tile == 64) return flash_bwd::launch<Traits<__nv_bfloat16, 64>>(bp, stream);
-        if (tile == 128) return flash_bwd::launch<Traits<__nv_bfloat16, 128>>(bp, stream);
-        return flash_bwd::launch<Traits<__nv_bfloat16, 256>>(bp, stream);
-    } else if (dtype == DataType::kFp16) {
-        if (tile == 64) return flash_bwd::launch<Traits<__half, 64>>(bp, stream);
-        if (tile == 128) return flash_bwd::launch<Traits<__half, 128>>(bp, stream);
-        return flash_bwd::launch<Traits<__half, 256>>(bp, stream);
-    }
-    return cudaErrorInvalidValue;
+    if (a.dtype != DataType::kFp16 && a.dtype != DataType::kBf16) return cudaErrorInvalidValue;
+    return with_kernel(a, sm, [&](auto tr, auto wgmma) {
+        using Tr = decltype(tr);
+        if constexpr (decltype(wgmma)::value) return wgmma_bwd::launch<Tr>(bp, stream);
+        else return flash_bwd::launch<Tr>(bp, stream);
+    });
 }
 
 }  // namespace api
