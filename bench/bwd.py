@@ -2,7 +2,7 @@
 """The backward pass (issue #33): the fmha package's autograd beside SDPA's cuDNN and flash
 backends, timed the same way in one run on the GPU, on FlashAttention-3's grid.
 
-    python3 bench/bwd.py [--dtype bf16 fp16] [--only '*d=128*'] [--deterministic] [--out DIR]
+    python3 bench/bwd.py [--dtype bf16 fp16] [--only '*d=128*'] [--deterministic] [--dropout P] [--out DIR]
 
 Each side runs its own forward once per problem (the graph kept), then the backward alone,
 torch.autograd.grad(out, (q, k, v), dout, retain_graph=True), timed as bench/run.py times
@@ -10,7 +10,8 @@ SDPA (median_us_per_call: back-to-back bursts sized to ~25 ms between two CUDA e
 median of 5). TFLOP/s counts 2.5x the forward's FLOPs (FlashAttention's
 convention; bench/suites.py Problem.flop). Inputs: the layout each side is fastest in
 ([b, s, h, d] for ours, [b, h, s, d] for SDPA). A side that refuses a problem (ours at
-d = 256 today) gets an empty cell with the reason in the CSV.
+d = 256 today) gets an empty cell with the reason in the CSV. --dropout P: every side's forward
+drops with probability P (their backward then regenerates their own mask); bwd_<gpu>_dropout.csv.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def problems(only: list[str]) -> list[Problem]:
     return [p for p in grid if not only or any(fnmatch.fnmatchcase(p.label(), g) for g in only)]
 
 
-def make_side(torch, name: str, p: Problem, dtype, deterministic: bool):
+def make_side(torch, name: str, p: Problem, dtype, deterministic: bool, dropout: float = 0.0):
     """(forward, inputs) of a side: forward(q, k, v) -> out, on fresh leaves requiring grad."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -53,14 +54,14 @@ def make_side(torch, name: str, p: Problem, dtype, deterministic: bool):
         shape = (p.b, p.s, p.h, p.d)
 
         def forward(q, k, v):
-            return fmha.flash_attn_func(q, k, v, causal=p.causal, deterministic=deterministic)
+            return fmha.flash_attn_func(q, k, v, causal=p.causal, deterministic=deterministic, dropout_p=dropout)
     else:
         shape = (p.b, p.h, p.s, p.d)
         backend = SDPBackend.CUDNN_ATTENTION if name == "cudnn" else SDPBackend.FLASH_ATTENTION
 
         def forward(q, k, v):
             with sdpa_kernel(backend):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=p.causal)
+                return F.scaled_dot_product_attention(q, k, v, is_causal=p.causal, dropout_p=dropout)
     gen = torch.Generator(device="cuda").manual_seed(0)
     inputs = [torch.randn(shape, device="cuda", dtype=dtype, generator=gen).requires_grad_() for _ in range(3)]
     return forward, inputs
@@ -83,6 +84,7 @@ def main(argv=None) -> int:
     parser.add_argument("--dtype", nargs="+", default=["bf16"], choices=["bf16", "fp16"])
     parser.add_argument("--only", nargs="*", default=[], help="globs on problem labels, e.g. '*d=128*'")
     parser.add_argument("--deterministic", action="store_true", help="ours with deterministic=True too")
+    parser.add_argument("--dropout", type=float, default=0.0, help="dropout probability of every side")
     parser.add_argument("--out", type=Path, default=None, help="write bwd_<gpu>.csv here")
     args = parser.parse_args(argv)
 
@@ -90,7 +92,8 @@ def main(argv=None) -> int:
     gpu = torch.cuda.get_device_name()
     sides = SIDES + (("fmha-det",) if args.deterministic else ())
     rows = []
-    print(f"{gpu}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}: backward TFLOP/s (2.5x forward)")
+    print(f"{gpu}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}: backward TFLOP/s (2.5x forward)"
+          + (f", dropout {args.dropout}" if args.dropout else ""))
     print("| dtype | problem | " + " | ".join(sides) + " | fmha / cudnn |")
     print("|---|---|" + "---|" * (len(sides) + 1))
     for dtype_name in args.dtype:
@@ -99,7 +102,7 @@ def main(argv=None) -> int:
             row = {"gpu": gpu, "dtype": dtype_name, "problem": p.label()}
             for side in sides:
                 try:
-                    forward, inputs = make_side(torch, side.split("-")[0], p, dtype, side == "fmha-det")
+                    forward, inputs = make_side(torch, side.split("-")[0], p, dtype, side == "fmha-det", args.dropout)
                     ms = time_backward(torch, forward, inputs)
                     row[side] = bwd_flop(p) / (ms * 1e-3) / 1e12
                     row[f"{side}_ms"] = ms
@@ -114,7 +117,7 @@ def main(argv=None) -> int:
                   flush=True)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        path = args.out / f"bwd_{gpu.lower().replace(' ', '-')}.csv"
+        path = args.out / f"bwd_{gpu.lower().replace(' ', '-')}{'_dropout' if args.dropout else ''}.csv"
         keys = sorted({k for r in rows for k in r}, key=lambda k: (k not in ("gpu", "dtype", "problem"), k))
         with path.open("w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=keys)

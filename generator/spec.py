@@ -87,7 +87,7 @@ FAMILIES = {
         warp_specialized=False,
         uses_tma=False,
         template="kernel.cu.j2",
-        variants=("softcap", "alibi", "bias", "sinks", "softmax_stats", "paged_kv", "wide_logits"),
+        variants=("softcap", "alibi", "bias", "sinks", "softmax_stats", "paged_kv", "wide_logits", "dropout"),
     ),
 }
 
@@ -118,6 +118,8 @@ VARIANTS = {
     # input range. Families whose softmax takes the rounded-product path there
     # (softmax/exp2_row.h) offer it; ws keeps one FFMA a score and leaves such problems to flash.
     "wide_logits": "kVariantWideLogits",
+    # -dropout P (Params::dropout_p): the flash family's kernels, without a score modifier.
+    "dropout": "kVariantDropout",
 }
 
 # Mask token -> fmha::MaskType enumerator (src/params.h), in the order of that enum. The token

@@ -34,7 +34,7 @@ extern "C" {
 #endif
 
 /* Bumped when a struct or a signature changes; fmha_version() returns the library's. */
-#define FMHA_API_VERSION 4
+#define FMHA_API_VERSION 5
 
 typedef enum fmha_status {
     FMHA_SUCCESS = 0,
@@ -124,6 +124,16 @@ typedef struct fmha_problem {
     const float* v_descale;
     int o_e4m3; /* E4M3 only: nonzero writes O in e4m3 (fmha_v2's output: rounded to nearest,
                    saturating at +-448; v_descale scales it into range), else in BF16 */
+
+    /* Dropout (training): each probability that multiplies V is dropped with probability
+     * dropout_p in [0, 1) (used as a multiple of 2^-16), the kept ones scaled by 1 / (1 - p);
+     * the LSE is unchanged. Which ones is a function of (dropout_seed, dropout_offset, sequence,
+     * query head, query row, key) alone (src/fmha/dropout.h): fmha_backward with the same
+     * fields regenerates the forward's mask. 0: off. FP16 and BF16, without softcap, ALiBi,
+     * bias or a custom mask. */
+    float dropout_p;
+    uint64_t dropout_seed;
+    uint64_t dropout_offset;
 } fmha_problem_t;
 
 typedef struct fmha_plan {
@@ -172,9 +182,9 @@ typedef struct fmha_backward_args {
 void fmha_backward_args_init(fmha_backward_args_t* args);
 
 /* fmha_plan for the backward pass: FMHA_ERROR_NOT_SUPPORTED names what no backward kernel
- * serves (today fp16 and bf16, d = dv = 64 or 128, every mask but the custom one, softcap,
- * ALiBi and sinks (not their own gradients); no bias, paged cache or seqused_k; sm_80 and
- * later). */
+ * serves (today fp16 and bf16, d and dv multiples of 8 up to 256, every mask but the custom
+ * one, softcap, ALiBi and sinks (not their own gradients), dropout; no bias, paged cache or
+ * seqused_k; sm_80 and later). */
 fmha_status_t fmha_plan_backward(const fmha_problem_t* problem, const fmha_backward_args_t* args, int sm,
                                  int num_sms, fmha_plan_t* plan);
 

@@ -4,6 +4,7 @@
 #include "cli.h"
 
 #include "backward.h"
+#include "format.h"
 
 #include "api/select.h"
 
@@ -94,13 +95,16 @@ numerics
                     (gpt-oss); drawn from -seed, uniform in [-1, 3]
   -save-softmax     the kernel also writes each row's log-sum-exp of its logits (sinks
                     included), checked against the reference; lse.npy with -save-tensors
-  -bwd              then the backward pass on dO from -seed (fp16/bf16, d = dv = 64 or 128;
-                    not with -custom-mask, -attention-bias or -paged-kv; implies
-                    -save-softmax): dQ, dK, dV checked
-                    against the GPU reference, a Backward line with its time (Tflop/s at 2.5x
-                    the forward's FLOPs)
+  -bwd              then the backward pass on dO from -seed (fp16/bf16, d and dv multiples
+                    of 8 up to 256; not with -custom-mask, -attention-bias or -paged-kv;
+                    implies -save-softmax): dQ, dK, dV checked against the GPU reference,
+                    a Backward line with its time (Tflop/s at 2.5x the forward's FLOPs)
   -deterministic    with -bwd: dQ added in a fixed order (bitwise reproducible); the timed
                     runs' dQ, dK, dV are compared bit for bit with the checked run's
+  -dropout P        drop each probability of P V with probability P in [0, 1) (the kept
+                    ones scaled by 1/(1-P)); the mask is a function of -seed and the
+                    (sequence, head, row, key), the same in -bwd and in the reference;
+                    fp16/bf16, the flash family, no score modifier
 inputs and checks
   -range-q/-range-k/-range-v R   uniform in [-R, R] (default 1); std R with -randn
   -scale-q/-scale-k/-scale-v X   multiply the inputs by X (default 1)
@@ -166,6 +170,7 @@ const FloatOption kFloatOptions[] = {
     {"-scale-v", &Problem::scale_v, false},
     {"-epsilon", &Problem::epsilon, true},
     {"-softcapping-scale-bmm1", &Problem::softcapping_scale_bmm1, true},
+    {"-dropout", &Problem::dropout_p, false},
 };
 
 struct StringOption {
@@ -404,6 +409,11 @@ void resolve_and_validate(Problem& p, const std::set<std::string>& seen) {
                     : p.dtype == DataType::kBf16 ? kDefaultEpsilonBf16
                                                  : kDefaultEpsilonFp16;
     if (p.deterministic && !p.bwd) fail_args("-deterministic applies to the backward pass: add -bwd");
+    if (!(p.dropout_p >= 0.f && p.dropout_p < 1.f))
+        fail_args(format("-dropout must be in [0, 1), got %g", double(p.dropout_p)));
+    if (p.dropout_p > 0.f && p.dtype == DataType::kE4m3) fail_args("-dropout: fp16 and bf16 inputs only");
+    if (p.dropout_p > 0.f && (p.alibi || p.softcapping_scale_bmm1 > 0.f || p.attention_bias || p.mask == MaskType::kCustom))
+        fail_args("-dropout: not with a score modifier (-alibi, -softcapping-scale-bmm1, -attention-bias, -custom-mask)");
     if (p.bwd) {  // the forward's LSE is the backward's input
         const std::string why = backward_refusal(p);
         if (!why.empty()) fail_args(why);

@@ -55,6 +55,7 @@ struct Problem {
     bool save_softmax = false;           // -save-softmax: the kernel writes each row's LSE (checked)
     bool bwd = false;                    // -bwd: the backward pass after the forward (issue #33)
     bool deterministic = false;          // -deterministic: -bwd's dQ in a fixed order
+    float dropout_p = 0.f;               // -dropout P in [0, 1): the mask keyed by -seed (fmha/dropout.h)
     // -attention-bias: an additive [b or 1, h or 1, s_q, s] bias, random from -seed;
     // -attention-bias-shape picks which of b and h it has (both by default).
     bool attention_bias = false;

@@ -30,6 +30,7 @@ api::Request request_of(const Problem& p) {
     if (p.save_softmax) r.variants |= kVariantSoftmaxStats;
     if (p.layout == Layout::kPagedKv) r.variants |= kVariantPagedKv;
     if (p.wide_logits) r.variants |= kVariantWideLogits;
+    if (p.dropout_p > 0.f) r.variants |= kVariantDropout;
     r.s_q = std::min(p.s_q, p.s);
     r.rows_per_kv_head = p.h / std::max(p.h_kv, 1) * r.s_q;
     r.s_kv = p.s;
@@ -60,6 +61,7 @@ std::string static_mismatch(const KernelMeta& k, const Problem& p, const api::Re
     if (missing & kVariantPagedKv) why.push_back("no paged KV cache (-paged-kv)");
     if (missing & kVariantWideLogits)
         why.push_back("logits may reach 2^24 in log2 units (-scale-bmm1, input ranges): one FFMA a score cannot hold them");
+    if (missing & kVariantDropout) why.push_back("no dropout (-dropout)");
     if (bits & api::kMismatchSq) need("s_q", std::to_string(r.s_q), "<= " + std::to_string(k.max_s_q));
     if (bits & api::kMismatchRows)
         need("query rows per KV head", std::to_string(r.rows_per_kv_head), "<= " + std::to_string(k.max_rows));

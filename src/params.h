@@ -53,6 +53,7 @@ enum VariantBit : uint32_t {
     kVariantBias = 1u << 4,          // Params::attention_bias != nullptr
     kVariantPagedKv = 1u << 5,       // Params::kv_block_table != nullptr
     kVariantWideLogits = 1u << 6,    // Params::wide_logits
+    kVariantDropout = 1u << 7,       // Params::dropout_p > 0
 };
 
 struct Params {
@@ -183,6 +184,14 @@ struct Params {
     const float* q_descale = nullptr;
     const float* k_descale = nullptr;
     const float* v_descale = nullptr;
+    // Dropout (training): each probability of P V is dropped with probability dropout_p in
+    // [0, 1), the kept ones scaled by 1 / (1 - p), the LSE unchanged; which ones is a function
+    // of (seed, offset, batch, query head, row, key) alone (fmha/dropout.h: p is used as a
+    // multiple of 2^-16), so the backward regenerates the forward's mask. 0: off. A kernel
+    // without kVariantDropout refuses a launch with it.
+    float dropout_p = 0.f;
+    uint64_t dropout_seed = 0, dropout_offset = 0;
+
     // e4m3 inputs: O in e4m3 (fmha_v2's default output: scale_bmm2 scales it into range, values
     // round to nearest and saturate at +-448; o strides in e4m3 elements), else in bf16. The
     // 16-bit kernels refuse it (launch_checks.h params_fit).

@@ -182,6 +182,7 @@ void save_tensors(const Problem& p, const SeqLens& lens, const DeviceTensors& t,
         .add("o_ref_saved", o_ref != nullptr)
         .add("bidirectional_sliding_window", p.mask == MaskType::kBidirectionalWindow)
         .add("softcapping_scale_bmm1", double(p.softcapping_scale_bmm1))
+        .add("dropout_p", double(p.dropout_p))
         .add("alibi", p.alibi)
         .add("attention_bias", p.attention_bias)
         .add("attention_bias_shape", !p.attention_bias ? "" : std::string(p.bias_per_batch ? "b" : "1") + (p.bias_per_head ? "h" : "1"))

@@ -60,7 +60,7 @@ def test_registry_row_fields():
                                                             masks=("causal",))])
     assert "DataType::kBf16, DataType::kFp32" in text
     assert ("mask_bit(MaskType::kCausal), /*variants=*/kVariantSoftcap | kVariantAlibi | kVariantBias | kVariantSinks | "
-            "kVariantSoftmaxStats | kVariantPagedKv | kVariantWideLogits, /*warp_specialized=*/false") in text
+            "kVariantSoftmaxStats | kVariantPagedKv | kVariantWideLogits | kVariantDropout, /*warp_specialized=*/false") in text
     assert "const int kNumKernels = 1;" in text
 
 
@@ -205,7 +205,7 @@ def test_manifest(tmp_path):
             # no bias; ws and decode's mma path (min_s_kv 64): no wide logits (one FFMA a score)
             "variants": [v for v in EVERY_VARIANT if v != "bias"] if dtype == "e4m3" else
                         EVERY_VARIANT[1:] if family == "ws" else
-                        EVERY_VARIANT if min_s_kv else EVERY_VARIANT + ["wide_logits"],
+                        EVERY_VARIANT if min_s_kv else EVERY_VARIANT + ["wide_logits"] + (["dropout"] if family == "flash" else []),
             # What tests/gpu/manifest.py's require_arch reads: sm_90a code runs on sm_90 alone;
             # decode and flash are portable.
             "archs": ["9.0a"] if family == "ws" else ["8.0", "9.0"],

@@ -108,6 +108,7 @@ USAGE_VARIANT_FLAGS = {
     "sinks": "-use-attention-sinks", "softmax_stats": "-save-softmax", "paged_kv": "-paged-kv",
     "sliding_window": "-sliding-window-size", "bidirectional_sliding_window": "-bidirectional-sliding-window-mask",
     "chunked": "-chunked-attention-size", "custom": "-custom-mask", "wide_logits": "-scale-bmm1",
+    "dropout": "-dropout",
 }
 
 

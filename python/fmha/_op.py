@@ -3,6 +3,8 @@ once (_prepare) and kept for the calls that repeat its shapes, strides, dtypes, 
 options (_Prepared: allocate the output, write the pointers, launch), the per-stream workspace,
 and the eager path that skips the dispatcher; torch.ops.fmha.bwd, its backward pass
 (registered as fwd's autograd formula: dQ, dK, dV from dO and the forward's O and LSE).
+Dropout (dropout_p > 0) takes an RNG state drawn per call on the host (_dropout_rng), which
+the backward gets back to regenerate the mask; such calls are never kept as prepared calls.
 interface.py checks the arguments FA3's way and comes here."""
 
 from __future__ import annotations
@@ -132,12 +134,13 @@ def _prepare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Op
              alibi_slopes: Optional[torch.Tensor], sinks: Optional[torch.Tensor], bias: Optional[torch.Tensor],
              mask_bits: Optional[torch.Tensor], want_lse: bool, q_descale: Optional[torch.Tensor] = None,
              k_descale: Optional[torch.Tensor] = None, v_descale: Optional[torch.Tensor] = None,
-             o_e4m3: bool = False, deterministic: bool = False) -> _Prepared:
+             o_e4m3: bool = False, deterministic: bool = False, dropout_p: float = 0.0,
+             rng: Optional[torch.Tensor] = None) -> _Prepared:
     """The problem of the op's arguments, planned (a NotImplementedError or ValueError with the
     library's reason where no kernel serves it). `deterministic` is the backward's."""
     so = _library()
     p = _problem(q, k, v, cu_seqlens_q, cu_seqlens_k, page_table, max_seqlen_q, max_seqlen_k, scale, mask, window,
-                 chunk, softcap, bias, mask_bits, o_e4m3)
+                 chunk, softcap, bias, mask_bits, o_e4m3, dropout_p, rng)
     b, h, dv = p.b, p.h, p.dv
     out_shape = q.shape[:-1] + (dv,)
     tensors = (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, alibi_slopes, sinks, bias, mask_bits,
@@ -169,10 +172,39 @@ def _prepare(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Op
                      like_q)
 
 
+def _dropout_rng() -> torch.Tensor:
+    """A dropout call's RNG state, [seed, offset]: CPU int64 from torch's default CPU generator,
+    so torch.manual_seed reproduces a run, and under torch.compile it is a graph op drawn anew
+    on every call. Non-negative (a range whose width fits int64), read as unsigned words."""
+    return torch.randint(0, 2**63 - 1, (2,), dtype=torch.int64)
+
+
+def _rng_words(rng: torch.Tensor) -> tuple[int, int]:
+    """(seed, offset) of an RNG state as the library's uint64 fields."""
+    seed, offset = rng.tolist()
+    return seed & 0xFFFF_FFFF_FFFF_FFFF, offset & 0xFFFF_FFFF_FFFF_FFFF
+
+
+def _set_dropout(p: "_lib.Problem", dropout_p: float, rng: Optional[torch.Tensor]) -> None:
+    """Writes the dropout fields. Refused under a CUDA graph capture: the state is read on the
+    host, so every replay would drop the same elements."""
+    if dropout_p <= 0:
+        return
+    if torch._C._cuda_isCurrentStreamCapturing():
+        raise RuntimeError("fmha: dropout_p > 0 under CUDA graph capture: the dropout seed is drawn on the host "
+                           "and would be frozen into the graph (every replay the same mask); capture with "
+                           "dropout_p=0")
+    if rng is None or rng.numel() != 2:
+        raise ValueError("fmha: dropout_p > 0 needs its RNG state, [seed, offset] int64 (_dropout_rng)")
+    p.dropout_p = dropout_p
+    p.dropout_seed, p.dropout_offset = _rng_words(rng)
+
+
 def _problem(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Optional[torch.Tensor],
              cu_seqlens_k: Optional[torch.Tensor], page_table: Optional[torch.Tensor], max_seqlen_q: int,
              max_seqlen_k: int, scale: float, mask: int, window: int, chunk: int, softcap: float,
-             bias: Optional[torch.Tensor], mask_bits: Optional[torch.Tensor], o_e4m3: bool) -> "_lib.Problem":
+             bias: Optional[torch.Tensor], mask_bits: Optional[torch.Tensor], o_e4m3: bool, dropout_p: float = 0.0,
+             rng: Optional[torch.Tensor] = None) -> "_lib.Problem":
     """The library's problem of the op's arguments: shapes, strides, lengths, options and the
     pointers of q, k and v (the other inputs' and O's unset). _prepare plans it (with stand-in
     pointers); the backward sets every pointer itself and plans its own kernel."""
@@ -214,6 +246,7 @@ def _problem(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Op
         p.bias_row_stride = bias.stride(2)
     if mask_bits is not None:  # [b, s_q, words] int32: bit j % 32 of word j / 32, key j visible
         p.custom_mask_row_words = mask_bits.shape[2]
+    _set_dropout(p, dropout_p, rng)
     return p
 
 
@@ -228,10 +261,11 @@ def _fwd_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: O
               alibi_slopes: Optional[torch.Tensor], sinks: Optional[torch.Tensor], bias: Optional[torch.Tensor],
               mask_bits: Optional[torch.Tensor], want_lse: bool, q_descale: Optional[torch.Tensor],
               k_descale: Optional[torch.Tensor], v_descale: Optional[torch.Tensor],
-              o_e4m3: bool, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
+              o_e4m3: bool, deterministic: bool, dropout_p: float,
+              rng: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, max_seqlen_q, max_seqlen_k, scale, mask,
             window, chunk, softcap, alibi_slopes, sinks, bias, mask_bits, want_lse, q_descale, k_descale, v_descale,
-            o_e4m3, deterministic)
+            o_e4m3, deterministic, dropout_p, rng)
     out, lse = _prepare(*args).run(_tensors(args))
     return out, lse if lse is not None else q.new_empty((0,), dtype=torch.float32)
 
@@ -278,7 +312,8 @@ def _call(key: Optional[tuple], *args):
     wanted (autograd goes through the dispatcher; the LSE is kept for the backward, and a
     problem no backward kernel serves is refused here, before the forward runs); otherwise its
     body directly, without the dispatcher's ~30 µs (bench/NOTES.md §41), on the inputs' device,
-    and the prepared call kept under `key` (None: not kept)."""
+    and the prepared call kept under `key` (None: not kept; nor is a dropout call, whose RNG
+    state is in the problem and differs every call)."""
     q, k, v = args[:3]
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         args = args[:18] + (True,) + args[19:]
@@ -294,7 +329,7 @@ def _call(key: Optional[tuple], *args):
         return torch.ops.fmha.fwd(*args)
     with torch.cuda.device(q.device):
         prepared = _prepare(*args)
-        if key is not None and _plain(key[1]):  # key[1]: the call's options
+        if key is not None and _plain(key[1]) and not args[24]:  # key[1]: the call's options; 24: dropout_p
             if len(_prepared) >= _MAX_PREPARED:
                 _prepared.clear()
             _prepared[key] = prepared
@@ -304,7 +339,7 @@ def _call(key: Optional[tuple], *args):
 @_fwd.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, max_seqlen_q, max_seqlen_k, scale, mask,
       window, chunk, softcap, alibi_slopes, sinks, bias, mask_bits, want_lse, q_descale, k_descale, v_descale, o_e4m3,
-      deterministic):
+      deterministic, dropout_p, rng):
     b = cu_seqlens_q.shape[0] - 1 if cu_seqlens_q is not None else q.shape[0]
     out = q.new_empty(q.shape[:-1] + (v.shape[-1],), dtype=_out_dtype(q.dtype, o_e4m3))
     lse = q.new_empty((b, q.shape[-2], max_seqlen_q) if want_lse else (0,), dtype=torch.float32)
@@ -346,12 +381,14 @@ def _bwd_impl(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Ten
               lse: torch.Tensor, d_lse: Optional[torch.Tensor], cu_seqlens_q: Optional[torch.Tensor],
               cu_seqlens_k: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int, scale: float, mask: int,
               window: int, chunk: int, softcap: float, alibi_slopes: Optional[torch.Tensor],
-              sinks: Optional[torch.Tensor], deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+              sinks: Optional[torch.Tensor], deterministic: bool, dropout_p: float,
+              rng: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     batch = cu_seqlens_q is None
     with torch.cuda.device(q.device):
-        # The forward's problem, not its plan: the backward plans its own kernel below.
+        # The forward's problem, not its plan: the backward plans its own kernel below. The
+        # forward's dropout fields regenerate its mask.
         problem = _problem(q, k, v, cu_seqlens_q, cu_seqlens_k, None, max_seqlen_q, max_seqlen_k, scale, mask, window,
-                           chunk, softcap, None, None, False)
+                           chunk, softcap, None, None, False, dropout_p, rng)
         problem.q.data, problem.k.data, problem.v.data = q.data_ptr(), k.data_ptr(), v.data_ptr()
         problem.o.data, problem.lse = out.data_ptr(), lse.data_ptr()
         if not batch:
@@ -393,7 +430,7 @@ _bwd = torch.library.custom_op("fmha::bwd", _bwd_impl, mutates_args=(), device_t
 
 @_bwd.register_fake
 def _(dout, q, k, v, out, lse, d_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, mask, window,
-      chunk, softcap, alibi_slopes, sinks, deterministic):
+      chunk, softcap, alibi_slopes, sinks, deterministic, dropout_p, rng):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
@@ -401,9 +438,10 @@ def _setup_context(ctx, inputs, output):
     (q, k, v, cu_seqlens_q, cu_seqlens_k, _seqused_k, _page_table, max_seqlen_q, max_seqlen_k, scale, mask, window,
      chunk, softcap, alibi_slopes, sinks) = inputs[:16]
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks)
+    rng = inputs[25]  # dropout's RNG state (None without dropout): the backward regenerates the mask from it
+    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks, rng)
     ctx.options = (max_seqlen_q, max_seqlen_k, scale, mask, window, chunk, softcap)
-    ctx.deterministic = inputs[23]
+    ctx.deterministic, ctx.dropout_p = inputs[23], inputs[24]
 
 
 def _sinks_grad(sinks, d_out, out, lse, d_lse, cu_seqlens_q):
@@ -423,15 +461,15 @@ def _sinks_grad(sinks, d_out, out, lse, d_lse, cu_seqlens_q):
 
 
 def _backward(ctx, d_out, d_lse):
-    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks = ctx.saved_tensors
+    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks, rng = ctx.saved_tensors
     if d_out is None:
         d_out = torch.zeros_like(out)
     dq, dk, dv = torch.ops.fmha.bwd(d_out, q, k, v, out, lse, d_lse, cu_seqlens_q, cu_seqlens_k, *ctx.options,
-                                    alibi_slopes, sinks, ctx.deterministic)
+                                    alibi_slopes, sinks, ctx.deterministic, ctx.dropout_p, rng)
     d_sinks = None
     if sinks is not None and ctx.needs_input_grad[15]:
         d_sinks = _sinks_grad(sinks, d_out, out, lse, d_lse, cu_seqlens_q)
-    return (dq, dk, dv) + (None,) * 12 + (d_sinks,) + (None,) * 8
+    return (dq, dk, dv) + (None,) * 12 + (d_sinks,) + (None,) * 10
 
 
 torch.library.register_autograd("fmha::fwd", _backward, setup_context=_setup_context)

@@ -7,8 +7,11 @@ op (_op.py: torch.ops.fmha.fwd, with a fake implementation for torch.compile; it
 the current stream, takes its output and workspace from torch's allocator and never
 synchronises the host). Where q, k or v require a gradient, the backward pass
 (torch.ops.fmha.bwd) is fwd's autograd formula: flash_attn_func and flash_attn_varlen_func
-train, `deterministic=True` makes dQ, dK, dV bitwise reproducible. A call that repeats an earlier one's shapes, strides, dtypes, devices
-and options skips the checks: it is keyed here (_func_key, ...) and run by _op._Prepared.
+train, `deterministic=True` makes dQ, dK, dV bitwise reproducible, and the keyword-only
+`dropout_p` (FA2's name) drops probabilities in training: its seed comes from torch's CPU
+generator (torch.manual_seed reproduces it) and the backward regenerates the same mask. A call
+that repeats an earlier one's shapes, strides, dtypes, devices and options skips the checks
+(dropout calls excepted): it is keyed here (_func_key, ...) and run by _op._Prepared.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import torch
 
 from . import _lib
 from ._masks import fa3_mask as _mask
-from ._op import _DTYPES, _MAX_PREPARED, _call, _lookup, _out_dtype, _ready, _strides
+from ._op import _DTYPES, _MAX_PREPARED, _call, _dropout_rng, _lookup, _out_dtype, _ready, _strides
 
 
 def _unsupported(**args) -> None:
@@ -81,6 +84,14 @@ def _common(q, k, v, softmax_scale, softcap, alibi_slopes, sinks):
     return scale
 
 
+def _dropout_p(dropout_p) -> float:
+    """dropout_p checked (first, before the tensors': it needs no device)."""
+    p = float(dropout_p)
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"fmha: dropout_p={dropout_p} must be in [0, 1)")
+    return p
+
+
 def _descales(q, b: int, h_kv: int, q_descale, k_descale, v_descale) -> tuple:
     """FA3's descales, checked: for float8_e4m3fn inputs only, fp32 [b, h_kv] on q's device
     (contiguous copies where they are not). A call with them is not kept as a prepared call
@@ -122,22 +133,25 @@ def _func_key(q, k, v, *options):
 def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descale=None, k_descale=None,
                     v_descale=None, window_size=(-1, -1), attention_chunk=0, softcap=0.0, num_splits=1,
                     pack_gqa=None, deterministic=False, sm_margin=0, return_attn_probs=False, *,
-                    alibi_slopes=None, sinks=None, attn_bias=None, attn_mask=None, out_dtype=None):
+                    dropout_p=0.0, alibi_slopes=None, sinks=None, attn_bias=None, attn_mask=None, out_dtype=None):
     """Attention over [batch, seqlen, heads, headdim] tensors, as FA3's flash_attn_func: returns
     out [b, s_q, h, dv], and softmax_lse [b, h, s_q] (fp32, natural log) with
     return_attn_probs. Extras: alibi_slopes [h] and sinks [h] (fp32); attn_bias, added to the
     scaled logits, [b or 1, h or 1, s_q, s_k] in q's dtype; attn_mask, bool [b or 1, s_q, s_k]
     (True: attend), the same for every head, instead of causal or a window; out_dtype (float8_e4m3fn
-    inputs only): torch.float8_e4m3fn writes O in e4m3 (v_descale scales it), bf16 the default."""
+    inputs only): torch.float8_e4m3fn writes O in e4m3 (v_descale scales it), bf16 the default;
+    dropout_p in [0, 1): each probability is dropped with that probability, the kept ones scaled
+    by 1 / (1 - p) (fp16 and bf16, without softcap, ALiBi, attn_bias or attn_mask)."""
     key = None
     if qv is None and q_descale is None and k_descale is None and v_descale is None and alibi_slopes is None and \
-            sinks is None and attn_bias is None and attn_mask is None and out_dtype is None:
+            sinks is None and attn_bias is None and attn_mask is None and out_dtype is None and dropout_p == 0:
         key, prepared = _lookup(_func_key, q, k, v, softmax_scale, causal, window_size, attention_chunk, softcap,
                                 return_attn_probs)
         if _ready(prepared, q, k, v):
             out, lse = prepared.run((q, k, v) + (None,) * 8)
             return (out, lse) if return_attn_probs else out
     _unsupported(qv=qv)
+    dropout_p = _dropout_p(dropout_p)
     for name, t in (("q", q), ("k", k), ("v", v)):
         _check_tensor(name, t, 4)
     descales = _descales(q, q.shape[0], k.shape[2], q_descale, k_descale, v_descale)
@@ -160,9 +174,11 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
     if any(a is not b for a, b in zip(views, (q, k, v))):
         key = None  # copies were made: the prepared call describes them, not the inputs
     q, k, v = views
+    o_e4m3 = _o_e4m3(q, out_dtype)
+    rng = _dropout_rng() if dropout_p > 0 else None  # drawn per call: never part of a prepared call
     out, lse = _call(key, q, k, v, None, None, None, None, q.shape[1], k.shape[1], scale, mask, window, chunk,
                      float(softcap), alibi_slopes, sinks, attn_bias, bits, bool(return_attn_probs), *descales,
-                     _o_e4m3(q, out_dtype), bool(deterministic))
+                     o_e4m3, bool(deterministic), dropout_p, rng)
     return (out, lse) if return_attn_probs else out
 
 
@@ -199,19 +215,20 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            seqused_k=None, softmax_scale=None, causal=False, qv=None, q_descale=None,
                            k_descale=None, v_descale=None, window_size=(-1, -1), attention_chunk=0, softcap=0.0,
                            num_splits=1, pack_gqa=None, deterministic=False, sm_margin=0, return_attn_probs=False,
-                           *, alibi_slopes=None, sinks=None, out_dtype=None):
+                           *, dropout_p=0.0, alibi_slopes=None, sinks=None, out_dtype=None):
     """Attention over packed [total, heads, headdim] tensors with cu_seqlens, as FA3's:
-    returns out [total_q, h, dv], and softmax_lse [h, total_q] with return_attn_probs; out_dtype as
-    flash_attn_func's."""
+    returns out [total_q, h, dv], and softmax_lse [h, total_q] with return_attn_probs; out_dtype
+    and dropout_p as flash_attn_func's (the mask indexes rows and keys within each sequence)."""
     key = None
     if qv is None and q_descale is None and k_descale is None and v_descale is None and seqused_q is None and \
-            seqused_k is None and alibi_slopes is None and sinks is None and out_dtype is None:
+            seqused_k is None and alibi_slopes is None and sinks is None and out_dtype is None and dropout_p == 0:
         key, prepared = _lookup(_varlen_key, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                 softmax_scale, causal, window_size, attention_chunk, softcap, return_attn_probs)
         if _ready(prepared, q, k, v):
             out, lse = prepared.run((q, k, v, cu_seqlens_q, cu_seqlens_k) + (None,) * 6)
             return (out, _varlen_lse(lse, cu_seqlens_q, q.shape[0])) if return_attn_probs else out
     _unsupported(qv=qv, seqused_q=seqused_q)
+    dropout_p = _dropout_p(dropout_p)
     for name, t in (("q", q), ("k", k), ("v", v)):
         _check_tensor(name, t, 3)
     for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
@@ -225,9 +242,11 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     scale = _common(q, k, v, softmax_scale, softcap, alibi_slopes, sinks)
     descales = _descales(q, cu_seqlens_q.shape[0] - 1, k.shape[1], q_descale, k_descale, v_descale)
     mask, window, chunk = _mask(causal, window_size, attention_chunk)
+    o_e4m3 = _o_e4m3(q, out_dtype)
+    rng = _dropout_rng() if dropout_p > 0 else None  # drawn per call: never part of a prepared call
     out, lse = _call(key, q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, None, int(max_seqlen_q),
                      int(max_seqlen_k), scale, mask, window, chunk, float(softcap), alibi_slopes, sinks, None, None,
-                     bool(return_attn_probs), *descales, _o_e4m3(q, out_dtype), bool(deterministic))
+                     bool(return_attn_probs), *descales, o_e4m3, bool(deterministic), dropout_p, rng)
     if return_attn_probs:
         return out, _varlen_lse(lse, cu_seqlens_q, q.shape[0])
     return out
@@ -325,7 +344,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     descales = _descales(q, q.shape[0], k_cache.shape[2], q_descale, k_descale, v_descale)
     out, lse = _call(key, q, k_cache, v_cache, None, None, cache_seqlens, page_table, q.shape[1], max_seqlen_k,
                      scale, mask, window, chunk, float(softcap), alibi_slopes, sinks, None, None,
-                     bool(return_softmax_lse), *descales, _o_e4m3(q, out_dtype), False)
+                     bool(return_softmax_lse), *descales, _o_e4m3(q, out_dtype), False, 0.0, None)
     return (out, lse) if return_softmax_lse else out
 
 

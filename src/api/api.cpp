@@ -170,6 +170,11 @@ fmha_status_t check(const fmha_problem_t* pr, Params& p, Request& r) {
         return fail(FMHA_ERROR_NOT_SUPPORTED, "softcap, alibi_slopes, bias and a custom mask: one at a time");
     if (pr->bias != nullptr && (pr->bias_row_stride < pr->max_s_kv || pr->bias_batch_stride < 0 || pr->bias_head_stride < 0))
         return fail(FMHA_ERROR_INVALID_VALUE, "bias: bias_row_stride >= max_s_kv, other strides >= 0");
+    if (!(pr->dropout_p >= 0.f && pr->dropout_p < 1.f))
+        return fail(FMHA_ERROR_INVALID_VALUE, "dropout_p = " + std::to_string(pr->dropout_p) + ": must be in [0, 1)");
+    if (pr->dropout_p > 0.f && fp8) return fail(FMHA_ERROR_NOT_SUPPORTED, "dropout: fp16 and bf16 inputs only");
+    if (pr->dropout_p > 0.f && mods > 0)
+        return fail(FMHA_ERROR_NOT_SUPPORTED, "dropout: not with softcap, alibi_slopes, bias or a custom mask");
 
     p = Params{};
     p.q = pr->q.data;
@@ -212,6 +217,9 @@ fmha_status_t check(const fmha_problem_t* pr, Params& p, Request& r) {
     p.k_descale = pr->k_descale;
     p.v_descale = pr->v_descale;
     p.o_e4m3 = pr->o_e4m3 != 0;
+    p.dropout_p = pr->dropout_p;
+    p.dropout_seed = pr->dropout_seed;
+    p.dropout_offset = pr->dropout_offset;
     if (paged) {
         p.kv_block_table = pr->block_table;
         p.kv_table_stride = pr->block_table_stride;
@@ -242,6 +250,7 @@ fmha_status_t check(const fmha_problem_t* pr, Params& p, Request& r) {
     if (pr->lse != nullptr) r.variants |= kVariantSoftmaxStats;
     if (paged) r.variants |= kVariantPagedKv;
     if (pr->wide_logits) r.variants |= kVariantWideLogits;
+    if (pr->dropout_p > 0.f) r.variants |= kVariantDropout;
     r.s_q = pr->max_s_q;
     r.rows_per_kv_head = pr->h / pr->h_kv * pr->max_s_q;
     r.s_kv = pr->max_s_kv;
@@ -260,6 +269,7 @@ std::string no_kernel(const Request& r, int sm) {
     if (r.variants & kVariantSoftmaxStats) text += ", lse";
     if (r.variants & kVariantPagedKv) text += ", paged KV";
     if (r.variants & kVariantWideLogits) text += ", wide logits";
+    if (r.variants & kVariantDropout) text += ", dropout";
     text += " on sm_" + std::to_string(sm) + " (" + std::to_string(kNumKernels) + " kernels";
     int best = -1, best_score = -1;
     for (int i = 0; i < kNumKernels; ++i) {

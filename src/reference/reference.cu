@@ -28,6 +28,7 @@
 // own block's grid; a then also covers the S of the key that set M.
 #include "reference/reference.h"
 
+#include "fmha/dropout.h"
 #include "fmha/mma/fp8_sm90.h"
 #include "fmha/seq_lens.h"
 #include "reference/mask_rule.h"
@@ -207,12 +208,17 @@ reference_kernel(Params p, Smem geo, int p_block_keys, float* o_ref, float* o_am
     };
     // P of the scores against the running max m, rounded as the kernel rounds it, and its
     // rounding ambiguity; `m_size`: the size of the key that set m (e4m3: its S is as inexact).
-    const auto probabilities = [&](const double (&m_size)[kRowsPerWarp]) {
+    // Dropout: the row sum takes every P, P V only the kept ones (the rescale comes at the end).
+    const dropout::Dropout drop = dropout::make(p.dropout_p, p.dropout_seed, p.dropout_offset);
+    const uint32_t bh = uint32_t(seq) * uint32_t(p.h) + uint32_t(head);
+    const auto probabilities = [&](const double (&m_size)[kRowsPerWarp], int tile) {
 #pragma unroll
         for (int i = 0; i < kRowsPerWarp; ++i) {
             // m == -inf: nothing visible yet, keep everything at zero.
-            const double prob = m[i] == -INFINITY ? 0.0 : exp2(score[i] - m[i]);
+            double prob = m[i] == -INFINITY ? 0.0 : exp2(score[i] - m[i]);
             l[i] += warp_sum(prob);
+            if (drop.threshold != 0 && !dropout::keep(drop, bh, uint32_t(row0 + my_row + i), uint32_t(tile + lane)))
+                prob = 0.0;
             p_s[(my_row + i) * kKeysPerTile + lane] = round_to<T>(prob);
             // |dP| / P = |dS| scale_bmm1 to first order (softcap's tanh only shrinks it).
             const double a =
@@ -280,7 +286,7 @@ reference_kernel(Params p, Smem geo, int p_block_keys, float* o_ref, float* o_am
                 if (b_max[i] > m[i]) rescale(i, b_max[i]), m_size[i] = b_size[i];
             for (int tile = block * p_block_keys; tile < block_end; tile += kKeysPerTile) {
                 tile_scores(tile);
-                probabilities(m_size);
+                probabilities(m_size, tile);
                 accumulate(tile);
             }
         }
@@ -295,12 +301,12 @@ reference_kernel(Params p, Smem geo, int p_block_keys, float* o_ref, float* o_am
                 const double m_new = fmax(m[i], ceil(warp_max(score[i])));
                 if (m_new != m[i]) rescale(i, m_new);
             }
-            probabilities(no_size);
+            probabilities(no_size, tile);
             accumulate(tile);
         }
     }
 
-    const float out_scale = p.scale_softmax * p.scale_bmm2;
+    const float out_scale = p.scale_softmax * p.scale_bmm2 * drop.rescale;
 #pragma unroll
     for (int i = 0; i < kRowsPerWarp; ++i) {
         const int r = row0 + my_row + i;

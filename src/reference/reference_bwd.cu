@@ -13,7 +13,8 @@
 // doubles). Where the terms cancel (one key: P = 1 and dP = D exactly, so dS = 0), the
 // reference is rounding noise, and the checks measure the error against the magnitude instead
 // (reference_bwd_magnitudes).
-// Every mask but the custom one (bottom-right aligned), softcap, ALiBi, sinks, GQA, var-len
+// Every mask but the custom one (bottom-right aligned), softcap, ALiBi, sinks, dropout (the
+// forward's mask, fmha/dropout.h), GQA, var-len
 // (what the backward kernels serve).
 #include "reference/reference_bwd.h"
 
@@ -22,6 +23,7 @@
 
 #include <cmath>
 
+#include "fmha/dropout.h"
 #include "fmha/seq_lens.h"
 #include "reference/mask_rule.h"
 
@@ -84,13 +86,17 @@ __global__ void __launch_bounds__(32) rows_kernel(Params p, const T* d_o, float*
     const double lse = l > 0 ? m + log(l) : -INFINITY;
     const double big_d = dot(g, o, p.dv, lane);
 
+    const dropout::Dropout drop = dropout::make(p.dropout_p, p.dropout_seed, p.dropout_offset);
+    const uint32_t bh = uint32_t(seq) * uint32_t(p.h) + uint32_t(head);
     double dq[kMaxCols] = {}, dq_mag[kMaxCols] = {};
     if (l > 0) {
         for (int j = 0; j < kv_len; ++j) {
             if (!key_visible(p, seq, r, j, pos)) continue;
             const T* k = k0 + j * p.k_row_stride;
             const Logit x = logit(p, head, pos, j, dot(q, k, p.d, lane));
-            const double pj = exp(x.x - lse), dp = dot(g, v0 + j * p.v_row_stride, p.dv, lane);
+            // Dropout: dP of a kept P is dO . v / (1 - p), of a dropped one 0 (D holds as it is).
+            const double z = drop.threshold == 0 ? 1.0 : dropout::keep(drop, bh, r, j) ? drop.rescale : 0.0;
+            const double pj = exp(x.x - lse), dp = z * dot(g, v0 + j * p.v_row_stride, p.dv, lane);
             const double ds = pj * (dp - big_d) * x.slope, ds_mag = pj * (fabs(dp) + fabs(big_d)) * fabs(x.slope);
 #pragma unroll
             for (int i = 0; i < kMaxCols; ++i) {
@@ -125,9 +131,11 @@ __global__ void __launch_bounds__(32) keys_kernel(Params p, const T* d_o, const 
     const T* k = static_cast<const T*>(p.k) + key * p.k_row_stride + int64_t(kv_head) * p.k_head_stride;
     const T* v = static_cast<const T*>(p.v) + key * p.v_row_stride + int64_t(kv_head) * p.v_head_stride;
     const double scale = p.scale_bmm1;
+    const dropout::Dropout drop = dropout::make(p.dropout_p, p.dropout_seed, p.dropout_offset);
     double dk[kMaxCols] = {}, dv[kMaxCols] = {}, dk_mag[kMaxCols] = {}, dv_mag[kMaxCols] = {};
     for (int g = 0; g < group; ++g) {
         const int head = kv_head * group + g;
+        const uint32_t bh = uint32_t(seq) * uint32_t(p.h) + uint32_t(head);
         for (int r = 0; r < q_len; ++r) {
             if (!key_visible(p, seq, r, j, r + shift)) continue;
             const int64_t at = (int64_t(seq) * p.h + head) * p.s_q_max + r;
@@ -137,13 +145,14 @@ __global__ void __launch_bounds__(32) keys_kernel(Params p, const T* d_o, const 
             const T* q = static_cast<const T*>(p.q) + token * p.q_row_stride + int64_t(head) * p.q_head_stride;
             const T* gr = d_o + token * p.o_row_stride + int64_t(head) * p.o_head_stride;
             const Logit x = logit(p, head, r + shift, j, dot(q, k, p.d, lane));
-            const double pj = exp(x.x - lse), dp = dot(gr, v, p.dv, lane), big_d = d_in[at];
+            const double z = drop.threshold == 0 ? 1.0 : dropout::keep(drop, bh, r, j) ? drop.rescale : 0.0;
+            const double pj = exp(x.x - lse), dp = z * dot(gr, v, p.dv, lane), big_d = d_in[at];
             const double ds = pj * (dp - big_d) * x.slope, ds_mag = pj * (fabs(dp) + fabs(big_d)) * fabs(x.slope);
 #pragma unroll
             for (int i = 0; i < kMaxCols; ++i) {
                 const int c = lane + 32 * i;
                 if (c < p.d) dk[i] += ds * value(q + c), dk_mag[i] += ds_mag * fabs(value(q + c));
-                if (c < p.dv) dv[i] += pj * value(gr + c), dv_mag[i] += pj * fabs(value(gr + c));
+                if (c < p.dv) dv[i] += z * pj * value(gr + c), dv_mag[i] += z * pj * fabs(value(gr + c));
             }
         }
     }

@@ -55,7 +55,8 @@ LAYOUT_TAGS = {"packed_qkv": "packed", "contiguous_q_kv": "contiguous", "separat
 MASK_TAGS = {"sliding_window": "window", "bidirectional_sliding_window": "bidir_window"}
 # The flag of each run-time variant (generator.spec.VARIANTS).
 VARIANT_FLAGS = {"softcap": "-softcapping-scale-bmm1", "alibi": "-alibi", "bias": "-attention-bias",
-                 "sinks": "-use-attention-sinks", "softmax_stats": "-save-softmax", "paged_kv": "-paged-kv"}
+                 "sinks": "-use-attention-sinks", "softmax_stats": "-save-softmax", "paged_kv": "-paged-kv",
+                 "dropout": "-dropout"}
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,8 @@ VARIANT_NUMERICS = {
     "softmax_stats": ("lse", ["-randn", "-seed", "17", "-save-softmax"]),
     # Logits far beyond 2^24 in log2 units (softmax/exp2_row.h): finite and right, not NaN.
     "wide_logits": ("wide", ["-seed", "29", "-scale-bmm1", "1e20"]),
+    # The reference drops the same (row, key) pairs (fmha/dropout.h): O is checked as usual.
+    "dropout": ("dropout", ["-randn", "-seed", "31", "-dropout", "0.17"]),
 }
 
 
@@ -71,8 +73,8 @@ def numerics_for(kernel: dict) -> tuple:
 
 
 # The flags of the score modifiers, of which a problem takes one (softmax/score_mod.h); the
-# custom mask is one of them.
-SCORE_MOD_FLAGS = ("-softcapping-scale-bmm1", "-alibi", "-attention-bias", "-attention-bias-shape")
+# custom mask is one of them. Dropout takes none of them either.
+SCORE_MOD_FLAGS = ("-softcapping-scale-bmm1", "-alibi", "-attention-bias", "-attention-bias-shape", "-dropout")
 
 
 def numerics_mask(masks: list, ni: int, flags) -> str:

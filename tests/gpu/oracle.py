@@ -1,7 +1,8 @@
 """Attention in float64 with NumPy, independent of the driver's own reference: the
 -save-tensors re-check (test_save_tensors.py) compares both the kernel's output and the
 driver's fp32 reference with it. SPEC.md's error metric, the masks' formulas and the ALiBi
-slopes are written here from their definitions, not from src/.
+slopes are written here from their definitions, not from src/; dropout's keep mask from its
+contract (include/fmha.h's dropout fields: Philox4x32-10 per group of 8 (query, key) pairs).
 """
 
 import math
@@ -123,8 +124,86 @@ def block_running_max(x: np.ndarray, block: int) -> tuple:
     return np.repeat(m, block, axis=-1)[..., :lk], np.repeat(arg, block, axis=-1)[..., :lk]
 
 
+_U32 = np.uint64(0xFFFFFFFF)
+_U64 = (1 << 64) - 1
+# Philox4x32's round multipliers and its key schedule's increments (Salmon et al., SC 2011).
+_PHILOX_M = (np.uint64(0xD2511F53), np.uint64(0xCD9E8D57))
+_PHILOX_W = (np.uint64(0x9E3779B9), np.uint64(0xBB67AE85))
+
+
+def philox4x32_10(counter, key) -> np.ndarray:
+    """Philox4x32 with 10 rounds: counter [..., 4] and key [..., 2] (32-bit words, broadcast
+    against each other) -> [..., 4] uint32. Each round multiplies words 0 and 2 into 64-bit
+    products (exact in uint64: both factors < 2^32) and mixes their halves with words 1 and 3
+    and the key; the key steps by the Weyl increments between rounds."""
+    c = np.asarray(counter, dtype=np.uint64)
+    k = np.asarray(key, dtype=np.uint64)
+    shape = np.broadcast_shapes(c.shape[:-1], k.shape[:-1])
+    x0, x1, x2, x3 = (np.broadcast_to(c[..., j], shape) & _U32 for j in range(4))
+    k0, k1 = (np.broadcast_to(k[..., j], shape) & _U32 for j in range(2))
+    for _ in range(10):
+        p0, p1 = _PHILOX_M[0] * x0, _PHILOX_M[1] * x2
+        x0, x1, x2, x3 = (p1 >> np.uint64(32)) ^ x1 ^ k0, p1 & _U32, (p0 >> np.uint64(32)) ^ x3 ^ k1, p0 & _U32
+        k0, k1 = (k0 + _PHILOX_W[0]) & _U32, (k1 + _PHILOX_W[1]) & _U32
+    return np.stack([x0, x1, x2, x3], axis=-1).astype(np.uint32)
+
+
+def dropout_threshold(p: float) -> int:
+    """The 16-bit threshold of dropout probability p: round(p 2^16) of p as the library's
+    float holds it, at most 2^16 - 1; 0 (off) for p <= 0."""
+    p32 = float(np.float32(p))
+    if not p32 > 0:
+        return 0
+    return min(65535, math.floor(p32 * 65536.0 + 0.5))
+
+
+def dropout_rescale(p: float) -> float:
+    """What a kept probability is multiplied by: 2^16 / (2^16 - threshold), so that the
+    expectation of the dropped P is P itself (float64; the kernels hold it as a float)."""
+    return 65536.0 / (65536.0 - dropout_threshold(p))
+
+
+def dropout_keep(b: int, h: int, s_q: int, s_k: int, p: float, seed: int, offset: int, q_lens=None,
+                 k_lens=None) -> np.ndarray:
+    """Dropout's keep mask, bool [b, h, s_q, s_k]: whether query row q and key k (positions
+    within their sequence) of sequence `batch`, query head `head` are kept. One Philox call per
+    (batch * h + head, query group, key group), the groups being queries {q0, q0 + 8} and keys
+    {k0, k0 + 1, k0 + 8, k0 + 9}: counter (key group, query group, batch * h + head, low word of
+    offset), key (low word of seed, high word of seed ^ high word of offset); its 8 16-bit
+    halves, word j's low half first, are the group's 8 pairs (query bit 3 picks the upper
+    four, then key bit 3, then key bit 0); kept where >= dropout_threshold(p). q_lens, k_lens
+    [b]: False past each sequence's lengths."""
+    threshold = dropout_threshold(p)
+    seed, offset = int(seed) & _U64, int(offset) & _U64
+    key = np.array([seed & 0xFFFFFFFF, ((seed >> 32) ^ (offset >> 32)) & 0xFFFFFFFF], dtype=np.uint64)
+    q, k = np.arange(s_q, dtype=np.int64), np.arange(s_k, dtype=np.int64)
+    q_group = (q >> 4) << 3 | (q & 7)
+    k_group = (k >> 4) << 2 | ((k >> 1) & 3)
+    n_q = int(q_group.max()) + 1 if s_q else 0
+    n_k = int(k_group.max()) + 1 if s_k else 0
+    # Every group's call once: counters [b h, query groups, key groups, 4].
+    bh, qg, kg = np.meshgrid(np.arange(b * h), np.arange(n_q), np.arange(n_k), indexing="ij")
+    counter = np.stack([kg, qg, bh, np.full_like(bh, offset & 0xFFFFFFFF)], axis=-1)
+    words = philox4x32_10(counter, key).astype(np.uint64)
+    halves = np.stack([(words[..., j // 2] >> np.uint64(16 * (j % 2))) & np.uint64(0xFFFF) for j in range(8)],
+                      axis=-1)
+    which = 4 * ((q[:, None] >> 3) & 1) + 2 * ((k[None, :] >> 3) & 1) + (k[None, :] & 1)
+    keep = halves[:, q_group[:, None], k_group[None, :], which] >= threshold  # [b h, s_q, s_k]
+    keep = keep.reshape(b, h, s_q, s_k)
+    if q_lens is not None:
+        keep &= (q[None, :] < np.asarray(q_lens)[:, None])[:, None, :, None]
+    if k_lens is not None:
+        keep &= (k[None, :] < np.asarray(k_lens)[:, None])[:, None, None, :]
+    return keep
+
+
+def _dropped(keep, rescale, i: int, lq: int, lk: int):
+    """Sequence i's [h, lq, lk] factor on P from a keep mask (1 where there is none)."""
+    return 1.0 if keep is None else keep[i, :, :lq, :lk] * rescale
+
+
 def attention_fp64(q, k, v, q_lens, kv_lens, scale_bmm1, scale_out, visible, dtype, softcap=0.0, sinks=None,
-                   alibi=None, bias=None, p_block_keys=0):
+                   alibi=None, bias=None, p_block_keys=0, keep=None, rescale=1.0):
     """Plain softmax attention per sequence in float64. q [b, s_q, h, d], k [b, s, h_kv, d],
     v [b, s, h_kv, dv]; visible(i, lq, lk) gives the [lq, lk] keys each query row of sequence
     i may see (None: all of them). A row that sees no key is 0. sinks [h] (gpt-oss attention
@@ -143,7 +222,9 @@ def attention_fp64(q, k, v, q_lens, kv_lens, scale_bmm1, scale_out, visible, dty
     max of the blocks the kernel has visited (block_running_max), as the e4m3 kernels do, and the
     ambiguity adds the S error of the key that set that max; 0: the max rounded up. lse
     [b, h, s_q] is each row's natural-log log-sum-exp of its logits, the sink's exp(sink) in
-    the sum (-inf for a row that sees nothing; 0 past a sequence's length, as lse.npy)."""
+    the sum (-inf for a row that sees nothing; 0 past a sequence's length, as lse.npy).
+    keep [b, h, s_q, s] (dropout_keep) with rescale (dropout_rescale): O = (P Z rescale) V, the
+    dropped probabilities 0 and the kept ones scaled; the normaliser and the LSE see them all."""
     b, s_q, h, _ = q.shape
     group = h // k.shape[2]  # query head j reads kv head j // group
     out = np.zeros((b, s_q, h, v.shape[3]))
@@ -183,7 +264,8 @@ def attention_fp64(q, k, v, q_lens, kv_lens, scale_bmm1, scale_out, visible, dty
             top = np.where(np.isfinite(m_top), m_top, 0)
             norm = norm + np.where(np.isfinite(m), np.exp2(sinks[:, None, None] * np.log2(np.e) - top), 0)
         norm = np.where(norm > 0, norm, 1)
-        out[i, :lq] = scale_out * np.einsum("hqk,khd->qhd", round_p(p, dtype) * to_top / norm, vi)
+        z = _dropped(keep, rescale, i, lq, lk)
+        out[i, :lq] = scale_out * np.einsum("hqk,khd->qhd", round_p(p, dtype) * to_top / norm * z, vi)
         near = AMBIGUITY
         if dtype == "e4m3":  # |dP| / P = |dS| scale_bmm1 to first order (softcap's tanh only shrinks it)
             size = abs(scale_bmm1) * np.einsum("qhd,khd->hqk", np.abs(qi), np.abs(ki))
@@ -191,7 +273,7 @@ def attention_fp64(q, k, v, q_lens, kv_lens, scale_bmm1, scale_out, visible, dty
                 size = size + np.where(m_arg >= 0, np.take_along_axis(size, np.maximum(m_arg, 0), axis=-1), 0)
             near = np.maximum(AMBIGUITY, QGMMA_SUM_ERROR * size)
         edge = round_p(p * (1 + near), dtype) - round_p(p * (1 - near), dtype)
-        amb[i, :lq] = abs(scale_out) * np.einsum("hqk,khd->qhd", edge * to_top / norm, np.abs(vi))
+        amb[i, :lq] = abs(scale_out) * np.einsum("hqk,khd->qhd", edge * to_top / norm * z, np.abs(vi))
         # The LSE straight from the logits (no 2^-M scale): a log-sum-exp about the true max.
         terms = [scores] if sinks is None else [scores, np.broadcast_to(sinks[:, None, None], (h, lq, 1))]
         logits = np.concatenate(terms, axis=-1)
@@ -203,14 +285,16 @@ def attention_fp64(q, k, v, q_lens, kv_lens, scale_bmm1, scale_out, visible, dty
 
 
 def attention_backward_fp64(q, k, v, do, q_lens, kv_lens, scale_bmm1, visible, softcap=0.0, sinks=None,
-                            alibi=None):
+                            alibi=None, keep=None, rescale=1.0):
     """Gradients of attention_fp64's output (unrounded P, scale_out 1) with respect to q, k and
     v, in float64, for the backward pass's checks: do [b, s_q, h, dv] is dL/dO; returns (dq, dk,
     dv) shaped as q, k, v (a KV head's gradient sums its query heads; zeros past the lengths).
     Per row, with T the (softcapped) logits over the visible keys and P = softmax(T):
     dV = P^T dO, dP = dO V^T, dT = P (dP - D) with D = rowsum(dO O) (a sink joins the
     denominator with no value, so D is unchanged), dS = dT (1 - tanh^2(S / cap)) with
-    softcapping, dQ = scale dS K, dK = scale dS^T Q. A row that sees no key has no gradient."""
+    softcapping, dQ = scale dS K, dK = scale dS^T Q. A row that sees no key has no gradient.
+    With dropout (keep, rescale as attention_fp64's; Z = keep rescale): O = (P Z) V, so
+    dV = (P Z)^T dO and dP = (dO V^T) Z; D = rowsum(dO O) is still rowsum(P dP)."""
     b, s_q, h, _ = q.shape
     h_kv = k.shape[2]
     group = h // h_kv
@@ -237,14 +321,15 @@ def attention_backward_fp64(q, k, v, do, q_lens, kv_lens, scale_bmm1, visible, s
         if sinks is not None:
             norm = norm + np.where(seen.any(axis=-1)[None, :, None], np.exp(sinks[:, None, None] - top), 0)
         p = e / np.where(norm > 0, norm, 1)  # [h, lq, lk]; 0 where masked or the row sees nothing
-        o = np.einsum("hqk,khd->qhd", p, vi)
-        dp = np.einsum("qhd,khd->hqk", doi, vi)
+        z = _dropped(keep, rescale, i, lq, lk)
+        o = np.einsum("hqk,khd->qhd", p * z, vi)
+        dp = np.einsum("qhd,khd->hqk", doi, vi) * z
         big_d = np.einsum("qhd,qhd->hq", doi, o)[..., None]
         dt = p * (dp - big_d)
         ds = dt * (1.0 - np.tanh(raw / softcap) ** 2) if softcap else dt
         dq[i, :lq] = scale_bmm1 * np.einsum("hqk,khd->qhd", ds, ki)
         dk_h = scale_bmm1 * np.einsum("hqk,qhd->khd", ds, qi)
-        dv_h = np.einsum("hqk,qhd->khd", p, doi)
+        dv_h = np.einsum("hqk,qhd->khd", p * z, doi)
         dk[i, :lk] = dk_h.reshape(lk, h_kv, group, -1).sum(axis=2)
         dv[i, :lk] = dv_h.reshape(lk, h_kv, group, -1).sum(axis=2)
     return dq, dk, dv

@@ -58,6 +58,9 @@ SAVE_CONFIGS = {
     # a head size fmha_v2 serves beyond the powers of two (ODD_HEAD_CONFIGS)
     "odd_head_size_varlen": ["-b", "3", "-h", "6", "-gqa", "3", "-s", "180", "-min-s", "20", "-causal-mask",
                              "-randn", "-contiguous-q-kv", "-save-softmax"],
+    # dropout: the float64 output drops what oracle.dropout_keep says (the families that have it)
+    "dropout_causal_varlen": ["-b", "3", "-h", "4", "-gqa", "2", "-s", "150", "-min-s", "20", "-causal-mask",
+                              "-randn", "-separate-q-k-v", "-dropout", "0.25", "-save-softmax"],
 }
 # The same configurations for a family that serves only a few query rows (decode): s_q <= 16, with key
 # splits (s up to 3000), GQA/MQA packing and causal rows on the diagonal.
@@ -103,6 +106,8 @@ SAVE_CONFIGS_FEW_ROWS = {
                   "-tokens-per-block", "32", "-randn"],
     "odd_head_size_varlen": ["-b", "3", "-h", "6", "-gqa", "3", "-s", "1200", "-min-s", "20", "-s-q", "4",
                              "-causal-mask", "-randn", "-contiguous-q-kv", "-save-softmax"],
+    "dropout_causal_varlen": ["-b", "3", "-h", "4", "-gqa", "2", "-s", "1200", "-min-s", "20", "-s-q", "4",
+                              "-causal-mask", "-randn", "-separate-q-k-v", "-dropout", "0.25"],
 }
 # Configurations that run a kernel whose V head size differs from Q's (MLA: d=192, dv=128).
 MLA_CONFIGS = ("mla_causal_varlen", "mla_paged")

@@ -2,17 +2,23 @@
 under autograd against float64 autograd of plain attention (fixed and var-len lengths, GQA/MQA,
 s_q != s_k, causal, windows, chunks, softcap, ALiBi, sinks, the LSE's own gradient),
 deterministic=True bit for bit over 20 runs, torch.compile(fullgraph=True) and a CUDA graph
-through the backward, problems no backward kernel serves refused before the forward runs, and
-a tiny transformer trained 50 steps with ours and with SDPA from one initialisation. Needs
-torch with CUDA and lib/libfmha.so; skips with the reason otherwise."""
+through the backward, problems no backward kernel serves refused before the forward runs, a
+tiny transformer trained 50 steps with ours and with SDPA from one initialisation, and dropout
+(dropout_p: the forward against oracle.py's float64 attention and the gradients against float64
+autograd, both with oracle.py's NumPy keep mask of the call's RNG state; reproducibility under
+torch.manual_seed; deterministic=True). Needs torch with CUDA and lib/libfmha.so; skips with
+the reason otherwise."""
 
 import copy
+import math
 
 import pytest
 
+from .oracle import attention_fp64, dropout_keep, dropout_rescale, visible_fp64
 from .package import load_package, reference
 
 torch, fmha = load_package()
+from fmha import _op  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 DEV = "cuda"
@@ -293,3 +299,192 @@ def test_a_tiny_transformer_trains_as_with_sdpa():
     # on an H200: 5 % at step 40, 2e-3 absolute), so the bound is 2 % plus 0.1 % of the start.
     worst = max(abs(a - b) - 0.02 * b for a, b in zip(ours, sdpa))
     assert worst < 1e-3 * sdpa[0], f"loss curves differ: ours {ours[::10]}, sdpa {sdpa[::10]}"
+
+
+# --- Dropout ---------------------------------------------------------------------------------
+
+def dropout_call(seed, f, *args, **kw):
+    """f(*args, **kw) right after torch.manual_seed(seed), and the (seed, offset) its dropout
+    used: the package draws its state from torch's CPU generator (_op._dropout_rng), and
+    nothing else in a call draws from it, so re-seeding and drawing again gives the same one."""
+    torch.manual_seed(seed)
+    result = f(*args, **kw)
+    torch.manual_seed(seed)
+    return result, _op._rng_words(_op._dropout_rng())
+
+
+def keep_mask(b, h, s_q, s_k, p, state, lens=None):
+    """oracle.py's keep mask of a call's state, on the device, as float64 [b, h, s_q, s_k]."""
+    keep = dropout_keep(b, h, s_q, s_k, p, *state, q_lens=lens, k_lens=lens)
+    return torch.from_numpy(keep).to(DEV, torch.float64)
+
+
+def dropped(q, k, v, keep, p, causal=False):
+    """float64 attention with dropout over [b, s, h, d] tensors (s_q <= s_k: every row sees a
+    key): O = (softmax(S) Z rescale) V, Z the keep mask [b, h, s_q, s_k]; differentiable."""
+    b, s_q, h, d = q.shape
+    s_k, h_kv = k.shape[1], k.shape[2]
+    k, v = k.repeat_interleave(h // h_kv, dim=2), v.repeat_interleave(h // h_kv, dim=2)
+    s = torch.einsum("bihd,bjhd->bhij", q, k) / math.sqrt(d)
+    if causal:  # bottom-right aligned, as FA3's
+        row = torch.arange(s_q, device=q.device)[:, None] + (s_k - s_q)
+        s = s.masked_fill(torch.arange(s_k, device=q.device)[None, :] > row, -math.inf)
+    return torch.einsum("bhij,bjhd->bihd", torch.softmax(s, dim=-1) * keep * dropout_rescale(p), v)
+
+
+@pytest.mark.parametrize("p", [0.17, 0.5])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_dropout_forward_matches_the_oracle(p, causal, dtype):
+    """O against oracle.py's attention_fp64 with the NumPy keep mask (P rounded to the dtype as
+    the kernel feeds P V); the LSE is dropout's-free, every key in its sum. GQA, s_q < s_k, odd
+    lengths."""
+    torch.manual_seed(21 + causal)
+    b, s_q, s_k, h, h_kv, d = 2, 77, 201, 4, 2, 64
+    q, k, v = (torch.randn(b, s, n, d, device=DEV, dtype=dtype) for s, n in ((s_q, h), (s_k, h_kv), (s_k, h_kv)))
+    (out, lse), state = dropout_call(31, fmha.flash_attn_func, q, k, v, causal=causal, dropout_p=p,
+                                     return_attn_probs=True)
+    keep = dropout_keep(b, h, s_q, s_k, p, *state)
+    lens_q, lens_k = [s_q] * b, [s_k] * b
+    visible = (lambda i, lq, lk: visible_fp64({"mask": "causal"}, lq, lk)) if causal else None
+    name = "bf16" if dtype == torch.bfloat16 else "fp16"
+    out64, _, lse64 = attention_fp64(*(t.cpu().double().numpy() for t in (q, k, v)), lens_q, lens_k,
+                                     1 / math.sqrt(d), 1.0, visible, name, keep=keep, rescale=dropout_rescale(p))
+    check(out, torch.from_numpy(out64).to(DEV), dtype, "out")
+    assert rel(lse, torch.from_numpy(lse64).to(DEV)) < 1e-5
+    plain, _ = reference(*(t.double() for t in (q, k, v)), causal=causal)
+    assert rel(out, plain) > 5 * REL_L2[dtype], "the output is not dropped"
+
+
+@pytest.mark.parametrize("p", [0.17, 0.5])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("b, s_q, s_k, h, h_kv", [(2, 77, 77, 4, 4), (2, 128, 300, 8, 2), (1, 1000, 1000, 2, 2)])
+def test_dropout_gradients_match_float64_autograd(p, dtype, d, causal, b, s_q, s_k, h, h_kv):
+    """dQ, dK, dV with the forward's mask regenerated by the backward, against float64
+    autograd through the same mask: MHA and GQA, odd lengths, s_q < s_k."""
+    torch.manual_seed(s_q * 7 + d + causal)
+    q, k, v = leaves((b, s_q, h, d), (b, s_k, h_kv, d), (b, s_k, h_kv, d), dtype=dtype)
+    dout = torch.randn(b, s_q, h, d, device=DEV, dtype=dtype)
+    out, state = dropout_call(s_q + d, fmha.flash_attn_func, q, k, v, causal=causal, dropout_p=p)
+    out.backward(dout)
+    q64, k64, v64 = as64((q, k, v))
+    out64 = dropped(q64, k64, v64, keep_mask(b, h, s_q, s_k, p, state), p, causal)
+    out64.backward(dout.double())
+    check(out, out64, dtype, "out")
+    for name, got, want in (("dq", q.grad, q64.grad), ("dk", k.grad, k64.grad), ("dv", v.grad, v64.grad)):
+        assert got.shape == want.shape and got.dtype == dtype
+        check(got, want, dtype, name)
+
+
+@pytest.mark.parametrize("p", [0.17, 0.5])
+@pytest.mark.parametrize("causal", [False, True])
+def test_dropout_varlen_gradients(p, causal):
+    """Var-len: the mask indexes each sequence's own rows and keys (batch = the sequence)."""
+    torch.manual_seed(12)
+    lens = [1, 77, 300, 64, 129]
+    cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), device=DEV, dtype=torch.int32)
+    total, h, h_kv, d = sum(lens), 8, 2, 128
+    q, k, v = leaves((total, h, d), (total, h_kv, d), (total, h_kv, d), dtype=torch.bfloat16)
+    dout = torch.randn(total, h, d, device=DEV, dtype=torch.bfloat16)
+    out, state = dropout_call(13, fmha.flash_attn_varlen_func, q, k, v, cu, cu, max(lens), max(lens), causal=causal,
+                              dropout_p=p)
+    out.backward(dout)
+    keep = keep_mask(len(lens), h, max(lens), max(lens), p, state, lens)
+    q64, k64, v64 = as64((q, k, v))
+    outs = []
+    for i, n in enumerate(lens):
+        a, z = int(cu[i]), int(cu[i + 1])
+        outs.append(dropped(q64[None, a:z], k64[None, a:z], v64[None, a:z], keep[i:i + 1, :, :n, :n], p, causal)[0])
+    out64 = torch.cat(outs)
+    out64.backward(dout.double())
+    check(out, out64, torch.bfloat16, "out")
+    for name, got, want in (("dq", q.grad, q64.grad), ("dk", k.grad, k64.grad), ("dv", v.grad, v64.grad)):
+        check(got, want, torch.bfloat16, name)
+
+
+def test_dropout_follows_torch_manual_seed():
+    """The same seed gives the same bits; the next call another mask; a prepared call of the
+    same shapes without dropout does not serve a dropout call (nor the other way)."""
+    torch.manual_seed(8)
+    q, k, v = (torch.randn(2, 333, 4, 64, device=DEV, dtype=torch.bfloat16) for _ in range(3))
+    plain = [fmha.flash_attn_func(q, k, v, causal=True) for _ in range(2)]  # the second a prepared call
+    torch.manual_seed(5)
+    a = fmha.flash_attn_func(q, k, v, causal=True, dropout_p=0.3)
+    torch.manual_seed(5)
+    b = fmha.flash_attn_func(q, k, v, causal=True, dropout_p=0.3)
+    c = fmha.flash_attn_func(q, k, v, causal=True, dropout_p=0.3)
+    assert torch.equal(a, b) and not torch.equal(b, c) and not torch.equal(a, plain[0])
+    assert torch.equal(fmha.flash_attn_func(q, k, v, causal=True), plain[0])
+    cu = torch.tensor([0, 100, 666], device=DEV, dtype=torch.int32)
+    flat = [t.reshape(-1, 4, 64) for t in (q, k, v)]
+    torch.manual_seed(6)
+    a = fmha.flash_attn_varlen_func(*flat, cu, cu, 566, 566, dropout_p=0.5)
+    torch.manual_seed(6)
+    b = fmha.flash_attn_varlen_func(*flat, cu, cu, 566, 566, dropout_p=0.5)
+    assert torch.equal(a, b) and not torch.equal(a, fmha.flash_attn_varlen_func(*flat, cu, cu, 566, 566, dropout_p=0.5))
+
+
+def test_dropout_deterministic_gives_the_same_bits_3_times():
+    torch.manual_seed(3)
+    q, k, v = leaves((2, 1024, 8, 128), (2, 1024, 2, 128), (2, 1024, 2, 128), dtype=torch.bfloat16)
+    dout = torch.randn(2, 1024, 8, 128, device=DEV, dtype=torch.bfloat16)
+    first = None
+    for _ in range(3):
+        for t in (q, k, v):
+            t.grad = None
+        out, state = dropout_call(17, fmha.flash_attn_func, q, k, v, causal=True, deterministic=True, dropout_p=0.17)
+        out.backward(dout)
+        grads = [t.grad.clone() for t in (q, k, v)]
+        if first is None:
+            first = grads
+        assert all(torch.equal(a, b) for a, b in zip(grads, first))
+    q64, k64, v64 = as64((q, k, v))
+    dropped(q64, k64, v64, keep_mask(2, 8, 1024, 1024, 0.17, state), 0.17, True).backward(dout.double())
+    for name, got, want in zip(("dq", "dk", "dv"), first, (q64.grad, k64.grad, v64.grad)):
+        check(got, want, torch.bfloat16, name)
+
+
+def test_dropout_under_torch_compile():
+    """fullgraph: the state is a graph op drawn on every call. aot_eager draws it as eager does
+    (the gradients checked against the mask of that state); the default backend (inductor)
+    draws its own bits, reproducible under torch.manual_seed and new every call."""
+    torch.manual_seed(4)
+    q, k, v = leaves((2, 256, 8, 64), (2, 256, 2, 64), (2, 256, 2, 64), dtype=torch.bfloat16)
+    dout = torch.randn(2, 256, 8, 64, device=DEV, dtype=torch.bfloat16)
+
+    def attend(q, k, v):
+        return fmha.flash_attn_func(q, k, v, causal=True, dropout_p=0.17)
+
+    out, state = dropout_call(9, torch.compile(attend, fullgraph=True, backend="aot_eager"), q, k, v)
+    out.backward(dout)
+    q64, k64, v64 = as64((q, k, v))
+    dropped(q64, k64, v64, keep_mask(2, 8, 256, 256, 0.17, state), 0.17, True).backward(dout.double())
+    for name, got, want in (("dq", q.grad, q64.grad), ("dk", k.grad, k64.grad), ("dv", v.grad, v64.grad)):
+        check(got, want, torch.bfloat16, name)
+
+    compiled = torch.compile(attend, fullgraph=True)
+    with torch.no_grad():
+        torch.manual_seed(10)
+        a = compiled(q, k, v)
+        torch.manual_seed(10)
+        b = compiled(q, k, v)
+        c = compiled(q, k, v)
+    assert torch.equal(a, b) and not torch.equal(b, c)
+
+
+def test_dropout_refusals():
+    """Under a CUDA graph capture (the host-drawn seed would be replayed), and with the score
+    modifiers the dropout kernels lack (the library's reason)."""
+    q = torch.randn(1, 64, 4, 64, device=DEV, dtype=torch.bfloat16)
+    fmha.flash_attn_func(q, q, q, dropout_p=0.1)  # warm-up outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match="CUDA graph capture"):
+        with torch.cuda.graph(graph):
+            fmha.flash_attn_func(q, q, q, dropout_p=0.1)
+    with pytest.raises(NotImplementedError, match="dropout"):
+        fmha.flash_attn_func(q, q, q, softcap=5.0, dropout_p=0.1)
+    with pytest.raises(NotImplementedError, match="dropout"):
+        fmha.flash_attn_func(q, q, q, attn_mask=torch.ones(1, 64, 64, device=DEV, dtype=torch.bool), dropout_p=0.1)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from .driver import describe, run_fmha
-from .oracle import alibi_slopes_fp64, attention_backward_fp64, visible_fp64
+from .oracle import alibi_slopes_fp64, attention_backward_fp64, dropout_keep, dropout_rescale, visible_fp64
 
 # fmha.exe flags of each problem: var-len with GQA and the causal mask, s_q < s, fixed lengths.
 CASES = {
@@ -24,6 +24,14 @@ CASES = {
                                       "-separate-q-k-v"],
     "bf16_d128_chunked_sinks": ["-bf16", "-d", "128", "-b", "3", "-h", "2", "-s", "400", "-min-s", "1",
                                 "-chunked-attention-size", "128", "-use-attention-sinks", "-separate-q-k-v"],
+    # Dropout: the float64 gradients take the mask from oracle.dropout_keep (the contract, not
+    # src/), so a kernel that drops other pairs than the forward did fails here.
+    "bf16_d64_dropout_causal_varlen_gqa": ["-bf16", "-d", "64", "-b", "3", "-h", "4", "-gqa", "2", "-s", "200",
+                                           "-min-s", "1", "-causal-mask", "-separate-q-k-v", "-dropout", "0.17"],
+    "fp16_d128_dropout_sq77_s150": ["-fp16-fp32", "-d", "128", "-b", "2", "-h", "2", "-s", "150", "-s-q", "77",
+                                    "-separate-q-k-v", "-dropout", "0.5", "-seed", "5"],
+    "bf16_d96_dropout_window": ["-bf16", "-d", "96", "-b", "2", "-h", "2", "-s", "300", "-sliding-window-size", "70",
+                                "-separate-q-k-v", "-dropout", "0.3"],
 }
 # Relative L2 of the draft's gradients from float64: P and dS are rounded to the input dtype
 # before their products, the outputs once more (bf16 keeps 8 bits, fp16 11); the driver's fp32
@@ -47,10 +55,16 @@ def test_backward_matches_float64(name, exe, tmp_path):
     meta = json.loads((tmp_path / "meta.json").read_text())
     assert meta["bwd"]
     sinks = np.load(tmp_path / "sinks.npy").astype(np.float64) if meta["attention_sinks"] else None
+    keep, rescale = None, 1.0
+    if meta["dropout_p"] > 0:  # fmha.exe keys the mask by -seed, offset 0
+        b, s_q, h = t["q"].shape[:3]
+        keep = dropout_keep(b, h, s_q, t["k"].shape[1], meta["dropout_p"], meta["seed"], 0, t["seqlens_q"],
+                            t["seqlens_kv"])
+        rescale = dropout_rescale(meta["dropout_p"])
     want = attention_backward_fp64(t["q"], t["k"], t["v"], t["do"], t["seqlens_q"], t["seqlens_kv"],
                                    meta["scale_bmm1"], lambda i, lq, lk: visible_fp64(meta, lq, lk),
                                    meta["softcapping_scale_bmm1"] or 0.0, sinks,
-                                   alibi_slopes_fp64(t["q"].shape[2]) if meta["alibi"] else None)
+                                   alibi_slopes_fp64(t["q"].shape[2]) if meta["alibi"] else None, keep, rescale)
     dtype = "bf16" if "-bf16" in args else "fp16"
     for grad, w in zip(("dq", "dk", "dv"), want):
         norm = np.linalg.norm(w)
@@ -61,7 +75,8 @@ def test_backward_matches_float64(name, exe, tmp_path):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("args", [["-bf16", "-d", "128", "-causal-mask"], ["-fp16-fp32", "-d", "64", "-gqa", "2"]])
+@pytest.mark.parametrize("args", [["-bf16", "-d", "128", "-causal-mask"], ["-fp16-fp32", "-d", "64", "-gqa", "2"],
+                                  ["-bf16", "-d", "64", "-dropout", "0.2"]])
 def test_deterministic_runs_leave_the_same_bits(args, exe):
     proc = run_fmha(exe, [*args, "-b", "2", "-h", "4", "-s", "700", "-min-s", "1", "-bwd", "-deterministic", "-v", "0",
                           "-runs", "5", "-warm-up-runs", "5"])

@@ -26,8 +26,9 @@
 // to the tile's head size (MLA's 192 / 128 on 256); no
 // mask, causal, sliding and bidirectional windows, chunks (bottom-right aligned); softcap,
 // ALiBi, sinks (their logit's gradient is the caller's: -sum P_sink D); fixed or var-len
-// sequences (seq_lens.h); GQA/MQA; token storage (no paged cache); no bias, custom mask or
-// dropout yet; the LSE's gradient (d_lse) folded into D.
+// sequences (seq_lens.h); GQA/MQA; token storage (no paged cache); dropout (kDropout: the
+// forward's mask regenerated, fmha/dropout.h; D = rowsum(dO O) holds as it is); no bias or
+// custom mask; the LSE's gradient (d_lse) folded into D.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -37,6 +38,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "fmha/dropout.h"
 #include "fmha/memory/gmem_tile.h"
 #include "fmha/memory/smem_layout.h"
 #include "fmha/mma/warp_gemm.h"
@@ -359,7 +361,7 @@ FMHA_DEVICE int dq_turn(const Params& p, int n_block, int m_block, int kv_len, i
     }
 }
 
-template <class Tr, BwdMask kMask, bool kDeterministic>
+template <class Tr, BwdMask kMask, bool kDeterministic, bool kDropout = false>
 __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_constant__ BwdParams bp) {
     using Element = typename Tr::Element;
     const Params& p = bp.p;
@@ -433,6 +435,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
     const float alibi = p.alibi_slopes != nullptr ? p.alibi_slopes[head] : 0.f;
     const float cap_in = p.softcap > 0.f ? 2.f * kLog2e / p.softcap : 0.f;
     const int key0 = n0 + 16 * kr + lane / 4;  // this lane's first key (rows g, g + 8)
+    [[maybe_unused]] const dropout::Dropout drop =
+        kDropout ? dropout::make(p.dropout_p, p.dropout_seed, p.dropout_offset) : dropout::Dropout{};
 
     // Query block m's Q and dO into buffer `buf` (cp.async, one group), and its LSE and D into
     // registers of threads 0 .. kBlockM - 1, stored to shared memory once consumed there.
@@ -487,8 +491,22 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
         }
         mma::gemm_qk<Element, 1, Tr::kNTilesS, Tr::kKSlicesD>(s, k_a, q_b_);
         mma::gemm_qk<Element, 1, Tr::kNTilesS, Tr::kKSlicesD>(dp, v_a, do_b_);
+        // Dropout: a lane's queries q + {0, 8} (n-tiles 2 i, 2 i + 1) and keys key0 + {0, 8} are
+        // half a group of the mask, one Philox call for q, one for q + 1 (fmha/dropout.h).
+        [[maybe_unused]] uint32_t keep[Tr::kNTilesS / 2][2];
+        if constexpr (kDropout) {
+            const uint32_t bh = uint32_t(batch) * uint32_t(p.h) + uint32_t(head);
+#pragma unroll
+            for (int i = 0; i < Tr::kNTilesS / 2; ++i) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e)
+                    keep[i][e] = dropout::group_bits(
+                        drop, bh, m0 + Tr::kQueriesS * part + 16 * i + 2 * (lane % 4) + e, key0);
+            }
+        }
         // P^T = exp2(S^T scale log2(e) - LSE log2(e)) where the key is visible to the query,
-        // dS^T = P^T (dP^T - D); both into shared memory in the input dtype.
+        // dS^T = P^T (dP^T - D); both into shared memory in the input dtype. Dropout: dV takes
+        // P^T Z / (1 - p), and dS^T = P^T (dP^T Z / (1 - p) - D) (Z the kept ones).
 #pragma unroll
         for (int nt = 0; nt < Tr::kNTilesS; ++nt) {
 #pragma unroll
@@ -513,7 +531,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
                     }
                     if (p.alibi_slopes != nullptr) logit -= alibi * fabsf(float(row + shift - key));
                     pv[e] = visible ? exp2f(fmaf(logit, kLog2e, -lse2)) : 0.f;
-                    dsv[e] = pv[e] * (dp[0][nt][2 * h + e] - dsum_s[col]) * slope;
+                    if constexpr (kDropout) {
+                        const bool kept = (keep[nt / 2][e] >> (4 * (nt % 2) + 2 * h + (key0 & 1)) & 1u) != 0;
+                        const float dpv = kept ? dp[0][nt][2 * h + e] * drop.rescale : 0.f;
+                        dsv[e] = pv[e] * (dpv - dsum_s[col]) * slope;
+                        pv[e] = kept ? pv[e] * drop.rescale : 0.f;
+                    } else {
+                        dsv[e] = pv[e] * (dp[0][nt][2 * h + e] - dsum_s[col]) * slope;
+                    }
                 }
                 const int srow = 16 * kr + lane / 4 + 8 * h, scol = Tr::kQueriesS * part + 8 * nt + 2 * (lane % 4);
                 store_pair<typename Tr::LayoutP, Element>(smem_p, srow, scol, pv[0], pv[1]);
@@ -626,14 +651,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
 }
 
 // The main kernel's launch: one CTA per (key block, head, batch).
-template <class Tr, BwdMask kMask, bool kDeterministic>
+template <class Tr, BwdMask kMask, bool kDeterministic, bool kDropout>
 cudaError_t launch_main(const BwdParams& bp, cudaStream_t stream) {
     const Params& p = bp.p;
-    const void* fn = reinterpret_cast<const void*>(&bwd_kernel<Tr, kMask, kDeterministic>);
+    const void* fn = reinterpret_cast<const void*>(&bwd_kernel<Tr, kMask, kDeterministic, kDropout>);
     const cudaError_t err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
     if (err != cudaSuccess) return err;
     // blockIdx.x is the key block (deterministic: counted from the last).
-    bwd_kernel<Tr, kMask, kDeterministic>
+    bwd_kernel<Tr, kMask, kDeterministic, kDropout>
         <<<dim3(ceil_div(p.s_kv_max, Tr::kBlockN), p.h, p.b), Tr::kThreads, Tr::kSmemBytes, stream>>>(bp);
     return cudaGetLastError();
 }
@@ -654,6 +679,7 @@ cudaError_t launch(const BwdParams& bp, cudaStream_t stream) {
     if ((p.mask == MaskType::kSlidingWindow || p.mask == MaskType::kBidirectionalWindow) && p.window < 1)
         return cudaErrorInvalidValue;
     if (p.mask == MaskType::kChunked && p.chunk < 1) return cudaErrorInvalidValue;
+    if (!(p.dropout_p >= 0.f && p.dropout_p < 1.f)) return cudaErrorInvalidValue;
     if (bp.d_o == nullptr || bp.lse == nullptr || bp.dq == nullptr || bp.dk == nullptr || bp.dv == nullptr ||
         bp.dq_accum == nullptr || bp.dq_order == nullptr)
         return cudaErrorInvalidValue;
@@ -665,7 +691,10 @@ cudaError_t launch(const BwdParams& bp, cudaStream_t stream) {
     cudaError_t err = prepare<Tr>(bp, stream);
     if (err != cudaSuccess) return err;
     const auto main = [&](auto mask, auto deterministic) {
-        return launch_main<Tr, decltype(mask)::value, decltype(deterministic)::value>(bp, stream);
+        constexpr BwdMask kMask = decltype(mask)::value;
+        constexpr bool kDet = decltype(deterministic)::value;
+        return p.dropout_p > 0.f ? launch_main<Tr, kMask, kDet, true>(bp, stream)
+                                 : launch_main<Tr, kMask, kDet, false>(bp, stream);
     };
     const auto with_order = [&](auto mask) {
         return bp.deterministic ? main(mask, std::true_type{}) : main(mask, std::false_type{});

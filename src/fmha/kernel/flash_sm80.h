@@ -33,6 +33,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "fmha/dropout.h"
 #include "fmha/epilogue/store_o.h"
 #include "fmha/kernel/launch_checks.h"
 #include "fmha/mask/mask.h"
@@ -109,7 +110,9 @@ struct Traits {
     static_assert(kAccRegs <= kMaxAccRegs, "O + S accumulators would spill: smaller tiles or more warps");
 };
 
-template <class Tr, mask::Kind kMask, softmax::ScoreMod kMod = softmax::ScoreMod::kNone>
+// kDropout: P V takes the probabilities that fmha/dropout.h keeps (zero for the others), the
+// row sums and the LSE all of them, and O the rescale (with kMod == kNone only).
+template <class Tr, mask::Kind kMask, softmax::ScoreMod kMod = softmax::ScoreMod::kNone, bool kDropout = false>
 __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_constant__ Params p) {
     using Element = typename Tr::Element;
     extern __shared__ __align__(128) char smem[];
@@ -159,6 +162,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
     }
     softmax::OnlineSoftmax<Tr::kMmaM> softmax;
     softmax.init();
+    [[maybe_unused]] const dropout::Dropout drop =
+        kDropout ? dropout::make(p.dropout_p, p.dropout_seed, p.dropout_offset) : dropout::Dropout{};
 
     if (blk.count() > 0) {
         const float scale_log2 = p.scale_bmm1 * kLog2e;
@@ -228,10 +233,28 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
                 mask::apply(acc_s, rows, row0, nb * Tr::kBlockN + col0);
             }
         };
-        // O = O * rescale + softmax(S) V for the V tile at v_off bytes past stage 0.
-        const auto accumulate = [&](float (&acc_s)[Tr::kMmaM][Tr::kNTilesS][4], uint32_t v_off, auto masked) {
+        // O = O * rescale + softmax(S) V for the V tile at v_off bytes past stage 0 (key block nb).
+        const auto accumulate = [&](float (&acc_s)[Tr::kMmaM][Tr::kNTilesS][4], uint32_t v_off, int nb, auto masked) {
             softmax.template update<decltype(masked)::value || kHidesKeys, Tr::kSkipRescale, Tr::kNTilesS, Tr::kNTilesO,
                                     /*kWideLogits=*/true>(acc_s, acc_o, scale_log2);
+            if constexpr (kDropout) {
+                // A lane's rows row0 + 16 mi + {0, 8} and keys col0 + {0, 1, 8, 9} of an n-tile
+                // pair are one group of the mask: one Philox call each.
+                const uint32_t bh = uint32_t(tile.batch) * uint32_t(p.h) + uint32_t(tile.head);
+#pragma unroll
+                for (int mi = 0; mi < Tr::kMmaM; ++mi) {
+#pragma unroll
+                    for (int ni = 0; ni < Tr::kNTilesS; ni += 2) {
+                        const uint32_t bits =
+                            dropout::group_bits(drop, bh, row0 + 16 * mi, nb * Tr::kBlockN + 8 * ni + col0);
+#pragma unroll
+                        for (int i = 0; i < 8; ++i) {  // bit 4 (row + 8) + 2 (key + 8) + key % 2
+                            float& x = acc_s[mi][ni + (i >> 1 & 1)][2 * (i >> 2) + (i & 1)];
+                            x = (bits >> i & 1u) ? x : 0.f;
+                        }
+                    }
+                }
+            }
             uint32_t p_frag[Tr::kMmaM][Tr::kNTilesS / 2][4];  // P as A operand, [warp rows, kBlockN]
             mma::s_to_p<Element>(p_frag, acc_s);
             memory::LdsmAddr<typename Tr::LayoutV> va = v_addr;
@@ -251,7 +274,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
                     memory::cp_async_commit();
                 }
                 scores(acc_s, stage * Tr::kSmemK, nb, masked);
-                accumulate(acc_s, stage * Tr::kSmemV, masked);
+                accumulate(acc_s, stage * Tr::kSmemV, nb, masked);
             } else {
                 memory::cp_async_wait<0>();
                 __syncthreads();  // K[nb] landed; every warp is done with the previous V
@@ -265,7 +288,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
                     load_k(smem_k, nb - 1, std::false_type{});
                     memory::cp_async_commit();
                 }
-                accumulate(acc_s, 0u, masked);
+                accumulate(acc_s, 0u, nb, masked);
             }
         };
 
@@ -280,7 +303,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
     }
 
     float inv[Tr::kMmaM][2];
-    softmax.finalize(inv, p.scale_softmax * p.scale_bmm2, p, tile.head);
+    softmax.finalize(inv, p.scale_softmax * p.scale_bmm2 * (kDropout ? drop.rescale : 1.f), p, tile.head);
     softmax.store_lse(p, tile.batch, tile.head, m0 + warp * Tr::kWarpRows + lane / 4, q_len, lane);
     epilogue::store_o<typename Tr::LayoutO, Tr::kHeadDimV / kElemsPerChunk, Tr::kThreads>(
         acc_o, inv, smem, warp * Tr::kWarpRows, lane, o, p.o_row_stride, q_rows, tid);
@@ -297,7 +320,7 @@ const void* entry(MaskType m) {
 // own error.
 template <class Tr>
 cudaError_t launch(const Params& p, cudaStream_t stream) {
-    if (!kernel::params_fit(p, Tr::kHeadDim, Tr::kHeadDimV)) return cudaErrorInvalidValue;
+    if (!kernel::params_fit(p, Tr::kHeadDim, Tr::kHeadDimV, false, /*dropout=*/true)) return cudaErrorInvalidValue;
     if (entry<Tr>(p.mask) == nullptr) return cudaErrorInvalidValue;  // a mask the family does not implement
     const dim3 grid = sched::static_grid(ceil_div(p.s_q_max, Tr::kBlockM), p.h, p.b);
     return kernel::with_variant(
@@ -305,18 +328,26 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
         [&](auto kind, auto mod) {
             constexpr mask::Kind kMask = decltype(kind)::value;
             constexpr softmax::ScoreMod kMod = decltype(mod)::value;
-            const void* fn = reinterpret_cast<const void*>(&fwd_kernel<Tr, kMask, kMod>);
-            if (Tr::kSmemBytes > 48 * 1024) {
-                cudaError_t err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
-                // Ask for the largest carveout so that several CTAs of this size share an SM.
-                if (err == cudaSuccess) {
-                    err = cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                               cudaSharedmemCarveoutMaxShared);
+            const auto run = [&](auto drops) {
+                constexpr bool kDropout = decltype(drops)::value;
+                const void* fn = reinterpret_cast<const void*>(&fwd_kernel<Tr, kMask, kMod, kDropout>);
+                if (Tr::kSmemBytes > 48 * 1024) {
+                    cudaError_t err =
+                        cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
+                    // Ask for the largest carveout so that several CTAs of this size share an SM.
+                    if (err == cudaSuccess) {
+                        err = cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                   cudaSharedmemCarveoutMaxShared);
+                    }
+                    if (err != cudaSuccess) return err;
                 }
-                if (err != cudaSuccess) return err;
+                fwd_kernel<Tr, kMask, kMod, kDropout><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p);
+                return cudaGetLastError();
+            };
+            if constexpr (kMod == softmax::ScoreMod::kNone) {
+                if (p.dropout_p > 0.f) return run(std::true_type{});
             }
-            fwd_kernel<Tr, kMask, kMod><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p);
-            return cudaGetLastError();
+            return run(std::false_type{});
         },
         cudaErrorInvalidValue);
 }

@@ -25,6 +25,7 @@
 
 #include <cuda_runtime.h>
 
+#include "fmha/dropout.h"
 #include "fmha/kernel/flash_bwd_sm80.h"
 #include "fmha/memory/mbarrier_sm90.h"
 #include "fmha/memory/tma_sm90.h"
@@ -93,7 +94,8 @@ struct MainArgs {
     CUtensorMap q_map, do_map, k_map, v_map, lse_map, dsum_map, dq_map;
 };
 
-// kMods: softcap or ALiBi (their own instances: the plain ones keep the registers they take).
+// kMods: softcap, ALiBi or dropout (their own instances: the plain ones keep the registers
+// they take); dropout regenerates the forward's mask (fmha/dropout.h) at run time there.
 template <class Tr, BwdMask kMask, bool kDeterministic, bool kMods>
 __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_constant__ MainArgs args) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -182,6 +184,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
     const float cap_in = p.softcap > 0.f ? 2.f * kLog2e / p.softcap : 0.f;
     const float scale_log2 = p.scale_bmm1 * kLog2e;
     const int key_base = n0 + 64 * wg + 16 * warp + lane / 4;  // this thread's first key (rows +0, +8)
+    [[maybe_unused]] const dropout::Dropout drop =
+        kMods ? dropout::make(p.dropout_p, p.dropout_seed, p.dropout_offset) : dropout::Dropout{};
 
     // S^T, dP^T of block j: [64 keys of this warpgroup, kBlockM queries], a commit group each,
     // S^T once the block's stage has landed. kEarlyS: block j + 1's S^T is issued right after
@@ -233,6 +237,19 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
             else mma::wgmma_wait<1>();
             mma::fence_operands(acc_s);
             if constexpr (kMods) mma::fence_operands(acc_dp);
+            // Dropout: a thread's queries q + {0, 8} (n-tiles 2 i, 2 i + 1) and keys key_base +
+            // {0, 8} are half a group of the mask: one Philox call for q, one for q + 1.
+            [[maybe_unused]] uint32_t keep[Tr::kBlockM / 16][2];
+            if constexpr (kMods) {
+                if (drop.threshold != 0) {
+                    const uint32_t bh = uint32_t(batch) * uint32_t(p.h) + uint32_t(head);
+#pragma unroll
+                    for (int i = 0; i < Tr::kBlockM / 16; ++i)
+#pragma unroll
+                        for (int e = 0; e < 2; ++e)
+                            keep[i][e] = dropout::group_bits(drop, bh, m0 + 16 * i + 2 * (lane % 4) + e, key_base);
+                }
+            }
 #pragma unroll
             for (int nt = 0; nt < Tr::kBlockM / 8; ++nt) {
 #pragma unroll
@@ -249,8 +266,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
                         }
                         if (p.alibi_slopes != nullptr) logit -= alibi * fabsf(float(row + shift - key));
                         const float pv = visible ? fast_exp2(fmaf(logit, kLog2e, -lse2)) : 0.f;
-                        acc_s[0][nt][e] = pv;
-                        acc_dp[0][nt][e] = pv * (acc_dp[0][nt][e] - dsum_s[col]) * slope;
+                        float z = 1.f;  // dropout: 1 / (1 - p) where kept, 0 where dropped
+                        if (drop.threshold != 0)
+                            z = keep[nt / 2][e % 2] >> (4 * (nt % 2) + 2 * (e / 2) + (key_base & 1)) & 1u ? drop.rescale
+                                                                                                         : 0.f;
+                        acc_s[0][nt][e] = pv * z;
+                        acc_dp[0][nt][e] = pv * (acc_dp[0][nt][e] * z - dsum_s[col]) * slope;
                     } else {
                         const float pv = fast_exp2(fmaf(acc_s[0][nt][e], scale_log2, -lse2));
                         acc_s[0][nt][e] = visible ? pv : 0.f;
@@ -457,6 +478,7 @@ cudaError_t launch(const BwdParams& bp, cudaStream_t stream) {
     if (p.mask == MaskType::kCustom || p.kv_block_table != nullptr || p.attention_bias != nullptr)
         return cudaErrorInvalidValue;
     if (bp.d_o == nullptr || bp.lse == nullptr || bp.dq_accum == nullptr) return cudaErrorInvalidValue;
+    if (!(p.dropout_p >= 0.f && p.dropout_p < 1.f)) return cudaErrorInvalidValue;
     MainArgs args;
     args.bp = bp;
     // MHA: the main kernel stores dK and dV itself (packed pairs: 4-byte aligned rows).
@@ -506,8 +528,9 @@ cudaError_t launch(const BwdParams& bp, cudaStream_t stream) {
             return cudaGetLastError();
         };
         const auto with_mods = [&](auto deterministic) {
-            return p.softcap > 0.f || p.alibi_slopes != nullptr ? run(deterministic, std::true_type{})
-                                                                 : run(deterministic, std::false_type{});
+            return p.softcap > 0.f || p.alibi_slopes != nullptr || p.dropout_p > 0.f
+                       ? run(deterministic, std::true_type{})
+                       : run(deterministic, std::false_type{});
         };
         return bp.deterministic ? with_mods(std::true_type{}) : with_mods(std::false_type{});
     };
