@@ -2,7 +2,8 @@
 """The backward pass (issue #33): the fmha package's autograd beside SDPA's cuDNN and flash
 backends, timed the same way in one run on the GPU, on FlashAttention-3's grid.
 
-    python3 bench/bwd.py [--dtype bf16 fp16] [--only '*d=128*'] [--deterministic] [--dropout P] [--out DIR]
+    python3 bench/bwd.py [--dtype bf16 fp16] [--only '*d=128*'] [--deterministic] [--dropout P] [--forward]
+                         [--out DIR]
 
 Each side runs its own forward once per problem (the graph kept), then the backward alone,
 torch.autograd.grad(out, (q, k, v), dout, retain_graph=True), timed as bench/run.py times
@@ -12,6 +13,8 @@ convention; bench/suites.py Problem.flop). Inputs: the layout each side is faste
 ([b, s, h, d] for ours, [b, h, s, d] for SDPA). A side that refuses a problem (ours at
 d = 256 today) gets an empty cell with the reason in the CSV. --dropout P: every side's forward
 drops with probability P (their backward then regenerates their own mask); bwd_<gpu>_dropout.csv.
+--forward: the forward call alone instead (no autograd graph; TFLOP/s of the forward's FLOPs),
+fwd_<gpu>[_dropout].csv: the forward of a training step with dropout, which bench/run.py has not.
 """
 
 from __future__ import annotations
@@ -79,12 +82,24 @@ def time_backward(torch, forward, inputs) -> float:
     return median_us_per_call(torch, call, MAX_CALLS, REPEATS, WARM_UP) / 1e3
 
 
+def time_forward(torch, forward, inputs) -> float:
+    """Median ms of one forward call, without an autograd graph."""
+    q, k, v = (t.detach() for t in inputs)
+
+    def call(_):
+        forward(q, k, v)
+
+    with torch.no_grad():
+        return median_us_per_call(torch, call, MAX_CALLS, REPEATS, WARM_UP) / 1e3
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dtype", nargs="+", default=["bf16"], choices=["bf16", "fp16"])
     parser.add_argument("--only", nargs="*", default=[], help="globs on problem labels, e.g. '*d=128*'")
     parser.add_argument("--deterministic", action="store_true", help="ours with deterministic=True too")
     parser.add_argument("--dropout", type=float, default=0.0, help="dropout probability of every side")
+    parser.add_argument("--forward", action="store_true", help="time the forward call instead of the backward")
     parser.add_argument("--out", type=Path, default=None, help="write bwd_<gpu>.csv here")
     args = parser.parse_args(argv)
 
@@ -92,7 +107,8 @@ def main(argv=None) -> int:
     gpu = torch.cuda.get_device_name()
     sides = SIDES + (("fmha-det",) if args.deterministic else ())
     rows = []
-    print(f"{gpu}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}: backward TFLOP/s (2.5x forward)"
+    what = "forward TFLOP/s" if args.forward else "backward TFLOP/s (2.5x forward)"
+    print(f"{gpu}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}: {what}"
           + (f", dropout {args.dropout}" if args.dropout else ""))
     print("| dtype | problem | " + " | ".join(sides) + " | fmha / cudnn |")
     print("|---|---|" + "---|" * (len(sides) + 1))
@@ -103,8 +119,8 @@ def main(argv=None) -> int:
             for side in sides:
                 try:
                     forward, inputs = make_side(torch, side.split("-")[0], p, dtype, side == "fmha-det", args.dropout)
-                    ms = time_backward(torch, forward, inputs)
-                    row[side] = bwd_flop(p) / (ms * 1e-3) / 1e12
+                    ms = (time_forward if args.forward else time_backward)(torch, forward, inputs)
+                    row[side] = (p.flop() if args.forward else bwd_flop(p)) / (ms * 1e-3) / 1e12
                     row[f"{side}_ms"] = ms
                 except (RuntimeError, NotImplementedError, ValueError) as e:
                     row[side] = None
@@ -117,7 +133,8 @@ def main(argv=None) -> int:
                   flush=True)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        path = args.out / f"bwd_{gpu.lower().replace(' ', '-')}{'_dropout' if args.dropout else ''}.csv"
+        kind = "fwd" if args.forward else "bwd"
+        path = args.out / f"{kind}_{gpu.lower().replace(' ', '-')}{'_dropout' if args.dropout else ''}.csv"
         keys = sorted({k for r in rows for k in r}, key=lambda k: (k not in ("gpu", "dtype", "problem"), k))
         with path.open("w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=keys)

@@ -76,7 +76,7 @@ FAMILIES = {
         template="kernel.cu.j2",
         arch_specific=True,
         scheduled=True,
-        variants=("softcap", "alibi", "bias", "sinks", "softmax_stats", "paged_kv"),
+        variants=("softcap", "alibi", "bias", "sinks", "softmax_stats", "paged_kv", "dropout"),
     ),
     "flash": Family(
         name="flash",
@@ -118,7 +118,8 @@ VARIANTS = {
     # input range. Families whose softmax takes the rounded-product path there
     # (softmax/exp2_row.h) offer it; ws keeps one FFMA a score and leaves such problems to flash.
     "wide_logits": "kVariantWideLogits",
-    # -dropout P (Params::dropout_p): the flash family's kernels, without a score modifier.
+    # -dropout P (Params::dropout_p), without a score modifier: flash, and ws's 16-bit
+    # two-consumer tiles (ws::Traits::kHasDropout).
     "dropout": "kVariantDropout",
 }
 

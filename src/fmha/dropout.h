@@ -98,6 +98,22 @@ FMHA_DROPOUT_FN int bit_of(uint32_t q, uint32_t k) {
     return static_cast<int>(4 * (q >> 3 & 1u) + 2 * (k >> 3 & 1u) + (k & 1u));
 }
 
+#ifdef __CUDACC__
+// The backward's S^T tiles (rows = keys, an m16n8 accumulator pair): a lane holds keys key0 +
+// {0, 8} (key0 % 16 < 8, key0 % 2 = lane / 4 % 2) and queries q + {0, 1} (q % 16 < 8 even; + 8
+// in the next n-tile). The groups of queries q and q + 1 each lie half in this lane, half in
+// lane ^ 4 (key0 ^ 1): each lane draws one and the pair swaps them, one Philox call a lane as
+// in the forward. bits[e]: the group of query q + e. Every lane of the warp calls it.
+__device__ __forceinline__ void transposed_bits(const Dropout& d, uint32_t bh, uint32_t q, uint32_t key0,
+                                                uint32_t (&bits)[2]) {
+    const bool odd = (key0 & 1u) != 0;  // this lane draws the group of query q + odd
+    const uint32_t own = group_bits(d, bh, q + (odd ? 1u : 0u), key0);
+    const uint32_t other = __shfl_xor_sync(0xffffffffu, own, 4);
+    bits[0] = odd ? other : own;
+    bits[1] = odd ? own : other;
+}
+#endif
+
 // Whether (q, k) of (batch, head) bh is kept (the references' one-at-a-time form).
 FMHA_DROPOUT_FN bool keep(const Dropout& d, uint32_t bh, uint32_t q, uint32_t k) {
     return (group_bits(d, bh, q, k) >> bit_of(q, k) & 1u) != 0;

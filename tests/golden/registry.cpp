@@ -14,7 +14,7 @@ const void* entry_fmha_v2_flash_bf16_d64_128x64_w4x1_sm80(MaskType);
 const KernelMeta kKernels[] = {
     {"fmha_v2_ws_bf16_d128_128x128_w8x1_sm90", "ws", 90, DataType::kBf16, DataType::kFp32,
      /*d=*/128, /*dv=*/128, /*block_m=*/128, /*block_n=*/128, /*warps_m=*/8, /*warps_n=*/1,
-     mask_bit(MaskType::kPadding) | mask_bit(MaskType::kCausal) | mask_bit(MaskType::kSlidingWindow) | mask_bit(MaskType::kBidirectionalWindow) | mask_bit(MaskType::kChunked) | mask_bit(MaskType::kCustom), /*variants=*/kVariantSoftcap | kVariantAlibi | kVariantBias | kVariantSinks | kVariantSoftmaxStats | kVariantPagedKv, /*warp_specialized=*/true, /*uses_tma=*/true, /*persistent=*/true,
+     mask_bit(MaskType::kPadding) | mask_bit(MaskType::kCausal) | mask_bit(MaskType::kSlidingWindow) | mask_bit(MaskType::kBidirectionalWindow) | mask_bit(MaskType::kChunked) | mask_bit(MaskType::kCustom), /*variants=*/kVariantSoftcap | kVariantAlibi | kVariantBias | kVariantSinks | kVariantSoftmaxStats | kVariantPagedKv | kVariantDropout, /*warp_specialized=*/true, /*uses_tma=*/true, /*persistent=*/true,
      /*max_s_q=*/0, /*max_rows=*/0, /*min_s_kv=*/0, /*archs=*/"sm_90a",
      /*siblings=*/"",
      launch_fmha_v2_ws_bf16_d128_128x128_w8x1_sm90, entry_fmha_v2_ws_bf16_d128_128x128_w8x1_sm90, nullptr,

@@ -491,24 +491,20 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
         }
         mma::gemm_qk<Element, 1, Tr::kNTilesS, Tr::kKSlicesD>(s, k_a, q_b_);
         mma::gemm_qk<Element, 1, Tr::kNTilesS, Tr::kKSlicesD>(dp, v_a, do_b_);
-        // Dropout: a lane's queries q + {0, 8} (n-tiles 2 i, 2 i + 1) and keys key0 + {0, 8} are
-        // half a group of the mask, one Philox call for q, one for q + 1 (fmha/dropout.h).
-        [[maybe_unused]] uint32_t keep[Tr::kNTilesS / 2][2];
-        if constexpr (kDropout) {
-            const uint32_t bh = uint32_t(batch) * uint32_t(p.h) + uint32_t(head);
-#pragma unroll
-            for (int i = 0; i < Tr::kNTilesS / 2; ++i) {
-#pragma unroll
-                for (int e = 0; e < 2; ++e)
-                    keep[i][e] = dropout::group_bits(
-                        drop, bh, m0 + Tr::kQueriesS * part + 16 * i + 2 * (lane % 4) + e, key0);
-            }
-        }
+        // Dropout: a lane's queries q + {0, 1, 8, 9} (n-tiles 2 i, 2 i + 1) and keys key0 + {0, 8}
+        // lie in two groups of the mask (fmha/dropout.h transposed_bits), drawn at the pair's
+        // first n-tile.
+        [[maybe_unused]] uint32_t keep[2];
+        [[maybe_unused]] const uint32_t bh = uint32_t(batch) * uint32_t(p.h) + uint32_t(head);
         // P^T = exp2(S^T scale log2(e) - LSE log2(e)) where the key is visible to the query,
         // dS^T = P^T (dP^T - D); both into shared memory in the input dtype. Dropout: dV takes
         // P^T Z / (1 - p), and dS^T = P^T (dP^T Z / (1 - p) - D) (Z the kept ones).
 #pragma unroll
         for (int nt = 0; nt < Tr::kNTilesS; ++nt) {
+            if constexpr (kDropout) {
+                if (nt % 2 == 0)
+                    dropout::transposed_bits(drop, bh, m0 + Tr::kQueriesS * part + 8 * nt + 2 * (lane % 4), key0, keep);
+            }
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int key = key0 + 8 * h;
@@ -532,7 +528,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
                     if (p.alibi_slopes != nullptr) logit -= alibi * fabsf(float(row + shift - key));
                     pv[e] = visible ? exp2f(fmaf(logit, kLog2e, -lse2)) : 0.f;
                     if constexpr (kDropout) {
-                        const bool kept = (keep[nt / 2][e] >> (4 * (nt % 2) + 2 * h + (key0 & 1)) & 1u) != 0;
+                        const bool kept = (keep[e] >> (4 * (nt % 2) + 2 * h + (key0 & 1)) & 1u) != 0;
                         const float dpv = kept ? dp[0][nt][2 * h + e] * drop.rescale : 0.f;
                         dsv[e] = pv[e] * (dpv - dsum_s[col]) * slope;
                         pv[e] = kept ? pv[e] * drop.rescale : 0.f;

@@ -237,21 +237,17 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
             else mma::wgmma_wait<1>();
             mma::fence_operands(acc_s);
             if constexpr (kMods) mma::fence_operands(acc_dp);
-            // Dropout: a thread's queries q + {0, 8} (n-tiles 2 i, 2 i + 1) and keys key_base +
-            // {0, 8} are half a group of the mask: one Philox call for q, one for q + 1.
-            [[maybe_unused]] uint32_t keep[Tr::kBlockM / 16][2];
-            if constexpr (kMods) {
-                if (drop.threshold != 0) {
-                    const uint32_t bh = uint32_t(batch) * uint32_t(p.h) + uint32_t(head);
-#pragma unroll
-                    for (int i = 0; i < Tr::kBlockM / 16; ++i)
-#pragma unroll
-                        for (int e = 0; e < 2; ++e)
-                            keep[i][e] = dropout::group_bits(drop, bh, m0 + 16 * i + 2 * (lane % 4) + e, key_base);
-                }
-            }
+            // Dropout: a thread's queries q + {0, 1, 8, 9} (n-tiles 2 i, 2 i + 1) and keys key_base
+            // + {0, 8} lie in two groups of the mask (fmha/dropout.h transposed_bits), drawn at
+            // the pair's first n-tile (all of them up front would hold 2 registers a pair).
+            [[maybe_unused]] uint32_t keep[2];
+            [[maybe_unused]] const uint32_t bh = uint32_t(batch) * uint32_t(p.h) + uint32_t(head);
 #pragma unroll
             for (int nt = 0; nt < Tr::kBlockM / 8; ++nt) {
+                if constexpr (kMods) {
+                    if (nt % 2 == 0 && drop.threshold != 0)
+                        dropout::transposed_bits(drop, bh, m0 + 8 * nt + 2 * (lane % 4), key_base, keep);
+                }
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int key = key_base + 8 * (e / 2), col = nt * 8 + 2 * (lane % 4) + e % 2, row = m0 + col;
@@ -268,7 +264,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
                         const float pv = visible ? fast_exp2(fmaf(logit, kLog2e, -lse2)) : 0.f;
                         float z = 1.f;  // dropout: 1 / (1 - p) where kept, 0 where dropped
                         if (drop.threshold != 0)
-                            z = keep[nt / 2][e % 2] >> (4 * (nt % 2) + 2 * (e / 2) + (key_base & 1)) & 1u ? drop.rescale
+                            z = keep[e % 2] >> (4 * (nt % 2) + 2 * (e / 2) + (key_base & 1)) & 1u ? drop.rescale
                                                                                                          : 0.f;
                         acc_s[0][nt][e] = pv * z;
                         acc_dp[0][nt][e] = pv * (acc_dp[0][nt][e] * z - dsum_s[col]) * slope;

@@ -6,6 +6,7 @@
 // register numbers) moved ptxas' schedule and cost d = 64 2.5 % (bench/NOTES.md §39, §40).
 #pragma once
 
+#include "fmha/dropout.h"
 #include "fmha/epilogue/store_o_sm90.h"
 #include "fmha/kernel/ws/consumer.h"
 #include "fmha/kernel/ws/producer.h"
@@ -28,7 +29,10 @@ namespace ws {
 
 // kPagedOnly (Traits::kSeparatePaged tiles only): the producer serves a paged KV cache and
 // nothing else; without it, token storage only. Other tiles ignore it and pick at run time.
-template <class Tr, mask::Kind kMask, softmax::ScoreMod kMod = softmax::ScoreMod::kNone, bool kPagedOnly = false>
+// kDropout (Traits::kHasDropout, kMod == kNone): P V takes the probabilities fmha/dropout.h
+// keeps, the row sums and the LSE all of them, O the rescale.
+template <class Tr, mask::Kind kMask, softmax::ScoreMod kMod = softmax::ScoreMod::kNone, bool kPagedOnly = false,
+          bool kDropout = false>
 __global__ void __launch_bounds__(Tr::kThreads, 1)
     fwd_kernel(const __grid_constant__ Params p, const __grid_constant__ TmaMaps maps) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -93,6 +97,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         Softmax softmax;
         softmax.init();
 
+        [[maybe_unused]] const dropout::Dropout drop =
+            kDropout ? dropout::make(p.dropout_p, p.dropout_seed, p.dropout_offset) : dropout::Dropout{};
         // Bias: this thread's first row's entries.
         const Element* bias_tile = kMod == softmax::ScoreMod::kBias
                                        ? softmax::bias_row<Element>(p, w.batch, w.head, wg_row0 + row_g)
@@ -133,6 +139,21 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                 softmax.template scale<true>(acc_s, alpha, Tr::kFp8 ? c.scale_log2 * fp8_qk : c.scale_log2);
             } else {
                 softmax.template scale<false>(acc_s, alpha, Tr::kFp8 ? c.scale_log2 * fp8_qk : c.scale_log2);
+            }
+            if constexpr (kDropout) {
+                // Rows row_g + {0, 8} and keys 2 (lane % 4) + {0, 1, 8, 9} of an n-tile pair are one
+                // group of the mask: one Philox call each.
+                const uint32_t bh = uint32_t(w.batch) * uint32_t(p.h) + uint32_t(w.head);
+#pragma unroll
+                for (int ni = 0; ni < Tr::kNTilesS; ni += 2) {
+                    const uint32_t bits =
+                        dropout::group_bits(drop, bh, wg_row0 + row_g, nb * Tr::kBlockN + 8 * ni + 2 * (lane % 4));
+#pragma unroll
+                    for (int i = 0; i < 8; ++i) {  // bit 4 (row + 8) + 2 (key + 8) + key % 2
+                        float& x = acc_s[0][ni + (i >> 1 & 1)][2 * (i >> 2) + (i & 1)];
+                        x = (bits >> i & 1u) ? x : 0.f;
+                    }
+                }
             }
         };
 
@@ -195,8 +216,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         }
 
         float inv[2];
-        softmax.finalize(inv, Tr::kFp8 ? p.scale_softmax * p.scale_bmm2 * fp8_v : p.scale_softmax * p.scale_bmm2, p,
-                         w.head);
+        softmax.finalize(inv,
+                         Tr::kFp8   ? p.scale_softmax * p.scale_bmm2 * fp8_v
+                         : kDropout ? p.scale_softmax * p.scale_bmm2 * drop.rescale
+                                    : p.scale_softmax * p.scale_bmm2,
+                         p, w.head);
         softmax.store_lse(p, w.batch, w.head, wg_row0 + row_g, w.q_len, lane);
         // kStageOverV: every consumer's last P V has read the V ring before any O lands there. A
         // tile without key blocks loaded nothing there; its O (zeros) goes from registers.

@@ -33,10 +33,10 @@ int grid_size(const Params& p, int num_sms) {
 }
 
 // cudaFuncSetAttribute once per kernel and process (the first launch pays it).
-template <class Tr, mask::Kind kMask, softmax::ScoreMod kMod, bool kPagedOnly>
+template <class Tr, mask::Kind kMask, softmax::ScoreMod kMod, bool kPagedOnly, bool kDropout>
 cudaError_t allow_smem() {
     static const cudaError_t err =
-        cudaFuncSetAttribute(reinterpret_cast<const void*>(&fwd_kernel<Tr, kMask, kMod, kPagedOnly>),
+        cudaFuncSetAttribute(reinterpret_cast<const void*>(&fwd_kernel<Tr, kMask, kMod, kPagedOnly, kDropout>),
                              cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
     return err;
 }
@@ -52,7 +52,7 @@ cudaError_t launch_with_extents(const Params& p, int64_t q_tokens, int64_t kv_to
     using Element = typename Tr::TmaElement;
     constexpr int kUnit = 2 / Tr::kElemBytes;
     if (q_tokens < 1 || kv_tokens < 1 || q_tokens > INT32_MAX || kv_tokens > INT32_MAX) return cudaErrorInvalidValue;
-    if (!kernel::params_fit(p, Tr::kHeadDim, Tr::kHeadDimV, Tr::kFp8)) return cudaErrorInvalidValue;
+    if (!kernel::params_fit(p, Tr::kHeadDim, Tr::kHeadDimV, Tr::kFp8, Tr::kHasDropout)) return cudaErrorInvalidValue;
     if constexpr (Tr::kFp8) {  // 16-byte strides for TMA, of e4m3 bytes
         for (int64_t stride : {p.q_row_stride, p.q_head_stride, p.k_row_stride, p.k_head_stride, p.v_row_stride,
                                p.v_head_stride, p.k_block_stride, p.v_block_stride})
@@ -105,19 +105,22 @@ cudaError_t launch_with_extents(const Params& p, int64_t q_tokens, int64_t kv_to
             if constexpr (!Tr::template kHasMod<kMod> || (kCausalOnly && kMask != mask::Kind::kCausal)) {
                 return cudaErrorInvalidValue;  // not a variant of this kernel (Traits::kHasMod)
             } else {
-                const auto go = [&](auto paged_only) {
-                    constexpr bool kPagedOnly = decltype(paged_only)::value;
-                    const cudaError_t e = allow_smem<Tr, kMask, kMod, kPagedOnly>();
+                const auto go = [&](auto paged_only, auto drops) {
+                    constexpr bool kPagedOnly = decltype(paged_only)::value, kDropout = decltype(drops)::value;
+                    const cudaError_t e = allow_smem<Tr, kMask, kMod, kPagedOnly, kDropout>();
                     if (e == cudaSuccess) {
-                        fwd_kernel<Tr, kMask, kMod, kPagedOnly><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p,
-                                                                                                             maps);
+                        fwd_kernel<Tr, kMask, kMod, kPagedOnly, kDropout>
+                            <<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, maps);
                     }
                     return e;
                 };
                 if constexpr (Tr::kSeparatePaged) {
-                    if (p.kv_block_table != nullptr) return go(std::true_type{});
+                    if (p.kv_block_table != nullptr) return go(std::true_type{}, std::false_type{});
                 }
-                return go(std::false_type{});
+                if constexpr (Tr::kHasDropout && kMod == softmax::ScoreMod::kNone) {  // (params_fit: no mod with it)
+                    if (p.dropout_p > 0.f) return go(std::false_type{}, std::true_type{});
+                }
+                return go(std::false_type{}, std::false_type{});
             }
         },
         cudaErrorInvalidValue);
