@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "fmha/dropout.h"
+
 namespace fmha {
 
 enum class DataType : int { kFp16 = 0, kBf16 = 1, kFp32 = 2, kE4m3 = 3 };
@@ -53,7 +55,7 @@ enum VariantBit : uint32_t {
     kVariantBias = 1u << 4,          // Params::attention_bias != nullptr
     kVariantPagedKv = 1u << 5,       // Params::kv_block_table != nullptr
     kVariantWideLogits = 1u << 6,    // Params::wide_logits
-    kVariantDropout = 1u << 7,       // Params::dropout_p > 0
+    kVariantDropout = 1u << 7,       // Params::dropout.threshold != 0
 };
 
 struct Params {
@@ -184,13 +186,12 @@ struct Params {
     const float* q_descale = nullptr;
     const float* k_descale = nullptr;
     const float* v_descale = nullptr;
-    // Dropout (training): each probability of P V is dropped with probability dropout_p in
-    // [0, 1), the kept ones scaled by 1 / (1 - p), the LSE unchanged; which ones is a function
-    // of (seed, offset, batch, query head, row, key) alone (fmha/dropout.h: p is used as a
-    // multiple of 2^-16), so the backward regenerates the forward's mask. 0: off. A kernel
-    // without kVariantDropout refuses a launch with it.
-    float dropout_p = 0.f;
-    uint64_t dropout_seed = 0, dropout_offset = 0;
+    // Dropout (training): each probability of P V is dropped with probability p in [0, 1),
+    // the kept ones scaled by 1 / (1 - p), the LSE unchanged; which ones is a function of
+    // (seed, offset, batch, query head, row, key) alone, so the backward regenerates the
+    // forward's mask. dropout::make(p, seed, offset) (fmha/dropout.h: p is used as a multiple
+    // of 2^-16); threshold 0: off. A kernel without kVariantDropout refuses a launch with it.
+    dropout::Dropout dropout;
 
     // e4m3 inputs: O in e4m3 (fmha_v2's default output: scale_bmm2 scales it into range, values
     // round to nearest and saturate at +-448; o strides in e4m3 elements), else in bf16. The

@@ -54,8 +54,7 @@ Params tensor_params(const Problem& p, const SeqLens& lens, const DeviceTensors&
     prm.scale_bmm2 = p.scale_bmm2;
     prm.softcap = p.softcapping_scale_bmm1;
     prm.wide_logits = p.wide_logits;
-    prm.dropout_p = p.dropout_p;
-    prm.dropout_seed = p.seed;  // the inputs' seed: a run is reproducible from its flags
+    prm.dropout = dropout::make(p.dropout_p, p.seed, 0);  // the inputs' seed: a run is reproducible from its flags
     if (t.lse.size() > 0) prm.softmax_lse = t.lse.get();
     return prm;
 }

@@ -217,9 +217,7 @@ fmha_status_t check(const fmha_problem_t* pr, Params& p, Request& r) {
     p.k_descale = pr->k_descale;
     p.v_descale = pr->v_descale;
     p.o_e4m3 = pr->o_e4m3 != 0;
-    p.dropout_p = pr->dropout_p;
-    p.dropout_seed = pr->dropout_seed;
-    p.dropout_offset = pr->dropout_offset;
+    p.dropout = dropout::make(pr->dropout_p, pr->dropout_seed, pr->dropout_offset);
     if (paged) {
         p.kv_block_table = pr->block_table;
         p.kv_table_stride = pr->block_table_stride;
@@ -250,7 +248,7 @@ fmha_status_t check(const fmha_problem_t* pr, Params& p, Request& r) {
     if (pr->lse != nullptr) r.variants |= kVariantSoftmaxStats;
     if (paged) r.variants |= kVariantPagedKv;
     if (pr->wide_logits) r.variants |= kVariantWideLogits;
-    if (pr->dropout_p > 0.f) r.variants |= kVariantDropout;
+    if (p.dropout.threshold != 0) r.variants |= kVariantDropout;
     r.s_q = pr->max_s_q;
     r.rows_per_kv_head = pr->h / pr->h_kv * pr->max_s_q;
     r.s_kv = pr->max_s_kv;

@@ -209,7 +209,7 @@ reference_kernel(Params p, Smem geo, int p_block_keys, float* o_ref, float* o_am
     // P of the scores against the running max m, rounded as the kernel rounds it, and its
     // rounding ambiguity; `m_size`: the size of the key that set m (e4m3: its S is as inexact).
     // Dropout: the row sum takes every P, P V only the kept ones (the rescale comes at the end).
-    const dropout::Dropout drop = dropout::make(p.dropout_p, p.dropout_seed, p.dropout_offset);
+    const dropout::Dropout& drop = p.dropout;
     const uint32_t bh = uint32_t(seq) * uint32_t(p.h) + uint32_t(head);
     const auto probabilities = [&](const double (&m_size)[kRowsPerWarp], int tile) {
 #pragma unroll

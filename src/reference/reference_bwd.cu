@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(32) rows_kernel(Params p, const T* d_o, float*
     const double lse = l > 0 ? m + log(l) : -INFINITY;
     const double big_d = dot(g, o, p.dv, lane);
 
-    const dropout::Dropout drop = dropout::make(p.dropout_p, p.dropout_seed, p.dropout_offset);
+    const dropout::Dropout& drop = p.dropout;
     const uint32_t bh = uint32_t(seq) * uint32_t(p.h) + uint32_t(head);
     double dq[kMaxCols] = {}, dq_mag[kMaxCols] = {};
     if (l > 0) {
@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(32) keys_kernel(Params p, const T* d_o, const 
     const T* k = static_cast<const T*>(p.k) + key * p.k_row_stride + int64_t(kv_head) * p.k_head_stride;
     const T* v = static_cast<const T*>(p.v) + key * p.v_row_stride + int64_t(kv_head) * p.v_head_stride;
     const double scale = p.scale_bmm1;
-    const dropout::Dropout drop = dropout::make(p.dropout_p, p.dropout_seed, p.dropout_offset);
+    const dropout::Dropout& drop = p.dropout;
     double dk[kMaxCols] = {}, dv[kMaxCols] = {}, dk_mag[kMaxCols] = {}, dv_mag[kMaxCols] = {};
     for (int g = 0; g < group; ++g) {
         const int head = kv_head * group + g;

@@ -435,8 +435,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
     const float alibi = p.alibi_slopes != nullptr ? p.alibi_slopes[head] : 0.f;
     const float cap_in = p.softcap > 0.f ? 2.f * kLog2e / p.softcap : 0.f;
     const int key0 = n0 + 16 * kr + lane / 4;  // this lane's first key (rows g, g + 8)
-    [[maybe_unused]] const dropout::Dropout drop =
-        kDropout ? dropout::make(p.dropout_p, p.dropout_seed, p.dropout_offset) : dropout::Dropout{};
+    const dropout::Dropout& drop = p.dropout;
 
     // Query block m's Q and dO into buffer `buf` (cp.async, one group), and its LSE and D into
     // registers of threads 0 .. kBlockM - 1, stored to shared memory once consumed there.
@@ -675,7 +674,7 @@ cudaError_t launch(const BwdParams& bp, cudaStream_t stream) {
     if ((p.mask == MaskType::kSlidingWindow || p.mask == MaskType::kBidirectionalWindow) && p.window < 1)
         return cudaErrorInvalidValue;
     if (p.mask == MaskType::kChunked && p.chunk < 1) return cudaErrorInvalidValue;
-    if (!(p.dropout_p >= 0.f && p.dropout_p < 1.f)) return cudaErrorInvalidValue;
+    if (p.dropout.threshold > 0xffffu) return cudaErrorInvalidValue;
     if (bp.d_o == nullptr || bp.lse == nullptr || bp.dq == nullptr || bp.dk == nullptr || bp.dv == nullptr ||
         bp.dq_accum == nullptr || bp.dq_order == nullptr)
         return cudaErrorInvalidValue;
@@ -689,7 +688,7 @@ cudaError_t launch(const BwdParams& bp, cudaStream_t stream) {
     const auto main = [&](auto mask, auto deterministic) {
         constexpr BwdMask kMask = decltype(mask)::value;
         constexpr bool kDet = decltype(deterministic)::value;
-        return p.dropout_p > 0.f ? launch_main<Tr, kMask, kDet, true>(bp, stream)
+        return p.dropout.threshold != 0 ? launch_main<Tr, kMask, kDet, true>(bp, stream)
                                  : launch_main<Tr, kMask, kDet, false>(bp, stream);
     };
     const auto with_order = [&](auto mask) {

@@ -162,8 +162,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
     }
     softmax::OnlineSoftmax<Tr::kMmaM> softmax;
     softmax.init();
-    [[maybe_unused]] const dropout::Dropout drop =
-        kDropout ? dropout::make(p.dropout_p, p.dropout_seed, p.dropout_offset) : dropout::Dropout{};
 
     if (blk.count() > 0) {
         const float scale_log2 = p.scale_bmm1 * kLog2e;
@@ -237,26 +235,20 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
         const auto accumulate = [&](float (&acc_s)[Tr::kMmaM][Tr::kNTilesS][4], uint32_t v_off, int nb, auto masked) {
             softmax.template update<decltype(masked)::value || kHidesKeys, Tr::kSkipRescale, Tr::kNTilesS, Tr::kNTilesO,
                                     /*kWideLogits=*/true>(acc_s, acc_o, scale_log2);
+            uint32_t p_frag[Tr::kMmaM][Tr::kNTilesS / 2][4];  // P as A operand, [warp rows, kBlockN]
+            mma::s_to_p<Element>(p_frag, acc_s);
             if constexpr (kDropout) {
-                // A lane's rows row0 + 16 mi + {0, 8} and keys col0 + {0, 1, 8, 9} of an n-tile
-                // pair are one group of the mask: one Philox call each.
+                // A lane's rows row0 + 16 mi + {0, 8} and keys col0 + {0, 1, 8, 9} of a k16 slice
+                // are one group of the mask: one Philox call each.
                 const uint32_t bh = uint32_t(tile.batch) * uint32_t(p.h) + uint32_t(tile.head);
 #pragma unroll
                 for (int mi = 0; mi < Tr::kMmaM; ++mi) {
 #pragma unroll
-                    for (int ni = 0; ni < Tr::kNTilesS; ni += 2) {
-                        const uint32_t bits =
-                            dropout::group_bits(drop, bh, row0 + 16 * mi, nb * Tr::kBlockN + 8 * ni + col0);
-#pragma unroll
-                        for (int i = 0; i < 8; ++i) {  // bit 4 (row + 8) + 2 (key + 8) + key % 2
-                            float& x = acc_s[mi][ni + (i >> 1 & 1)][2 * (i >> 2) + (i & 1)];
-                            x = (bits >> i & 1u) ? x : 0.f;
-                        }
-                    }
+                    for (int kk = 0; kk < Tr::kNTilesS / 2; ++kk)
+                        dropout::drop_fragment(p_frag[mi][kk], p.dropout, bh, row0 + 16 * mi,
+                                               nb * Tr::kBlockN + 16 * kk + col0);
                 }
             }
-            uint32_t p_frag[Tr::kMmaM][Tr::kNTilesS / 2][4];  // P as A operand, [warp rows, kBlockN]
-            mma::s_to_p<Element>(p_frag, acc_s);
             memory::LdsmAddr<typename Tr::LayoutV> va = v_addr;
             va.base += v_off;
             mma::gemm_pv<Element, Tr::kAccFp16>(acc_o, p_frag, va);
@@ -303,7 +295,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
     }
 
     float inv[Tr::kMmaM][2];
-    softmax.finalize(inv, p.scale_softmax * p.scale_bmm2 * (kDropout ? drop.rescale : 1.f), p, tile.head);
+    softmax.finalize(inv, p.scale_softmax * p.scale_bmm2 * (kDropout ? p.dropout.rescale : 1.f), p, tile.head);
     softmax.store_lse(p, tile.batch, tile.head, m0 + warp * Tr::kWarpRows + lane / 4, q_len, lane);
     epilogue::store_o<typename Tr::LayoutO, Tr::kHeadDimV / kElemsPerChunk, Tr::kThreads>(
         acc_o, inv, smem, warp * Tr::kWarpRows, lane, o, p.o_row_stride, q_rows, tid);
@@ -345,7 +337,7 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
                 return cudaGetLastError();
             };
             if constexpr (kMod == softmax::ScoreMod::kNone) {
-                if (p.dropout_p > 0.f) return run(std::true_type{});
+                if (p.dropout.threshold != 0) return run(std::true_type{});
             }
             return run(std::false_type{});
         },

@@ -65,13 +65,12 @@ inline bool paged_fits(const Params& p) {
 //   a bias as bias_fits says
 //   a paged KV cache as paged_fits says
 //   q/k/v/o 16-byte aligned, every stride a multiple of 8 elements (16-byte chunks)
-//   dropout_p in [0, 1), and 0 unless the kernel drops (`dropout`), without a score modifier
+//   dropout off unless the kernel drops (`dropout`), and then without a score modifier
 // e4m3_out: the kernel can write O in e4m3 (Params::o_e4m3).
 inline bool params_fit(const Params& p, int head_dim, int head_dim_v, bool e4m3_out = false, bool dropout = false) {
     if (p.d != head_dim || p.dv != head_dim_v) return false;
     if (p.o_e4m3 && !e4m3_out) return false;
-    if (!(p.dropout_p >= 0.f && p.dropout_p < 1.f)) return false;
-    if (p.dropout_p > 0.f && (!dropout || score_mods(p) > 0)) return false;
+    if (p.dropout.threshold > 0xffffu || (p.dropout.threshold != 0 && (!dropout || score_mods(p) > 0))) return false;
     if (p.b < 1 || p.h < 1 || p.h_kv < 1 || p.h % p.h_kv != 0 || p.s_q_max < 1) return false;
     if (p.h > 65535 || p.b > 65535) return false;
     if (!(p.scale_bmm1 > 0.f) || !std::isfinite(p.scale_bmm1)) return false;

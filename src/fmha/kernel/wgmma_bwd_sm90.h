@@ -94,9 +94,12 @@ struct MainArgs {
     CUtensorMap q_map, do_map, k_map, v_map, lse_map, dsum_map, dq_map;
 };
 
-// kMods: softcap, ALiBi or dropout (their own instances: the plain ones keep the registers
-// they take); dropout regenerates the forward's mask (fmha/dropout.h) at run time there.
-template <class Tr, BwdMask kMask, bool kDeterministic, bool kMods>
+// What the elementwise step between the products does beyond the plain softmax gradient, each
+// its own instance so that the plain one keeps the registers the others take: softcap and
+// ALiBi (kMods, run-time parameters there), or dropout (the forward's mask, fmha/dropout.h).
+enum class Extra { kNone, kMods, kDropout };
+
+template <class Tr, BwdMask kMask, bool kDeterministic, Extra kExtra>
 __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_constant__ MainArgs args) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using Element = typename Tr::Element;
@@ -184,8 +187,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
     const float cap_in = p.softcap > 0.f ? 2.f * kLog2e / p.softcap : 0.f;
     const float scale_log2 = p.scale_bmm1 * kLog2e;
     const int key_base = n0 + 64 * wg + 16 * warp + lane / 4;  // this thread's first key (rows +0, +8)
-    [[maybe_unused]] const dropout::Dropout drop =
-        kMods ? dropout::make(p.dropout_p, p.dropout_seed, p.dropout_offset) : dropout::Dropout{};
+    const dropout::Dropout& drop = p.dropout;
 
     // S^T, dP^T of block j: [64 keys of this warpgroup, kBlockM queries], a commit group each,
     // S^T once the block's stage has landed. kEarlyS: block j + 1's S^T is issued right after
@@ -193,7 +195,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
     // (bench/NOTES.md §71). Not dP^T too (32 more registers, which d = 128 does not have), not
     // with two stages (d = 64: block j + 1 lands only during block j), not for softcap/ALiBi
     // (no registers to spare) nor the local masks (ptxas then serialises the products, C7514).
-    constexpr bool kEarlyS = Tr::kStages >= 3 && !kMods && kMask != BwdMask::kLocal;
+    constexpr bool kMods = kExtra == Extra::kMods, kDropout = kExtra == Extra::kDropout;
+    constexpr bool kEarlyS = Tr::kStages >= 3 && kExtra == Extra::kNone && kMask != BwdMask::kLocal;
     float acc_s[1][Tr::kBlockM / 8][4], acc_dp[1][Tr::kBlockM / 8][4];
     const auto stage_of = [](int j) { return uint64_t(j % Tr::kStages * Tr::kTileQ) >> 4; };  // Q, dO buffers
     // acc = A B^T over d, one commit group: A = K or V (this warpgroup's keys), B = Q or dO.
@@ -230,24 +233,39 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
         // so that softcap's slope never needs registers of its own. The LSE is +inf for rows
         // past q_len or that see no key (the preprocess), so P is 0 there without a test, and a
         // block whose keys are all valid and visible to all its rows (kFull) tests nothing.
+        // Dropout runs the plain two passes: the first draws the mask under dP^T's product and
+        // keeps a dropped P as -P (P >= 0: the sign is the mask, no registers of its own), the
+        // second makes dS^T = P (dP^T Z - D) and the dV operand P Z (Z: 1 / (1 - p) or 0). The
+        // mask is drawn first, while S^T's product still runs, 16 bits an n-tile pair (drawn
+        // pair by pair inside the pass, d = 64 spilled 8-24 bytes).
         uint32_t p_frag[1][Tr::kBlockM / 16][4], ds_frag[1][Tr::kBlockM / 16][4];
         const auto gradients = [&](auto full) {
             constexpr bool kFull = decltype(full)::value;
-            if constexpr (kMods) mma::wgmma_wait<0>();
+            constexpr bool kOnePass = kMods;
+            // Dropout: a thread's queries q + {0, 1, 8, 9} (n-tiles 2 i, 2 i + 1) and keys key_base
+            // + {0, 8} lie in two groups of the mask (fmha/dropout.h transposed_bits): pair i's
+            // 16 bits at 16 (i % 2) of word i / 2, query q + 1's group in the upper byte.
+            [[maybe_unused]] uint32_t keep[Tr::kBlockM / 32] = {};
+            if constexpr (kDropout) {
+                const uint32_t bh = uint32_t(batch) * uint32_t(p.h) + uint32_t(head);
+#pragma unroll
+                for (int i = 0; i < Tr::kBlockM / 16; ++i) {
+                    uint32_t bits[2];
+                    dropout::transposed_bits(drop, bh, m0 + 16 * i + 2 * (lane % 4), key_base, bits);
+                    const uint32_t pair = bits[0] | bits[1] << 8;
+                    keep[i / 2] = i % 2 == 0 ? pair : keep[i / 2] | pair << 16;
+                }
+            }
+            const auto kept = [&](int nt, int e) {
+                return (keep[nt / 4] >> (16 * (nt / 2 % 2) + 8 * (e % 2) + 4 * (nt % 2) + 2 * (e / 2) + (key_base & 1)) &
+                        1u) != 0;
+            };
+            if constexpr (kOnePass) mma::wgmma_wait<0>();
             else mma::wgmma_wait<1>();
             mma::fence_operands(acc_s);
-            if constexpr (kMods) mma::fence_operands(acc_dp);
-            // Dropout: a thread's queries q + {0, 1, 8, 9} (n-tiles 2 i, 2 i + 1) and keys key_base
-            // + {0, 8} lie in two groups of the mask (fmha/dropout.h transposed_bits), drawn at
-            // the pair's first n-tile (all of them up front would hold 2 registers a pair).
-            [[maybe_unused]] uint32_t keep[2];
-            [[maybe_unused]] const uint32_t bh = uint32_t(batch) * uint32_t(p.h) + uint32_t(head);
+            if constexpr (kOnePass) mma::fence_operands(acc_dp);
 #pragma unroll
             for (int nt = 0; nt < Tr::kBlockM / 8; ++nt) {
-                if constexpr (kMods) {
-                    if (nt % 2 == 0 && drop.threshold != 0)
-                        dropout::transposed_bits(drop, bh, m0 + 8 * nt + 2 * (lane % 4), key_base, keep);
-                }
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int key = key_base + 8 * (e / 2), col = nt * 8 + 2 * (lane % 4) + e % 2, row = m0 + col;
@@ -262,19 +280,18 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
                         }
                         if (p.alibi_slopes != nullptr) logit -= alibi * fabsf(float(row + shift - key));
                         const float pv = visible ? fast_exp2(fmaf(logit, kLog2e, -lse2)) : 0.f;
-                        float z = 1.f;  // dropout: 1 / (1 - p) where kept, 0 where dropped
-                        if (drop.threshold != 0)
-                            z = keep[e % 2] >> (4 * (nt % 2) + 2 * (e / 2) + (key_base & 1)) & 1u ? drop.rescale
-                                                                                                         : 0.f;
-                        acc_s[0][nt][e] = pv * z;
-                        acc_dp[0][nt][e] = pv * (acc_dp[0][nt][e] * z - dsum_s[col]) * slope;
+                        acc_s[0][nt][e] = pv;
+                        acc_dp[0][nt][e] = pv * (acc_dp[0][nt][e] - dsum_s[col]) * slope;
                     } else {
                         const float pv = fast_exp2(fmaf(acc_s[0][nt][e], scale_log2, -lse2));
-                        acc_s[0][nt][e] = visible ? pv : 0.f;
+                        float x = visible ? pv : 0.f;
+                        if constexpr (kDropout)
+                            if (!kept(nt, e)) x = -x;
+                        acc_s[0][nt][e] = x;
                     }
                 }
             }
-            if constexpr (!kMods) {
+            if constexpr (!kOnePass) {
                 mma::wgmma_wait<0>();
                 mma::fence_operands(acc_dp);
 #pragma unroll
@@ -282,7 +299,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
                         const int col = nt * 8 + 2 * (lane % 4) + e % 2;
-                        acc_dp[0][nt][e] = acc_s[0][nt][e] * (acc_dp[0][nt][e] - dsum_s[col]);
+                        if constexpr (kDropout) {
+                            const float x = acc_s[0][nt][e];
+                            const bool kept = x > 0.f;
+                            acc_dp[0][nt][e] = fabsf(x) * ((kept ? acc_dp[0][nt][e] * drop.rescale : 0.f) - dsum_s[col]);
+                            acc_s[0][nt][e] = kept ? x * drop.rescale : 0.f;
+                        } else {
+                            acc_dp[0][nt][e] = acc_s[0][nt][e] * (acc_dp[0][nt][e] - dsum_s[col]);
+                        }
                     }
             }
             mma::s_to_p<Element>(p_frag, acc_s);
@@ -474,7 +498,7 @@ cudaError_t launch(const BwdParams& bp, cudaStream_t stream) {
     if (p.mask == MaskType::kCustom || p.kv_block_table != nullptr || p.attention_bias != nullptr)
         return cudaErrorInvalidValue;
     if (bp.d_o == nullptr || bp.lse == nullptr || bp.dq_accum == nullptr) return cudaErrorInvalidValue;
-    if (!(p.dropout_p >= 0.f && p.dropout_p < 1.f)) return cudaErrorInvalidValue;
+    if (p.dropout.threshold > 0xffffu) return cudaErrorInvalidValue;
     MainArgs args;
     args.bp = bp;
     // MHA: the main kernel stores dK and dV itself (packed pairs: 4-byte aligned rows).
@@ -513,9 +537,9 @@ cudaError_t launch(const BwdParams& bp, cudaStream_t stream) {
     cudaError_t err = flash_bwd::prepare<Tr>(bp, stream);
     if (err != cudaSuccess) return err;
     const auto main = [&](auto mask) {
-        const auto run = [&](auto deterministic, auto mods) {
+        const auto run = [&](auto deterministic, auto extra) {
             constexpr auto kernel =
-                &bwd_kernel<Tr, decltype(mask)::value, decltype(deterministic)::value, decltype(mods)::value>;
+                &bwd_kernel<Tr, decltype(mask)::value, decltype(deterministic)::value, decltype(extra)::value>;
             cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
                                                  cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSmemBytes);
             if (e != cudaSuccess) return e;
@@ -524,9 +548,11 @@ cudaError_t launch(const BwdParams& bp, cudaStream_t stream) {
             return cudaGetLastError();
         };
         const auto with_mods = [&](auto deterministic) {
-            return p.softcap > 0.f || p.alibi_slopes != nullptr || p.dropout_p > 0.f
-                       ? run(deterministic, std::true_type{})
-                       : run(deterministic, std::false_type{});
+            using E = Extra;
+            if (p.dropout.threshold != 0)  // (the forward refuses dropout with softcap or ALiBi)
+                return run(deterministic, std::integral_constant<E, E::kDropout>{});
+            return p.softcap > 0.f || p.alibi_slopes != nullptr ? run(deterministic, std::integral_constant<E, E::kMods>{})
+                                                                : run(deterministic, std::integral_constant<E, E::kNone>{});
         };
         return bp.deterministic ? with_mods(std::true_type{}) : with_mods(std::false_type{});
     };

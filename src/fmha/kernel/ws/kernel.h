@@ -97,8 +97,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         Softmax softmax;
         softmax.init();
 
-        [[maybe_unused]] const dropout::Dropout drop =
-            kDropout ? dropout::make(p.dropout_p, p.dropout_seed, p.dropout_offset) : dropout::Dropout{};
         // Bias: this thread's first row's entries.
         const Element* bias_tile = kMod == softmax::ScoreMod::kBias
                                        ? softmax::bias_row<Element>(p, w.batch, w.head, wg_row0 + row_g)
@@ -140,20 +138,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
             } else {
                 softmax.template scale<false>(acc_s, alpha, Tr::kFp8 ? c.scale_log2 * fp8_qk : c.scale_log2);
             }
+        };
+        // Dropout: P of block nb as wgmma A, less what the mask drops. Rows row_g + {0, 8} and
+        // keys 2 (lane % 4) + {0, 1, 8, 9} of a k16 slice are one group: one Philox call each.
+        const auto drop_block = [&](int nb) {
             if constexpr (kDropout) {
-                // Rows row_g + {0, 8} and keys 2 (lane % 4) + {0, 1, 8, 9} of an n-tile pair are one
-                // group of the mask: one Philox call each.
                 const uint32_t bh = uint32_t(w.batch) * uint32_t(p.h) + uint32_t(w.head);
 #pragma unroll
-                for (int ni = 0; ni < Tr::kNTilesS; ni += 2) {
-                    const uint32_t bits =
-                        dropout::group_bits(drop, bh, wg_row0 + row_g, nb * Tr::kBlockN + 8 * ni + 2 * (lane % 4));
-#pragma unroll
-                    for (int i = 0; i < 8; ++i) {  // bit 4 (row + 8) + 2 (key + 8) + key % 2
-                        float& x = acc_s[0][ni + (i >> 1 & 1)][2 * (i >> 2) + (i & 1)];
-                        x = (bits >> i & 1u) ? x : 0.f;
-                    }
-                }
+                for (int kk = 0; kk < Tr::kKSlicesPV; ++kk)
+                    dropout::drop_fragment(p_frag[0][kk], p.dropout, bh, wg_row0 + row_g,
+                                           nb * Tr::kBlockN + 16 * kk + 2 * (lane % 4));
             }
         };
 
@@ -175,6 +169,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                 softmax_block(acc_s, w.blk_end - 1, alpha);  // O is still zero: alpha unused
                 if constexpr (Tr::kFp8) mma::p_to_e4m3<Tr::kNTilesS>(p_frag[0], acc_s);
                 else mma::s_to_p<Element>(p_frag, acc_s);
+                drop_block(w.blk_end - 1);
             }
             for (int it = 1; it < n_blocks; ++it) {
                 const int g = g0 + it;
@@ -200,6 +195,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                 Softmax::rescale(acc_o, alpha);
                 if constexpr (Tr::kFp8) mma::p_to_e4m3<Tr::kNTilesS>(p_frag[0], acc_s);
                 else mma::s_to_p<Element>(p_frag, acc_s);
+                drop_block(w.blk_end - 1 - it);
             }
             const int g_last = g0 + n_blocks - 1;
             const int last = g_last % S;
@@ -218,7 +214,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         float inv[2];
         softmax.finalize(inv,
                          Tr::kFp8   ? p.scale_softmax * p.scale_bmm2 * fp8_v
-                         : kDropout ? p.scale_softmax * p.scale_bmm2 * drop.rescale
+                         : kDropout ? p.scale_softmax * p.scale_bmm2 * p.dropout.rescale
                                     : p.scale_softmax * p.scale_bmm2,
                          p, w.head);
         softmax.store_lse(p, w.batch, w.head, wg_row0 + row_g, w.q_len, lane);

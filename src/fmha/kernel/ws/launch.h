@@ -118,7 +118,7 @@ cudaError_t launch_with_extents(const Params& p, int64_t q_tokens, int64_t kv_to
                     if (p.kv_block_table != nullptr) return go(std::true_type{}, std::false_type{});
                 }
                 if constexpr (Tr::kHasDropout && kMod == softmax::ScoreMod::kNone) {  // (params_fit: no mod with it)
-                    if (p.dropout_p > 0.f) return go(std::false_type{}, std::true_type{});
+                    if (p.dropout.threshold != 0) return go(std::false_type{}, std::true_type{});
                 }
                 return go(std::false_type{}, std::false_type{});
             }
