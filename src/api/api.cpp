@@ -12,6 +12,7 @@
 
 #include "api/backward.h"
 #include "api/select.h"
+#include "format.h"
 #include "kernel_meta.h"
 #include "params.h"
 
@@ -171,7 +172,7 @@ fmha_status_t check(const fmha_problem_t* pr, Params& p, Request& r) {
     if (pr->bias != nullptr && (pr->bias_row_stride < pr->max_s_kv || pr->bias_batch_stride < 0 || pr->bias_head_stride < 0))
         return fail(FMHA_ERROR_INVALID_VALUE, "bias: bias_row_stride >= max_s_kv, other strides >= 0");
     if (!(pr->dropout_p >= 0.f && pr->dropout_p < 1.f))
-        return fail(FMHA_ERROR_INVALID_VALUE, "dropout_p = " + std::to_string(pr->dropout_p) + ": must be in [0, 1)");
+        return fail(FMHA_ERROR_INVALID_VALUE, format("dropout_p = %g: must be in [0, 1)", double(pr->dropout_p)));
     if (pr->dropout_p > 0.f && fp8) return fail(FMHA_ERROR_NOT_SUPPORTED, "dropout: fp16 and bf16 inputs only");
     if (pr->dropout_p > 0.f && mods > 0)
         return fail(FMHA_ERROR_NOT_SUPPORTED, "dropout: not with softcap, alibi_slopes, bias or a custom mask");

@@ -233,15 +233,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
         // so that softcap's slope never needs registers of its own. The LSE is +inf for rows
         // past q_len or that see no key (the preprocess), so P is 0 there without a test, and a
         // block whose keys are all valid and visible to all its rows (kFull) tests nothing.
-        // Dropout runs the plain two passes: the first draws the mask under dP^T's product and
-        // keeps a dropped P as -P (P >= 0: the sign is the mask, no registers of its own), the
-        // second makes dS^T = P (dP^T Z - D) and the dV operand P Z (Z: 1 / (1 - p) or 0). The
-        // mask is drawn first, while S^T's product still runs, 16 bits an n-tile pair (drawn
-        // pair by pair inside the pass, d = 64 spilled 8-24 bytes).
+        // Dropout runs the plain two passes: the first keeps a dropped P as -P (P >= 0: the sign
+        // is the mask, no registers of its own across the dP wait), the second makes dS^T =
+        // P (dP^T Z - D) and the dV operand P Z (Z: 1 / (1 - p) or 0). The mask is drawn first,
+        // while the products still run, 16 bits an n-tile pair (drawn pair by pair inside the
+        // pass it took more registers: bench/NOTES.md §74).
         uint32_t p_frag[1][Tr::kBlockM / 16][4], ds_frag[1][Tr::kBlockM / 16][4];
         const auto gradients = [&](auto full) {
             constexpr bool kFull = decltype(full)::value;
-            constexpr bool kOnePass = kMods;
             // Dropout: a thread's queries q + {0, 1, 8, 9} (n-tiles 2 i, 2 i + 1) and keys key_base
             // + {0, 8} lie in two groups of the mask (fmha/dropout.h transposed_bits): pair i's
             // 16 bits at 16 (i % 2) of word i / 2, query q + 1's group in the upper byte.
@@ -260,10 +259,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
                 return (keep[nt / 4] >> (16 * (nt / 2 % 2) + 8 * (e % 2) + 4 * (nt % 2) + 2 * (e / 2) + (key_base & 1)) &
                         1u) != 0;
             };
-            if constexpr (kOnePass) mma::wgmma_wait<0>();
+            if constexpr (kMods) mma::wgmma_wait<0>();
             else mma::wgmma_wait<1>();
             mma::fence_operands(acc_s);
-            if constexpr (kOnePass) mma::fence_operands(acc_dp);
+            if constexpr (kMods) mma::fence_operands(acc_dp);
 #pragma unroll
             for (int nt = 0; nt < Tr::kBlockM / 8; ++nt) {
 #pragma unroll
@@ -291,7 +290,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
                     }
                 }
             }
-            if constexpr (!kOnePass) {
+            if constexpr (!kMods) {
                 mma::wgmma_wait<0>();
                 mma::fence_operands(acc_dp);
 #pragma unroll
