@@ -70,7 +70,8 @@ def test_registry_ws_row():
     assert "/*block_m=*/192, /*block_n=*/128, /*warps_m=*/12, /*warps_n=*/1" in text
     assert ("mask_bit(MaskType::kPadding) | mask_bit(MaskType::kCausal) | mask_bit(MaskType::kSlidingWindow) | "
             "mask_bit(MaskType::kBidirectionalWindow) | mask_bit(MaskType::kChunked) | mask_bit(MaskType::kCustom), "
-            "/*variants=*/kVariantAlibi | kVariantBias | kVariantSinks | kVariantSoftmaxStats | kVariantPagedKv, "
+            "/*variants=*/kVariantAlibi | kVariantBias | kVariantSinks | kVariantSoftmaxStats | kVariantPagedKv | "
+            "kVariantDropout, "
             "/*warp_specialized=*/true") in text
     assert "/*uses_tma=*/true, /*persistent=*/true," in text    # SCHEDULING_MODE's default, 1
     assert "/*persistent=*/false," in render_registry(
@@ -204,7 +205,7 @@ def test_manifest(tmp_path):
             # ws: no softcapping in its 192-row tile (generator/families/ws.py), e4m3 (128 rows)
             # no bias; ws and decode's mma path (min_s_kv 64): no wide logits (one FFMA a score)
             "variants": [v for v in EVERY_VARIANT if v != "bias"] if dtype == "e4m3" else
-                        EVERY_VARIANT[1:] if family == "ws" else
+                        EVERY_VARIANT[1:] + ["dropout"] if family == "ws" else
                         EVERY_VARIANT if min_s_kv else EVERY_VARIANT + ["wide_logits"] + (["dropout"] if family == "flash" else []),
             # What tests/gpu/manifest.py's require_arch reads: sm_90a code runs on sm_90 alone;
             # decode and flash are portable.

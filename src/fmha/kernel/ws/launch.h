@@ -45,8 +45,9 @@ cudaError_t allow_smem() {
 // instantiation (d, dv, b, h, h_kv, alignment and strides as flash_sm80; persistent: a
 // tile counter), or when an extent is not in [1, INT32_MAX] (TMA coordinates are 32-bit),
 // and cudaErrorNotSupported when the driver offers no tensor-map encoder.
-// kCausalOnly: instantiate the causal kernels only (a sibling that runs no other mask).
-template <class Tr, bool kCausalOnly = false>
+// kCausalOnly: instantiate the causal kernels only (a sibling that runs no other mask);
+// kDropoutOnly: the dropout kernels only (a sibling that runs its row's dropout).
+template <class Tr, bool kCausalOnly = false, bool kDropoutOnly = false>
 cudaError_t launch_with_extents(const Params& p, int64_t q_tokens, int64_t kv_tokens, cudaStream_t stream) {
     // TMA moves e4m3 as 16-bit pairs (Traits::TmaElement): head sizes and strides in pairs.
     using Element = typename Tr::TmaElement;
@@ -58,7 +59,7 @@ cudaError_t launch_with_extents(const Params& p, int64_t q_tokens, int64_t kv_to
                                p.v_head_stride, p.k_block_stride, p.v_block_stride})
             if (stride % 16 != 0) return cudaErrorInvalidValue;
     }
-    if constexpr (!kCausalOnly) {  // (entry() would instantiate every mask's kernel)
+    if constexpr (!kCausalOnly && !kDropoutOnly) {  // (entry() would instantiate every mask's kernel)
         if (entry<Tr>(p.mask) == nullptr) return cudaErrorInvalidValue;  // a mask the family does not implement
     }
     if (p.wide_logits) return cudaErrorInvalidValue;  // one FFMA a score: no kVariantWideLogits
@@ -102,7 +103,8 @@ cudaError_t launch_with_extents(const Params& p, int64_t q_tokens, int64_t kv_to
         [&](auto kind, auto mod) {
             constexpr mask::Kind kMask = decltype(kind)::value;
             constexpr softmax::ScoreMod kMod = decltype(mod)::value;
-            if constexpr (!Tr::template kHasMod<kMod> || (kCausalOnly && kMask != mask::Kind::kCausal)) {
+            if constexpr (!Tr::template kHasMod<kMod> || (kCausalOnly && kMask != mask::Kind::kCausal) ||
+                          (kDropoutOnly && kMod != softmax::ScoreMod::kNone)) {
                 return cudaErrorInvalidValue;  // not a variant of this kernel (Traits::kHasMod)
             } else {
                 const auto go = [&](auto paged_only, auto drops) {
@@ -114,13 +116,17 @@ cudaError_t launch_with_extents(const Params& p, int64_t q_tokens, int64_t kv_to
                     }
                     return e;
                 };
-                if constexpr (Tr::kSeparatePaged) {
-                    if (p.kv_block_table != nullptr) return go(std::true_type{}, std::false_type{});
+                if constexpr (kDropoutOnly) {
+                    return go(std::false_type{}, std::true_type{});
+                } else {
+                    if constexpr (Tr::kSeparatePaged) {
+                        if (p.kv_block_table != nullptr) return go(std::true_type{}, std::false_type{});
+                    }
+                    if constexpr (Tr::kHasDropout && kMod == softmax::ScoreMod::kNone) {  // (params_fit: no mod with it)
+                        if (p.dropout.threshold != 0) return go(std::false_type{}, std::true_type{});
+                    }
+                    return go(std::false_type{}, std::false_type{});
                 }
-                if constexpr (Tr::kHasDropout && kMod == softmax::ScoreMod::kNone) {  // (params_fit: no mod with it)
-                    if (p.dropout.threshold != 0) return go(std::false_type{}, std::true_type{});
-                }
-                return go(std::false_type{}, std::false_type{});
             }
         },
         cudaErrorInvalidValue);
@@ -148,6 +154,10 @@ int sibling_index(const Params& p) {
 template <class Tr>
 cudaError_t launch(const Params& p, cudaStream_t stream) {
     if (p.q_tokens < 1 || p.kv_tokens < 1) return cudaErrorInvalidValue;
+    if constexpr (Tr::kHasShort && !Tr::kHasDropout) {  // dropout: on the sibling, whatever the mask
+        if (p.dropout.threshold != 0)
+            return launch_with_extents<typename Tr::Short, false, true>(p, p.q_tokens, p.kv_tokens, stream);
+    }
     if constexpr (Tr::kHasShort) {
         if (runs_short<Tr>(p)) {
             return launch_with_extents<typename Tr::Short, true>(p, p.q_tokens, p.kv_tokens, stream);

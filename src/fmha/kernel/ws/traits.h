@@ -147,9 +147,10 @@ struct Traits {
     // two-consumer tiles carry both loops in one kernel, chosen at run time.
     static constexpr bool kSeparatePaged = kConsumerWarpgroups == 3;
     // Dropout (fwd_kernel's kDropout, an instance of its own): 16-bit inputs on the
-    // two-consumer tiles up to d = 192 (the three-consumer tile's 160 registers leave no room
-    // for the Philox rounds, and d = 256's 128 O registers spilled 40-64 bytes with them; those
-    // rows lack kVariantDropout and such problems run on flash).
+    // two-consumer tiles up to d = 192. The three-consumer tile's 160 registers leave no room
+    // for the Philox rounds: its launch runs dropout on its 128-row sibling (launch.h). d = 256's
+    // 128 O registers spilled 40-64 bytes with them: that row lacks kVariantDropout and such
+    // problems run on flash.
     static constexpr bool kHasDropout = !kFp8 && kConsumerWarpgroups == 2 && kHeadDim <= 192 && kHeadDimV <= 192;
 
     static_assert(kIsSupportedElement<Element> || kFp8, "Element must be __half, __nv_bfloat16 or __nv_fp8_e4m3");
