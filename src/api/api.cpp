@@ -400,6 +400,44 @@ fmha_status_t plan_backward_checked(const flash_bwd::BwdParams& bp, const Backwa
     return FMHA_SUCCESS;
 }
 
+// The plan a call runs: `plan` where it belongs to the problem (`belongs`), else
+// FMHA_ERROR_INVALID_VALUE naming `again`; NULL: one made here into *here by plan_here(sm,
+// num_sms, here) for the current device.
+template <class Belongs, class PlanHere>
+fmha_status_t plan_for_call(const fmha_plan_t** plan, fmha_plan_t* here, Belongs&& belongs, PlanHere&& plan_here,
+                            const char* again) {
+    if (*plan != nullptr) {
+        if (!belongs(**plan))
+            return fail(FMHA_ERROR_INVALID_VALUE, std::string("plan does not belong to this problem (call ") + again +
+                                                      " again)");
+        return FMHA_SUCCESS;
+    }
+    int sm = 0, num_sms = 0;
+    fmha_status_t s = device_of(&sm, &num_sms);
+    if (s == FMHA_SUCCESS) s = plan_here(sm, num_sms, here);
+    if (s == FMHA_SUCCESS) *plan = here;
+    return s;
+}
+
+// FMHA_ERROR_WORKSPACE unless the workspace holds `needed` bytes, 256-byte aligned.
+fmha_status_t check_workspace(const void* workspace, size_t workspace_bytes, size_t needed) {
+    if (workspace != nullptr && workspace_bytes >= needed && reinterpret_cast<uintptr_t>(workspace) % kAlign == 0)
+        return FMHA_SUCCESS;
+    return fail(FMHA_ERROR_WORKSPACE, "workspace: " + std::to_string(needed) + " bytes, 256-byte aligned, needed; got " +
+                                          std::to_string(workspace_bytes) + (workspace ? "" : " at NULL"));
+}
+
+// A launch's status: cudaErrorInvalidValue is the kernel refusing the problem (its launch
+// checks; `why` says which), any other error the CUDA call's.
+fmha_status_t launched(cudaError_t err, const std::string& kernel, const char* why) {
+    if (err == cudaErrorInvalidValue) {
+        cudaGetLastError();
+        return fail(FMHA_ERROR_INVALID_VALUE, kernel + " refused the problem" + why);
+    }
+    if (err != cudaSuccess) return fail(FMHA_ERROR_CUDA, "launch of " + kernel + ": " + cudaGetErrorString(err));
+    return FMHA_SUCCESS;
+}
+
 }  // namespace
 }  // namespace api
 }  // namespace fmha
@@ -438,42 +476,29 @@ fmha_status_t fmha_forward(const fmha_problem_t* problem, const fmha_plan_t* pla
     Params p;
     api::Request r;
     fmha_status_t s = api::check(problem, p, r);
-    if (s != FMHA_SUCCESS) return s;
     fmha_plan_t here;
-    if (plan == nullptr) {
-        int sm = 0, num_sms = 0;
-        s = api::device_of(&sm, &num_sms);
-        if (s == FMHA_SUCCESS) s = api::plan_checked(p, r, sm, num_sms, &here);
-        if (s != FMHA_SUCCESS) return s;
-        plan = &here;
-    } else if (plan->index < 0 || plan->index >= kNumKernels ||
-               api::mismatch(kKernels[plan->index], r) != 0) {
-        return api::fail(FMHA_ERROR_INVALID_VALUE, "plan does not belong to this problem (call fmha_plan again)");
-    }
+    if (s == FMHA_SUCCESS)
+        s = api::plan_for_call(
+            &plan, &here,
+            [&](const fmha_plan_t& pl) {
+                return pl.index >= 0 && pl.index < kNumKernels && api::mismatch(kKernels[pl.index], r) == 0;
+            },
+            [&](int sm, int num_sms, fmha_plan_t* out) { return api::plan_checked(p, r, sm, num_sms, out); },
+            "fmha_plan");
+    if (s != FMHA_SUCCESS) return s;
     const KernelMeta& k = kKernels[plan->index];
     p.num_sms = plan->num_sms;
     // What this problem needs (a plan made for another batch size would under-count it).
     const size_t family = k.workspace != nullptr ? k.workspace(p) : 0;
-    const size_t needed = api::kFamilyOffset + api::align_up(family);
-    if (workspace == nullptr || workspace_bytes < needed || reinterpret_cast<uintptr_t>(workspace) % api::kAlign != 0)
-        return api::fail(FMHA_ERROR_WORKSPACE, "workspace: " + std::to_string(needed) +
-                                                   " bytes, 256-byte aligned, needed; got " +
-                                                   std::to_string(workspace_bytes) + (workspace ? "" : " at NULL"));
+    s = api::check_workspace(workspace, workspace_bytes, api::kFamilyOffset + api::align_up(family));
+    if (s != FMHA_SUCCESS) return s;
     char* ws = static_cast<char*>(workspace);
     p.tile_counter = reinterpret_cast<int*>(ws);
     if (family > 0) {
         p.workspace = ws + api::kFamilyOffset;
         p.workspace_bytes = workspace_bytes - api::kFamilyOffset;
     }
-    cudaError_t err = k.launch(p, stream);
-    if (err == cudaErrorInvalidValue) {
-        cudaGetLastError();
-        return api::fail(FMHA_ERROR_INVALID_VALUE, std::string(k.name) +
-                                                       " refused the problem (alignment, strides or sizes out of its range)");
-    }
-    if (err != cudaSuccess)
-        return api::fail(FMHA_ERROR_CUDA, std::string("launch of ") + k.name + ": " + cudaGetErrorString(err));
-    return FMHA_SUCCESS;
+    return api::launched(k.launch(p, stream), k.name, " (alignment, strides or sizes out of its range)");
 }
 
 void fmha_backward_args_init(fmha_backward_args_t* args) {
@@ -500,30 +525,16 @@ fmha_status_t fmha_backward(const fmha_problem_t* problem, const fmha_backward_a
     flash_bwd::BwdParams bp;
     api::BackwardAsk a;
     fmha_status_t s = api::check_backward(problem, args, bp, a);
-    if (s != FMHA_SUCCESS) return s;
     fmha_plan_t here;
-    if (plan == nullptr) {
-        int sm = 0, num_sms = 0;
-        s = api::device_of(&sm, &num_sms);
-        if (s == FMHA_SUCCESS) s = api::plan_backward_checked(bp, a, sm, num_sms, &here);
-        if (s != FMHA_SUCCESS) return s;
-        plan = &here;
-    } else if (plan->index != -1 || api::backward_kernel_name(a, plan->sm) != plan->kernel) {
-        return api::fail(FMHA_ERROR_INVALID_VALUE, "plan does not belong to this problem (call fmha_plan_backward again)");
-    }
-    const std::string kernel = plan->kernel;
-    const size_t needed = api::backward_workspace_bytes(bp.p);
-    if (workspace == nullptr || workspace_bytes < needed || reinterpret_cast<uintptr_t>(workspace) % api::kAlign != 0)
-        return api::fail(FMHA_ERROR_WORKSPACE, "workspace: " + std::to_string(needed) +
-                                                   " bytes, 256-byte aligned, needed; got " +
-                                                   std::to_string(workspace_bytes) + (workspace ? "" : " at NULL"));
-    cudaError_t err = api::backward_launch(a, bp, workspace, workspace_bytes, plan->sm, stream);
-    if (err == cudaErrorInvalidValue) {
-        cudaGetLastError();
-        return api::fail(FMHA_ERROR_INVALID_VALUE, kernel + " refused the problem");
-    }
-    if (err != cudaSuccess) return api::fail(FMHA_ERROR_CUDA, "launch of " + kernel + ": " + cudaGetErrorString(err));
-    return FMHA_SUCCESS;
+    if (s == FMHA_SUCCESS)
+        s = api::plan_for_call(
+            &plan, &here,
+            [&](const fmha_plan_t& pl) { return pl.index == -1 && api::backward_kernel_name(a, pl.sm) == pl.kernel; },
+            [&](int sm, int num_sms, fmha_plan_t* out) { return api::plan_backward_checked(bp, a, sm, num_sms, out); },
+            "fmha_plan_backward");
+    if (s == FMHA_SUCCESS) s = api::check_workspace(workspace, workspace_bytes, api::backward_workspace_bytes(bp.p));
+    if (s != FMHA_SUCCESS) return s;
+    return api::launched(api::backward_launch(a, bp, workspace, workspace_bytes, plan->sm, stream), plan->kernel, "");
 }
 
 int fmha_num_kernels(void) { return kNumKernels; }
