@@ -197,6 +197,18 @@ def dropout_keep(b: int, h: int, s_q: int, s_k: int, p: float, seed: int, offset
     return keep
 
 
+def saved_dropout(t: dict, meta: dict) -> tuple:
+    """(keep, rescale) of a -save-tensors run (t: its q, k, seqlens_q, seqlens_kv arrays; meta:
+    meta.json), for attention_fp64 and attention_backward_fp64: fmha.exe keys the mask by -seed,
+    offset 0; (None, 1.0) without -dropout."""
+    if not meta["dropout_p"] > 0:
+        return None, 1.0
+    b, s_q, h = t["q"].shape[:3]
+    keep = dropout_keep(b, h, s_q, t["k"].shape[1], meta["dropout_p"], meta["seed"], 0, t["seqlens_q"],
+                        t["seqlens_kv"])
+    return keep, dropout_rescale(meta["dropout_p"])
+
+
 def _dropped(keep, rescale, i: int, lq: int, lk: int):
     """Sequence i's [h, lq, lk] factor on P from a keep mask (1 where there is none)."""
     return 1.0 if keep is None else keep[i, :, :lq, :lk] * rescale

@@ -25,11 +25,12 @@ def load_package():
 
 
 def reference(q, k, v, scale=None, causal=False, window=(-1, -1), softcap=0.0, alibi=None, sinks=None,
-              kv_lens=None, chunk=0):
+              kv_lens=None, chunk=0, keep=None):
     """float64 attention over [b, s, h, d] tensors, FA3's conventions (bottom-right aligned
     masks, a row that sees no key gives zeros); returns out [b, s_q, h, dv] and the LSE
     [b, h, s_q] (-inf for such rows). Differentiable: the autograd tests take its gradients,
-    the sinks' included."""
+    the sinks' included. keep [b, h, s_q, s_k]: a factor on each probability of P V (dropout:
+    the keep mask times its rescale), not on the LSE; None: 1."""
     import torch
     q, k, v = (t.double() for t in (q, k, v))
     b, s_q, h, d = q.shape
@@ -69,6 +70,9 @@ def reference(q, k, v, scale=None, causal=False, window=(-1, -1), softcap=0.0, a
         denom = e.sum(-1, keepdim=True)
         if sinks is not None:
             denom = denom + torch.exp(sinks.double()[:, None, None] - m)
-        out[i] = torch.einsum("hij,jhd->ihd", torch.where(denom > 0, e / denom, 0.0), v[i, :n])
+        prob = torch.where(denom > 0, e / denom, 0.0)
+        if keep is not None:
+            prob = prob * keep[i, :, :, :n]
+        out[i] = torch.einsum("hij,jhd->ihd", prob, v[i, :n])
         lse[i] = torch.where(denom[..., 0] > 0, torch.log(denom[..., 0]) + m[..., 0], -math.inf)
     return out, lse

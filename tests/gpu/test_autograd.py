@@ -121,7 +121,10 @@ def test_varlen_gradients(causal):
         check(got, want, torch.bfloat16, name)
 
 
-def test_deterministic_gives_the_same_bits_20_times():
+@pytest.mark.parametrize("dropout_p", [0.0, 0.17])
+def test_deterministic_gives_the_same_bits_20_times(dropout_p):
+    """deterministic=True: 20 runs, identical dQ, dK, dV (with dropout, each run's mask from the
+    same seed), and those gradients match float64's."""
     torch.manual_seed(3)
     q, k, v = leaves((2, 1024, 8, 128), (2, 1024, 2, 128), (2, 1024, 2, 128), dtype=torch.bfloat16)
     dout = torch.randn(2, 1024, 8, 128, device=DEV, dtype=torch.bfloat16)
@@ -129,13 +132,18 @@ def test_deterministic_gives_the_same_bits_20_times():
     for _ in range(20):
         for t in (q, k, v):
             t.grad = None
-        fmha.flash_attn_func(q, k, v, causal=True, deterministic=True).backward(dout)
+        out, state = dropout_call(17, fmha.flash_attn_func, q, k, v, causal=True, deterministic=True,
+                                  dropout_p=dropout_p)
+        out.backward(dout)
         grads = [t.grad.clone() for t in (q, k, v)]
         if first is None:
             first = grads
         assert all(torch.equal(a, b) for a, b in zip(grads, first))
     q64, k64, v64 = as64((q, k, v))
-    reference(q64, k64, v64, causal=True)[0].backward(dout.double())
+    if dropout_p:
+        dropped(q64, k64, v64, keep_mask(2, 8, 1024, 1024, dropout_p, state), dropout_p, True).backward(dout.double())
+    else:
+        reference(q64, k64, v64, causal=True)[0].backward(dout.double())
     for name, got, want in zip(("dq", "dk", "dv"), first, (q64.grad, k64.grad, v64.grad)):
         check(got, want, torch.bfloat16, name)
 
@@ -320,16 +328,9 @@ def keep_mask(b, h, s_q, s_k, p, state, lens=None):
 
 
 def dropped(q, k, v, keep, p, causal=False):
-    """float64 attention with dropout over [b, s, h, d] tensors (s_q <= s_k: every row sees a
-    key): O = (softmax(S) Z rescale) V, Z the keep mask [b, h, s_q, s_k]; differentiable."""
-    b, s_q, h, d = q.shape
-    s_k, h_kv = k.shape[1], k.shape[2]
-    k, v = k.repeat_interleave(h // h_kv, dim=2), v.repeat_interleave(h // h_kv, dim=2)
-    s = torch.einsum("bihd,bjhd->bhij", q, k) / math.sqrt(d)
-    if causal:  # bottom-right aligned, as FA3's
-        row = torch.arange(s_q, device=q.device)[:, None] + (s_k - s_q)
-        s = s.masked_fill(torch.arange(s_k, device=q.device)[None, :] > row, -math.inf)
-    return torch.einsum("bhij,bjhd->bihd", torch.softmax(s, dim=-1) * keep * dropout_rescale(p), v)
+    """float64 attention with dropout over [b, s, h, d] tensors: package.reference with P times
+    the keep mask Z [b, h, s_q, s_k] and its rescale; differentiable."""
+    return reference(q, k, v, causal=causal, keep=keep * dropout_rescale(p))[0]
 
 
 @pytest.mark.parametrize("p", [0.17, 0.5])
@@ -424,26 +425,6 @@ def test_dropout_follows_torch_manual_seed():
     torch.manual_seed(6)
     b = fmha.flash_attn_varlen_func(*flat, cu, cu, 566, 566, dropout_p=0.5)
     assert torch.equal(a, b) and not torch.equal(a, fmha.flash_attn_varlen_func(*flat, cu, cu, 566, 566, dropout_p=0.5))
-
-
-def test_dropout_deterministic_gives_the_same_bits_3_times():
-    torch.manual_seed(3)
-    q, k, v = leaves((2, 1024, 8, 128), (2, 1024, 2, 128), (2, 1024, 2, 128), dtype=torch.bfloat16)
-    dout = torch.randn(2, 1024, 8, 128, device=DEV, dtype=torch.bfloat16)
-    first = None
-    for _ in range(3):
-        for t in (q, k, v):
-            t.grad = None
-        out, state = dropout_call(17, fmha.flash_attn_func, q, k, v, causal=True, deterministic=True, dropout_p=0.17)
-        out.backward(dout)
-        grads = [t.grad.clone() for t in (q, k, v)]
-        if first is None:
-            first = grads
-        assert all(torch.equal(a, b) for a, b in zip(grads, first))
-    q64, k64, v64 = as64((q, k, v))
-    dropped(q64, k64, v64, keep_mask(2, 8, 1024, 1024, 0.17, state), 0.17, True).backward(dout.double())
-    for name, got, want in zip(("dq", "dk", "dv"), first, (q64.grad, k64.grad, v64.grad)):
-        check(got, want, torch.bfloat16, name)
 
 
 def test_dropout_under_torch_compile():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from .driver import describe, run_fmha
-from .oracle import alibi_slopes_fp64, attention_backward_fp64, dropout_keep, dropout_rescale, visible_fp64
+from .oracle import alibi_slopes_fp64, attention_backward_fp64, saved_dropout, visible_fp64
 
 # fmha.exe flags of each problem: var-len with GQA and the causal mask, s_q < s, fixed lengths.
 CASES = {
@@ -55,12 +55,7 @@ def test_backward_matches_float64(name, exe, tmp_path):
     meta = json.loads((tmp_path / "meta.json").read_text())
     assert meta["bwd"]
     sinks = np.load(tmp_path / "sinks.npy").astype(np.float64) if meta["attention_sinks"] else None
-    keep, rescale = None, 1.0
-    if meta["dropout_p"] > 0:  # fmha.exe keys the mask by -seed, offset 0
-        b, s_q, h = t["q"].shape[:3]
-        keep = dropout_keep(b, h, s_q, t["k"].shape[1], meta["dropout_p"], meta["seed"], 0, t["seqlens_q"],
-                            t["seqlens_kv"])
-        rescale = dropout_rescale(meta["dropout_p"])
+    keep, rescale = saved_dropout(t, meta)
     want = attention_backward_fp64(t["q"], t["k"], t["v"], t["do"], t["seqlens_q"], t["seqlens_kv"],
                                    meta["scale_bmm1"], lambda i, lq, lk: visible_fp64(meta, lq, lk),
                                    meta["softcapping_scale_bmm1"] or 0.0, sinks,

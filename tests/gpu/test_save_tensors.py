@@ -10,8 +10,8 @@ import pytest
 from .contract import DEFAULT_EPSILON, LSE_TOLERANCE
 from .driver import describe, run_fmha
 from .manifest import dtype_flags, kernels_or_skip, require_arch
-from .oracle import (REF_REL_L2, alibi_slopes_fp64, attention_fp64, dropout_keep, dropout_rescale,
-                     gather_paged_fp64, round_to, spec_error, visible_fp64)
+from .oracle import (REF_REL_L2, alibi_slopes_fp64, attention_fp64, gather_paged_fp64, round_to, saved_dropout,
+                     spec_error, visible_fp64)
 from .save_configs import SAVE_CONFIGS, configs_for, save_kernel, save_kinds
 
 KERNELS = kernels_or_skip()
@@ -46,12 +46,7 @@ def load_run(path, kernel: dict) -> tuple[dict, dict]:
 def expected_fp64(t: dict, meta: dict, dtype: str) -> tuple:
     """(out, amb, lse) of oracle.attention_fp64 for the saved run."""
     custom = t["custom"]
-    keep, rescale = None, 1.0
-    if meta["dropout_p"] > 0:  # fmha.exe keys the mask by -seed, offset 0
-        b, s_q, h = t["q"].shape[:3]
-        keep = dropout_keep(b, h, s_q, t["k"].shape[1], meta["dropout_p"], meta["seed"], 0, t["seqlens_q"],
-                            t["seqlens_kv"])
-        rescale = dropout_rescale(meta["dropout_p"])
+    keep, rescale = saved_dropout(t, meta)
     return attention_fp64(t["q"], t["k"], t["v"], t["seqlens_q"], t["seqlens_kv"],
                           meta["scale_bmm1"], meta["scale_softmax"] * meta["scale_bmm2"],
                           lambda i, lq, lk: visible_fp64(meta, lq, lk, custom[i] if custom is not None else None),
