@@ -218,7 +218,7 @@ fmha_status_t check(const fmha_problem_t* pr, Params& p, Request& r) {
     p.k_descale = pr->k_descale;
     p.v_descale = pr->v_descale;
     p.o_e4m3 = pr->o_e4m3 != 0;
-    p.dropout = dropout::make(pr->dropout_p, pr->dropout_seed, pr->dropout_offset);
+    if (pr->dropout_p > 0.f) p.dropout = dropout::make(pr->dropout_p, pr->dropout_seed, pr->dropout_offset);
     if (paged) {
         p.kv_block_table = pr->block_table;
         p.kv_table_stride = pr->block_table_stride;
