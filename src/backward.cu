@@ -52,6 +52,7 @@ api::BackwardAsk ask_of(const Problem& p) {
     a.dtype = p.dtype, a.d = p.d, a.dv = p.dv, a.mask = p.mask;
     a.bias = p.attention_bias;
     a.paged = p.layout == Layout::kPagedKv;
+    a.score_extras = p.softcapping_scale_bmm1 > 0.f || p.alibi || p.dropout_p > 0.f;
     return a;
 }
 

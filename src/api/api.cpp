@@ -347,6 +347,7 @@ fmha_status_t check_backward(const fmha_problem_t* pr, const fmha_backward_args_
     a.bias = pr->bias != nullptr;
     a.paged = pr->block_table != nullptr;
     a.seqused_k = pr->seqused_k != nullptr;
+    a.score_extras = pr->softcap > 0.f || pr->alibi_slopes != nullptr || pr->dropout_p > 0.f;
     const std::string why = backward_refusal(a);
     if (!why.empty()) return fail(FMHA_ERROR_NOT_SUPPORTED, "backward: " + why);
     if (pr->lse == nullptr) return fail(FMHA_ERROR_INVALID_VALUE, "backward: lse (the forward's) is NULL");

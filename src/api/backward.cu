@@ -7,7 +7,7 @@
 #include <cuda_fp16.h>
 
 #include "fmha/kernel/flash_bwd_sm80.h"
-#include "fmha/kernel/wgmma_bwd_sm90.h"
+#include "fmha/kernel/wgmma_bwd_launch.h"
 
 namespace fmha {
 namespace api {
@@ -35,7 +35,8 @@ constexpr bool kWgmmaImage = false;
 #endif
 
 bool takes_wgmma(const BackwardAsk& a, int sm) {
-    return kWgmmaImage && sm == 90 && a.d == a.dv && (a.d == 64 || a.d == 128) && a.tma_ready;
+    return kWgmmaImage && sm == 90 && a.d == a.dv && (a.d == 64 || a.d == 128 || (a.d == 256 && !a.score_extras)) &&
+           a.tma_ready;
 }
 
 // flash-bwd's tile head size for the ask: 64, 128 or 256, d and dv zero-padded up to it.
@@ -61,7 +62,9 @@ auto with_kernel(const BackwardAsk& a, int sm, Fn&& fn) {
     const auto by_dtype = [&](auto element) {
         using Element = decltype(element);
         if (takes_wgmma(a, sm))
-            return a.d == 64 ? fn(wgmma_bwd::Traits<Element, 64>{}, Yes{}) : fn(wgmma_bwd::Traits<Element, 128>{}, Yes{});
+            return a.d == 64    ? fn(wgmma_bwd::Traits<Element, 64>{}, Yes{})
+                   : a.d == 128 ? fn(wgmma_bwd::Traits<Element, 128>{}, Yes{})
+                                : fn(wgmma_bwd::WideTraits<Element, 256>{}, Yes{});
         const int tile = flash_tile_d(a);
         return tile == 64    ? fn(flash_bwd::Traits<Element, 64>{}, No{})
                : tile == 128 ? fn(flash_bwd::Traits<Element, 128>{}, No{})

@@ -22,6 +22,8 @@ struct BackwardAsk {
     bool bias = false;
     bool paged = false;
     bool seqused_k = false;
+    // Softcap, ALiBi or dropout: the d = 256 wgmma kernel serves none of them (flash-bwd does).
+    bool score_extras = false;
     // Q, K, V and dO within the wgmma kernel's TMA maps (backward_tma_ready); else flash-bwd.
     bool tma_ready = true;
 };
@@ -38,8 +40,8 @@ std::string backward_arch_refusal(const BackwardAsk& a, int sm);
 bool backward_tma_ready(const flash_bwd::BwdParams& bp);
 
 // The kernel that runs the ask on a device of arch sm: the wgmma kernel ("wgmma_bwd_bf16_d128_sm90")
-// on sm_90 where this build has its image and it serves the ask (d = dv = 64 or 128,
-// tma_ready), else flash-bwd on the tile of the next head size of 64, 128, 256 at or above
+// on sm_90 where this build has its image and it serves the ask (d = dv = 64 or 128, or 256
+// without score_extras; tma_ready), else flash-bwd on the tile of the next head size of 64, 128, 256 at or above
 // d and dv, zero-padded ("flash_bwd_bf16_d256_sm80" for d 192, dv 128); the ask must be served.
 std::string backward_kernel_name(const BackwardAsk& a, int sm);
 

@@ -7,10 +7,11 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "fmha/kernel/flash_bwd_sm80.h"
-#include "fmha/kernel/wgmma_bwd_sm90.h"
+#include "fmha/kernel/wgmma_bwd_launch.h"
 #include "unit_test.h"
 
 namespace {
@@ -42,7 +43,7 @@ struct Kernel {
 };
 template <typename Element, int kD>
 struct Kernel<Element, kD, true> {
-    using Tr = fmha::wgmma_bwd::Traits<Element, kD>;
+    using Tr = std::conditional_t<kD == 256, fmha::wgmma_bwd::WideTraits<Element, 256>, fmha::wgmma_bwd::Traits<Element, kD>>;
     static cudaError_t launch(const fmha::flash_bwd::BwdParams& bp) { return fmha::wgmma_bwd::launch<Tr>(bp, nullptr); }
 };
 
@@ -206,17 +207,19 @@ TEST_P(FlashBwd, MatchesFloat64Gradients) {
     else run<__half, 256>(c);
 }
 
-// The wgmma kernel (bench/NOTES.md §65-§69) on the same shapes.
+// The wgmma kernels (bench/NOTES.md §65-§69, §75: the wide one at d = 256) on the same shapes.
 TEST_P(FlashBwd, WgmmaMatchesFloat64Gradients) {
     const Case c = GetParam();
     int dev = 0, major = 0;
     CUDA_ASSERT(cudaGetDevice(&dev));
     CUDA_ASSERT(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    if (major != 9 || (c.d != 64 && c.d != 128)) GTEST_SKIP() << "the wgmma kernel: sm_90, d = 64 or 128";
+    if (major != 9 || c.d == 96) GTEST_SKIP() << "the wgmma kernels: sm_90, d = 64, 128 or 256";
     if (c.bf16 && c.d == 64) run<__nv_bfloat16, 64, true>(c);
-    else if (c.bf16) run<__nv_bfloat16, 128, true>(c);
+    else if (c.bf16 && c.d == 128) run<__nv_bfloat16, 128, true>(c);
+    else if (c.bf16) run<__nv_bfloat16, 256, true>(c);
     else if (c.d == 64) run<__half, 64, true>(c);
-    else run<__half, 128, true>(c);
+    else if (c.d == 128) run<__half, 128, true>(c);
+    else run<__half, 256, true>(c);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, FlashBwd,
