@@ -9,11 +9,13 @@
 // the tensor cores use it):
 //   warpgroup 0: S^T = K Q^T, P^T = exp2(S^T scale - LSE), P^T to smem (bar P)
 //   warpgroup 1: dP^T = V dO^T; reads P^T; dS^T = P^T (dP^T - D) to smem twice: [keys,
-//                queries] for warpgroup 0's dK and [queries, keys] for dQ (bar dS)
+//                queries] in P^T's place (each warp rewrites only the rows it read) for
+//                warpgroup 0's dK, and [queries, keys] for dQ (bar dS)
 //   both:        dV += P^T dO, dK += dS^T Q over their columns (RS: A from registers,
 //                warpgroup 1's P^T and warpgroup 0's dS^T through ldmatrix), dQ = dS K over
-//                their columns in two m64 n64 products, staged in smem and added to the fp32
-//                accumulator by TMA reduce-adds.
+//                their columns in two m64 n64 products, staged in smem (a ring of three
+//                32-column panels a warpgroup, so that chunk 1 need not wait for chunk 0's adds
+//                to read theirs) and added to the fp32 accumulator by TMA reduce-adds.
 // P for dS is the 16-bit P^T that dV uses (one rounding, as dS itself is rounded after).
 // Q and the rows' LSE, D in two stages; dO in one (shared memory: K, V, Q x 2, dO are 160 of
 // the 227 KB), reloaded once both dV products have read it. The dQ staging, the turn order
@@ -38,20 +40,20 @@ struct WideTraits {
     static constexpr int kStages = 2;          // Q and the rows; dO has one buffer
     static constexpr int kTileK = kBlockN * kHeadDim * 2;  // K or V [64, d]
     static constexpr int kTileQ = kBlockM * kHeadDim * 2;  // Q or dO [64, d]
-    static constexpr int kTileP = kBlockN * kBlockM * 2;   // P^T, dS^T, dS: one 64-column panel
+    static constexpr int kTileP = kBlockN * kBlockM * 2;   // P^T then dS^T, dS: one 64-column panel each
     static constexpr int kDqChunk = 64;                    // dQ columns a product
     static constexpr int kDqChunks = kHalf / kDqChunk;
     static constexpr int kDqPanelCols = 32;  // the staging: 32 fp32 columns x 64 rows a TMA box
     static constexpr int kDqPanelBytes = 64 * 128;
+    static constexpr int kDqSlots = 3;  // a warpgroup's staging ring: a chunk's 2 panels + 1
     static constexpr int kSmemK = 0;
     static constexpr int kSmemV = kSmemK + kTileK;
     static constexpr int kSmemQ = kSmemV + kTileK;  // [kStages]
     static constexpr int kSmemDO = kSmemQ + kStages * kTileQ;
-    static constexpr int kSmemPT = kSmemDO + kTileQ;   // P^T [keys, queries]
-    static constexpr int kSmemDST = kSmemPT + kTileP;  // dS^T [keys, queries]
-    static constexpr int kSmemDS = kSmemDST + kTileP;  // dS [queries, keys]
-    static constexpr int kSmemDQ = kSmemDS + kTileP;   // [warpgroup][2 panels]
-    static constexpr int kSmemRows = kSmemDQ + 4 * kDqPanelBytes;  // [kStages][LSE, D][64]
+    static constexpr int kSmemPT = kSmemDO + kTileQ;   // P^T, then dS^T in its place [keys, queries]
+    static constexpr int kSmemDS = kSmemPT + kTileP;   // dS [queries, keys]
+    static constexpr int kSmemDQ = kSmemDS + kTileP;   // [warpgroup][kDqSlots panels]
+    static constexpr int kSmemRows = kSmemDQ + 2 * kDqSlots * kDqPanelBytes;  // [kStages][LSE, D][64]
     static constexpr int kRowBytes = kBlockM * 4;
     static constexpr int kSmemBars = kSmemRows + kStages * 2 * kRowBytes;  // K/V, Q [kStages], dO
     static constexpr int kSmemBytes = kSmemBars + 8 * (2 + kStages) + 1024;  // + alignment slack
@@ -114,7 +116,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) wide_kernel(const __grid_cons
 
     const uint32_t base = smem_u32(smem);
     const uint32_t sk = base + Tr::kSmemK, sv = base + Tr::kSmemV, sq = base + Tr::kSmemQ, sdo = base + Tr::kSmemDO,
-                   spt = base + Tr::kSmemPT, sdst = base + Tr::kSmemDST, sds = base + Tr::kSmemDS,
+                   spt = base + Tr::kSmemPT, sds = base + Tr::kSmemDS,
                    bars = base + Tr::kSmemBars;
     const uint32_t bar_kv = bars, bar_do = bars + 8 * (1 + Tr::kStages);
     const auto bar_q = [&](int j) { return bars + 8 * (1 + j % Tr::kStages); };
@@ -171,6 +173,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) wide_kernel(const __grid_cons
     const float scale_log2 = p.scale_bmm1 * kLog2e;
     const int key_base = n0 + 16 * warp + lane / 4;  // this thread's first key (rows +0, +8)
 
+    int panel = 0;  // dQ panels this warpgroup has staged
     memory::mbar_wait(bar_kv, 0);
     for (int j = 0; j < blocks; ++j) {
         const int m_block = m_begin + j, m0 = m_block * Tr::kBlockM, st = j % Tr::kStages;
@@ -235,7 +238,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) wide_kernel(const __grid_cons
             mma::fence_operands(acc_dv);
             if (tid == 0 && j + 1 < blocks) load_do(j + 1);
 #pragma unroll
-            for (int kk = 0; kk < Tr::kBlockM / 16; ++kk) mma::ldmatrix_x4(ds_frag[0][kk], wide::frag_row(sdst, warp, lane, kk));
+            for (int kk = 0; kk < Tr::kBlockM / 16; ++kk) mma::ldmatrix_x4(ds_frag[0][kk], wide::frag_row(spt, warp, lane, kk));
         } else {
             memory::mbar_wait(bar_do, j & 1);
             square(desc_v, desc_do);
@@ -264,7 +267,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) wide_kernel(const __grid_cons
 #pragma unroll
             for (int kk = 0; kk < Tr::kBlockM / 16; ++kk) {
                 const uint32_t(&f)[4] = ds_frag[0][kk];
-                mma::stmatrix_x4(wide::frag_row(sdst, warp, lane, kk), f[0], f[1], f[2], f[3]);
+                mma::stmatrix_x4(wide::frag_row(spt, warp, lane, kk), f[0], f[1], f[2], f[3]);
                 mma::stmatrix_x4_trans(sds + mma::sw128_offset(16 * kk + 8 * (m / 2) + lane % 8, 2 * key0, 64), f);
             }
             memory::fence_proxy_async_smem();  // dS is read by wgmma
@@ -303,10 +306,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) wide_kernel(const __grid_cons
                 } while (seen != 2 * turn);
             }
         }
-        const uint32_t staging = base + Tr::kSmemDQ + 2 * wg * Tr::kDqPanelBytes;
+        const uint32_t staging = base + Tr::kSmemDQ + wg * Tr::kDqSlots * Tr::kDqPanelBytes;
 #pragma unroll
         for (int c = 0; c < Tr::kDqChunks; ++c) {
-            if (wg_tid == 0) memory::bulk_wait_read<0>();  // the staging's last adds have read it
+            // Panels `panel`, + 1 go to ring slots of panels panel - 3, - 2: their adds (one bulk
+            // group a panel) have read them once at most one group is pending.
+            if (wg_tid == 0) memory::bulk_wait_read<1>();
+            const uint32_t slot[2] = {staging + (panel % Tr::kDqSlots) * Tr::kDqPanelBytes,
+                                      staging + ((panel + 1) % Tr::kDqSlots) * Tr::kDqPanelBytes};
             if (c + 1 < Tr::kDqChunks) mma::wgmma_wait<Tr::kDqChunks - 1>();
             else mma::wgmma_wait<0>();
             mma::fence_operands(ds_frag);
@@ -317,10 +324,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) wide_kernel(const __grid_cons
             // this thread's rows are 16 warp + lane / 4 (+ 8), columns 8 t + 2 (lane % 4) (+ 1).
             {
                 const int r8 = lane / 4, a = (lane % 4) / 2;
-                const uint32_t row0 = staging + (16 * warp + r8) * 128 + 8 * (lane % 2);
+                const uint32_t row0 = (16 * warp + r8) * 128 + 8 * (lane % 2);
 #pragma unroll
                 for (int t = 0; t < 8; ++t) {
-                    const uint32_t at = row0 + (t / 4) * Tr::kDqPanelBytes + 16 * ((2 * (t % 4) + a) ^ r8);
+                    const uint32_t at = slot[t / 4] + row0 + 16 * ((2 * (t % 4) + a) ^ r8);
 #pragma unroll
                     for (int h = 0; h < 2; ++h)
                         st_shared_v2(at + 8 * h * 128, acc_dq[c][0][t][2 * h], acc_dq[c][0][t][2 * h + 1]);
@@ -330,11 +337,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) wide_kernel(const __grid_cons
             wide::bar_sync(wide::kBarGroup0 + wg, 128);
             if (wg_tid == 0) {
 #pragma unroll
-                for (int b = 0; b < 2; ++b)
-                    memory::tma_reduce_add_3d(&args.dq_map, staging + b * Tr::kDqPanelBytes,
-                                              col0 + Tr::kDqChunk * c + Tr::kDqPanelCols * b, head, q_off + m0);
-                memory::bulk_commit();
+                for (int b = 0; b < 2; ++b) {
+                    memory::tma_reduce_add_3d(&args.dq_map, slot[b], col0 + Tr::kDqChunk * c + Tr::kDqPanelCols * b,
+                                              head, q_off + m0);
+                    memory::bulk_commit();
+                }
             }
+            panel += 2;
         }
         if constexpr (kDeterministic) {  // the adds done and visible, then the next turn
             if (wg_tid == 0) {
