@@ -10,8 +10,8 @@ torch.autograd.grad(out, (q, k, v), dout, retain_graph=True), timed as bench/run
 SDPA (median_us_per_call: back-to-back bursts sized to ~25 ms between two CUDA events, the
 median of 5). TFLOP/s counts 2.5x the forward's FLOPs (FlashAttention's
 convention; bench/suites.py Problem.flop). Inputs: the layout each side is fastest in
-([b, s, h, d] for ours, [b, h, s, d] for SDPA). A side that refuses a problem (ours at
-d = 256 today) gets an empty cell with the reason in the CSV. --dropout P: every side's forward
+([b, s, h, d] for ours, [b, h, s, d] for SDPA). A side that refuses a problem gets an empty
+cell with the reason in the CSV. --dropout P: every side's forward
 drops with probability P (their backward then regenerates their own mask); bwd_<gpu>_dropout.csv.
 --forward: the forward call alone instead (no autograd graph; TFLOP/s of the forward's FLOPs),
 fwd_<gpu>[_dropout].csv: the forward of a training step with dropout, which bench/run.py has not.
