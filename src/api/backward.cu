@@ -34,15 +34,17 @@ constexpr bool kWgmmaImage = true;
 constexpr bool kWgmmaImage = false;
 #endif
 
-bool takes_wgmma(const BackwardAsk& a, int sm) {
-    return kWgmmaImage && sm == 90 && a.d == a.dv && (a.d == 64 || a.d == 128 || (a.d == 256 && !a.score_extras)) &&
-           a.tma_ready;
-}
-
-// flash-bwd's tile head size for the ask: 64, 128 or 256, d and dv zero-padded up to it.
-int flash_tile_d(const BackwardAsk& a) {
+// The tile head size for the ask: 64, 128 or 256, d and dv zero-padded up to it (both families).
+int tile_d(const BackwardAsk& a) {
     const int d = std::max(a.d, a.dv);
     return d <= 64 ? 64 : d <= 128 ? 128 : 256;
+}
+
+// Softcap, ALiBi and dropout only on the 64 and 128 tiles' own head sizes (wgmma_bwd_launch.h).
+bool takes_wgmma(const BackwardAsk& a, int sm) {
+    const int tile = tile_d(a);
+    const bool padded = a.d != tile || a.dv != tile;
+    return kWgmmaImage && sm == 90 && a.tma_ready && !(a.score_extras && (tile == 256 || padded));
 }
 
 // Shared memory a block may opt into (CUDA's per-arch table): 163 KB on sm_80/87, 99 KB on
@@ -61,11 +63,11 @@ auto with_kernel(const BackwardAsk& a, int sm, Fn&& fn) {
     using No = std::false_type;
     const auto by_dtype = [&](auto element) {
         using Element = decltype(element);
+        const int tile = tile_d(a);
         if (takes_wgmma(a, sm))
-            return a.d == 64    ? fn(wgmma_bwd::Traits<Element, 64>{}, Yes{})
-                   : a.d == 128 ? fn(wgmma_bwd::Traits<Element, 128>{}, Yes{})
-                                : fn(wgmma_bwd::WideTraits<Element, 256>{}, Yes{});
-        const int tile = flash_tile_d(a);
+            return tile == 64    ? fn(wgmma_bwd::Traits<Element, 64>{}, Yes{})
+                   : tile == 128 ? fn(wgmma_bwd::Traits<Element, 128>{}, Yes{})
+                                 : fn(wgmma_bwd::WideTraits<Element, 256>{}, Yes{});
         return tile == 64    ? fn(flash_bwd::Traits<Element, 64>{}, No{})
                : tile == 128 ? fn(flash_bwd::Traits<Element, 128>{}, No{})
                              : fn(flash_bwd::Traits<Element, 256>{}, No{});
@@ -94,8 +96,8 @@ bool backward_tma_ready(const flash_bwd::BwdParams& bp) { return wgmma_bwd::tma_
 
 std::string backward_kernel_name(const BackwardAsk& a, int sm) {
     const std::string dtype = a.dtype == DataType::kBf16 ? "bf16" : "fp16";
-    if (takes_wgmma(a, sm)) return "wgmma_bwd_" + dtype + "_d" + std::to_string(a.d) + "_sm90";
-    return "flash_bwd_" + dtype + "_d" + std::to_string(flash_tile_d(a)) + "_sm80";
+    const std::string tile = "_d" + std::to_string(tile_d(a));
+    return takes_wgmma(a, sm) ? "wgmma_bwd_" + dtype + tile + "_sm90" : "flash_bwd_" + dtype + tile + "_sm80";
 }
 
 size_t backward_workspace_bytes(const Params& p) {

@@ -22,7 +22,7 @@ struct BackwardAsk {
     bool bias = false;
     bool paged = false;
     bool seqused_k = false;
-    // Softcap, ALiBi or dropout: the d = 256 wgmma kernel serves none of them (flash-bwd does).
+    // Softcap, ALiBi or dropout: the wgmma kernels serve them at d = dv = 64 or 128 only.
     bool score_extras = false;
     // Q, K, V and dO within the wgmma kernel's TMA maps (backward_tma_ready); else flash-bwd.
     bool tma_ready = true;
@@ -39,10 +39,11 @@ std::string backward_arch_refusal(const BackwardAsk& a, int sm);
 // and strides, rows within int32 coordinates): the ask's tma_ready.
 bool backward_tma_ready(const flash_bwd::BwdParams& bp);
 
-// The kernel that runs the ask on a device of arch sm: the wgmma kernel ("wgmma_bwd_bf16_d128_sm90")
-// on sm_90 where this build has its image and it serves the ask (d = dv = 64 or 128, or 256
-// without score_extras; tma_ready), else flash-bwd on the tile of the next head size of 64, 128, 256 at or above
-// d and dv, zero-padded ("flash_bwd_bf16_d256_sm80" for d 192, dv 128); the ask must be served.
+// The kernel that runs the ask on a device of arch sm, on the tile of the next head size of
+// 64, 128, 256 at or above d and dv (zero-padded up to it): the wgmma kernels
+// ("wgmma_bwd_bf16_d128_sm90", "wgmma_bwd_bf16_d256_sm90" for MLA's 192 / 128) on sm_90 where
+// this build has their image, the ask is tma_ready and has no score_extras unless d = dv = 64
+// or 128; else flash-bwd ("flash_bwd_bf16_d256_sm80"). The ask must be served.
 std::string backward_kernel_name(const BackwardAsk& a, int sm);
 
 // Bytes of workspace (256-byte aligned, any content: the launch clears what it uses).

@@ -23,20 +23,24 @@ inline bool tma_ready(const BwdParams& bp) {
 }
 
 // The three launches (flash-bwd's preprocess and postprocess around this main kernel).
-// cudaErrorInvalidValue for what it does not serve (another head size, custom masks, bias, paged
-// caches).
+// d and dv multiples of 8 up to the tile's head size, zero-padded up to it (MainArgs::panels_k,
+// panels_v). cudaErrorInvalidValue for what it does not serve (larger heads, custom masks,
+// bias, paged caches).
 template <class Tr>
 cudaError_t launch(const BwdParams& bp, cudaStream_t stream) {
     const Params& p = bp.p;
-    if (p.d != Tr::kHeadDim || p.dv != Tr::kHeadDim || p.h % p.h_kv != 0 || !tma_ready(bp)) return cudaErrorInvalidValue;
+    const auto fits = [](int d) { return d >= 8 && d <= Tr::kHeadDim && d % 8 == 0; };
+    if (!fits(p.d) || !fits(p.dv) || p.h % p.h_kv != 0 || !tma_ready(bp)) return cudaErrorInvalidValue;
     if (p.mask == MaskType::kCustom || p.kv_block_table != nullptr || p.attention_bias != nullptr)
         return cudaErrorInvalidValue;
     if (bp.d_o == nullptr || bp.lse == nullptr || bp.dq_accum == nullptr) return cudaErrorInvalidValue;
     if (p.dropout.threshold > 0xffffu) return cudaErrorInvalidValue;
-    if (Tr::kWide && (p.dropout.threshold != 0 || p.softcap > 0.f || p.alibi_slopes != nullptr))
+    const bool padded = p.d != Tr::kHeadDim || p.dv != Tr::kHeadDim;
+    if ((Tr::kWide || padded) && (p.dropout.threshold != 0 || p.softcap > 0.f || p.alibi_slopes != nullptr))
         return cudaErrorInvalidValue;  // (flash-bwd serves them)
     MainArgs args;
     args.bp = bp;
+    if (padded) args.panels_k = ceil_div(p.d, 64), args.panels_v = ceil_div(p.dv, 64);
     // MHA: the main kernel stores dK and dV itself (packed pairs: 4-byte aligned rows).
     const auto even = [](const void* ptr, int64_t row, int64_t head) {
         return reinterpret_cast<uintptr_t>(ptr) % 4 == 0 && row % 2 == 0 && head % 2 == 0;
@@ -44,9 +48,9 @@ cudaError_t launch(const BwdParams& bp, cudaStream_t stream) {
     args.bp.dkv_direct = p.h == p.h_kv && even(bp.dk, bp.dk_row_stride, bp.dk_head_stride) &&
                          even(bp.dv, bp.dv_row_stride, bp.dv_head_stride);
     using Element = typename Tr::Element;
-    const auto head_map = [&](CUtensorMap* map, const void* ptr, int64_t tokens, int heads, int64_t row_stride,
+    const auto head_map = [&](CUtensorMap* map, const void* ptr, int64_t tokens, int heads, int d, int64_t row_stride,
                               int64_t head_stride, int rows) {
-        return memory::make_head_tile_map<Element>(map, ptr, tokens, heads, Tr::kHeadDim, row_stride, head_stride, rows);
+        return memory::make_head_tile_map<Element>(map, ptr, tokens, heads, d, row_stride, head_stride, rows, padded);
     };
     const auto rows_map = [&](CUtensorMap* map, const float* ptr) {
         const cuuint64_t dims[1] = {cuuint64_t(p.b) * p.h * flash_bwd::rows_pitch(p)};
@@ -56,10 +60,10 @@ cudaError_t launch(const BwdParams& bp, cudaStream_t stream) {
                                     CU_TENSOR_MAP_SWIZZLE_NONE);
     };
     for (const cudaError_t e :
-         {head_map(&args.q_map, p.q, p.q_tokens, p.h, p.q_row_stride, p.q_head_stride, Tr::kBlockM),
-          head_map(&args.do_map, bp.d_o, p.q_tokens, p.h, bp.do_row_stride, bp.do_head_stride, Tr::kBlockM),
-          head_map(&args.k_map, p.k, p.kv_tokens, p.h_kv, p.k_row_stride, p.k_head_stride, Tr::kBlockN),
-          head_map(&args.v_map, p.v, p.kv_tokens, p.h_kv, p.v_row_stride, p.v_head_stride, Tr::kBlockN),
+         {head_map(&args.q_map, p.q, p.q_tokens, p.h, p.d, p.q_row_stride, p.q_head_stride, Tr::kBlockM),
+          head_map(&args.do_map, bp.d_o, p.q_tokens, p.h, p.dv, bp.do_row_stride, bp.do_head_stride, Tr::kBlockM),
+          head_map(&args.k_map, p.k, p.kv_tokens, p.h_kv, p.d, p.k_row_stride, p.k_head_stride, Tr::kBlockN),
+          head_map(&args.v_map, p.v, p.kv_tokens, p.h_kv, p.dv, p.v_row_stride, p.v_head_stride, Tr::kBlockN),
           rows_map(&args.lse_map, bp.lse2), rows_map(&args.dsum_map, bp.d_sum)})
         if (e != cudaSuccess) return e;
     {

@@ -93,7 +93,68 @@ FMHA_DEVICE void warpgroup_sync(int g) { asm volatile("bar.sync %0, 128;\n" ::"r
 struct MainArgs {
     BwdParams bp;
     CUtensorMap q_map, do_map, k_map, v_map, lse_map, dsum_map, dq_map;
+    // A head narrower than the tile (d or dv under kHeadDim, zero-padded up to it): the 64-column
+    // panels of d (Q, K) and dv (V, dO) a load copies, one a panel (maps made with parts); the
+    // rest of each tile is zeroed once. 0: the tile's own head size, one copy a tile.
+    int panels_k = 0, panels_v = 0;
 };
+
+// The loads of a [kRows, kD] head tile: whole (panels 0) or the first `panels` panels of a
+// narrower head, and the bytes either brings.
+template <int kD, int kRows>
+FMHA_DEVICE void load_head(uint32_t dst, const CUtensorMap* map, uint32_t bar, int token, int head, int panels) {
+    if (panels == 0) memory::tma_load_head_tile<kD, kRows * 128>(dst, map, bar, token, head);
+    else memory::tma_load_head_parts<kRows * 128>(dst, map, bar, token, head, panels);
+}
+template <int kD, int kRows>
+FMHA_DEVICE uint32_t head_bytes(int panels) {
+    return uint32_t((panels == 0 ? kD / 64 : panels) * kRows * 128);
+}
+
+// A padded problem: panels `from` .. of the [kRows, kD] tiles at tile, tile + stride, ...
+// (count tiles) are never loaded; zeroed once, by every thread, before the CTA barrier that
+// precedes the first product (the async proxy fence makes them visible to wgmma).
+template <int kD, int kRows>
+FMHA_DEVICE void zero_panels(uint32_t tile, int stride, int count, int from, int tid, int threads) {
+    if (from == 0 || from * 64 >= kD) return;
+    const int per_tile = (kD / 64 - from) * kRows * 128 / 16;
+    for (int i = tid; i < count * per_tile; i += threads) {
+        const uint32_t at = tile + uint32_t((i / per_tile) * stride + from * kRows * 128 + 16 * (i % per_tile));
+        asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(at), "r"(0) : "memory");
+    }
+}
+
+// dK (scaled) and dV of this thread's keys key_base, key_base + 8 over columns col0 ..
+// col0 + 8 kNTiles - 1: MHA straight to the outputs, else this query head's workspace rows
+// (the postprocess sums a GQA group's). A padded head's columns past d (dK) or dv (dV) are not
+// stored.
+template <typename Element, int kNTiles>
+FMHA_DEVICE void store_dkv(const BwdParams& bp, const float (&acc_dk)[1][kNTiles][4], const float (&acc_dv)[1][kNTiles][4],
+                           int head, int kv_off, int kv_len, int key_base, int col0, int lane) {
+    const Params& p = bp.p;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int key = key_base + 8 * h;
+        if (key >= kv_len) continue;
+        const int64_t token = kv_off + key;
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) {
+            const int c = col0 + 8 * nt + 2 * (lane % 4);
+            const float dk0 = acc_dk[0][nt][2 * h] * p.scale_bmm1, dk1 = acc_dk[0][nt][2 * h + 1] * p.scale_bmm1;
+            const float dv0 = acc_dv[0][nt][2 * h], dv1 = acc_dv[0][nt][2 * h + 1];
+            if (bp.dkv_direct) {
+                Element* dk = static_cast<Element*>(bp.dk) + token * bp.dk_row_stride + int64_t(head) * bp.dk_head_stride;
+                Element* dv = static_cast<Element*>(bp.dv) + token * bp.dv_row_stride + int64_t(head) * bp.dv_head_stride;
+                if (c < p.d) *reinterpret_cast<uint32_t*>(dk + c) = ElementTraits<Element>::pack(dk0, dk1);
+                if (c < p.dv) *reinterpret_cast<uint32_t*>(dv + c) = ElementTraits<Element>::pack(dv0, dv1);
+            } else {
+                const int64_t row = token * p.h + head;
+                if (c < p.d) *reinterpret_cast<float2*>(bp.dk_accum + row * p.d + c) = make_float2(dk0, dk1);
+                if (c < p.dv) *reinterpret_cast<float2*>(bp.dv_accum + row * p.dv + c) = make_float2(dv0, dv1);
+            }
+        }
+    }
+}
 
 // What the elementwise step between the products does beyond the plain softmax gradient, each
 // its own instance so that the plain one keeps the registers the others take: softcap and
@@ -129,6 +190,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
     const uint32_t base = smem_u32(smem);
     const uint32_t sk = base + Tr::kSmemK, sv = base + Tr::kSmemV, sq = base + Tr::kSmemQ, sdo = base + Tr::kSmemDO,
                    sds = base + Tr::kSmemDS, bars = base + Tr::kSmemBars;
+    // Padded heads in the plain instance only (the launch refuses them with softcap, ALiBi or
+    // dropout), so that the others' registers are as before.
+    const int panels_k = kExtra == Extra::kNone ? args.panels_k : 0, panels_v = kExtra == Extra::kNone ? args.panels_v : 0;
     const float* rows_s = reinterpret_cast<const float*>(smem + Tr::kSmemRows);
 
     // One thread issues every load (TMA): K and V once, then block j of the walk into stage j %
@@ -138,10 +202,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
     const auto load_stage = [&](int j) {
         const int st = j % Tr::kStages, m0 = (m_begin + j) * Tr::kBlockM;
         const uint32_t bar = bars + 8 * (1 + st);
-        memory::mbar_arrive_expect_tx(bar, Tr::kStageBytes);
-        memory::tma_load_head_tile<Tr::kHeadDim, Tr::kBlockM * 128>(sq + st * Tr::kTileQ, &args.q_map, bar, q_off + m0, head);
-        memory::tma_load_head_tile<Tr::kHeadDim, Tr::kBlockM * 128>(sdo + st * Tr::kTileQ, &args.do_map, bar, q_off + m0,
-                                                                     head);
+        memory::mbar_arrive_expect_tx(bar, head_bytes<Tr::kHeadDim, Tr::kBlockM>(panels_k) +
+                                               head_bytes<Tr::kHeadDim, Tr::kBlockM>(panels_v) + 2 * Tr::kRowBytes);
+        load_head<Tr::kHeadDim, Tr::kBlockM>(sq + st * Tr::kTileQ, &args.q_map, bar, q_off + m0, head, panels_k);
+        load_head<Tr::kHeadDim, Tr::kBlockM>(sdo + st * Tr::kTileQ, &args.do_map, bar, q_off + m0, head, panels_v);
         const int row = int((int64_t(batch) * p.h + head) * flash_bwd::rows_pitch(p)) + m0;
         const uint32_t rows = base + Tr::kSmemRows + st * 2 * Tr::kRowBytes;
         memory::tma_load_1d(rows, &args.lse_map, bar, row);
@@ -152,11 +216,19 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
         for (int b = 0; b < 1 + Tr::kStages; ++b) memory::mbar_init(bars + 8 * b, 1);
         memory::mbar_fence_init();
     }
+    if (panels_k != 0) {
+        zero_panels<Tr::kHeadDim, Tr::kBlockN>(sk, 0, 1, panels_k, tid, Tr::kThreads);
+        zero_panels<Tr::kHeadDim, Tr::kBlockN>(sv, 0, 1, panels_v, tid, Tr::kThreads);
+        zero_panels<Tr::kHeadDim, Tr::kBlockM>(sq, Tr::kTileQ, Tr::kStages, panels_k, tid, Tr::kThreads);
+        zero_panels<Tr::kHeadDim, Tr::kBlockM>(sdo, Tr::kTileQ, Tr::kStages, panels_v, tid, Tr::kThreads);
+        memory::fence_proxy_async_smem();
+    }
     __syncthreads();
     if (tid == 0) {
-        memory::mbar_arrive_expect_tx(bars, 2 * Tr::kTileK);
-        memory::tma_load_head_tile<Tr::kHeadDim, Tr::kBlockN * 128>(sk, &args.k_map, bars, kv_off + n0, kv_head);
-        memory::tma_load_head_tile<Tr::kHeadDim, Tr::kBlockN * 128>(sv, &args.v_map, bars, kv_off + n0, kv_head);
+        memory::mbar_arrive_expect_tx(bars, head_bytes<Tr::kHeadDim, Tr::kBlockN>(panels_k) +
+                                                head_bytes<Tr::kHeadDim, Tr::kBlockN>(panels_v));
+        load_head<Tr::kHeadDim, Tr::kBlockN>(sk, &args.k_map, bars, kv_off + n0, kv_head, panels_k);
+        load_head<Tr::kHeadDim, Tr::kBlockN>(sv, &args.v_map, bars, kv_off + n0, kv_head, panels_v);
         for (int j = 0; j < min(blocks, Tr::kStages); ++j) load_stage(j);
     }
 
@@ -414,8 +486,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
         if (wg_tid == 0) {
 #pragma unroll
             for (int c = 0; c < 2; ++c)
-                memory::tma_reduce_add_3d(&args.dq_map, base + Tr::kSmemDQ + (2 * wg + c) * Tr::kDqPanelBytes,
-                                          dq_col + 32 * c, head, q_off + m0 + dq_row);
+                if (dq_col + 32 * c < p.d)  // (a padded head's columns past d: none to add)
+                    memory::tma_reduce_add_3d(&args.dq_map, base + Tr::kSmemDQ + (2 * wg + c) * Tr::kDqPanelBytes,
+                                              dq_col + 32 * c, head, q_off + m0 + dq_row);
             memory::bulk_commit();
         }
         if constexpr (kDeterministic) {  // the adds done and visible, then the next turn
@@ -439,39 +512,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
     }
     if (wg_tid == 0) memory::bulk_wait<0>();  // the adds done before the postprocess reads
 
-    // dK (scaled) and dV: MHA straight to the outputs, else this query head's workspace rows of
-    // its keys (the postprocess sums a GQA group's).
-    if (bp.dkv_direct) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int64_t token = kv_off + key_base + 8 * h;
-            if (key_base + 8 * h >= kv_len) continue;
-            Element* dk = static_cast<Element*>(bp.dk) + token * bp.dk_row_stride + int64_t(head) * bp.dk_head_stride;
-            Element* dv = static_cast<Element*>(bp.dv) + token * bp.dv_row_stride + int64_t(head) * bp.dv_head_stride;
-#pragma unroll
-            for (int nt = 0; nt < Tr::kHeadDim / 8; ++nt) {
-                const int c = 8 * nt + 2 * (lane % 4);
-                *reinterpret_cast<uint32_t*>(dk + c) = ElementTraits<Element>::pack(
-                    acc_dk[0][nt][2 * h] * p.scale_bmm1, acc_dk[0][nt][2 * h + 1] * p.scale_bmm1);
-                *reinterpret_cast<uint32_t*>(dv + c) =
-                    ElementTraits<Element>::pack(acc_dv[0][nt][2 * h], acc_dv[0][nt][2 * h + 1]);
-            }
-        }
-        return;
-    }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int key = key_base + 8 * h;
-        if (key >= kv_len) continue;
-        const int64_t at = (int64_t(kv_off + key) * p.h + head) * p.d + 2 * (lane % 4);
-#pragma unroll
-        for (int nt = 0; nt < Tr::kHeadDim / 8; ++nt) {
-            *reinterpret_cast<float2*>(bp.dk_accum + at + 8 * nt) =
-                make_float2(acc_dk[0][nt][2 * h] * p.scale_bmm1, acc_dk[0][nt][2 * h + 1] * p.scale_bmm1);
-            *reinterpret_cast<float2*>(bp.dv_accum + at + 8 * nt) =
-                make_float2(acc_dv[0][nt][2 * h], acc_dv[0][nt][2 * h + 1]);
-        }
-    }
+    store_dkv<Element>(bp, acc_dk, acc_dv, head, kv_off, kv_len, key_base, 0, lane);
 #endif
 }
 

@@ -126,29 +126,36 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) wide_kernel(const __grid_cons
     // block j into stage j % 2; dO of block j into its one buffer.
     const auto load_q = [&](int j) {
         const int st = j % Tr::kStages, m0 = (m_begin + j) * Tr::kBlockM;
-        memory::mbar_arrive_expect_tx(bar_q(j), Tr::kTileQ + 2 * Tr::kRowBytes);
-        memory::tma_load_head_tile<Tr::kHeadDim, Tr::kBlockM * 128>(sq + st * Tr::kTileQ, &args.q_map, bar_q(j),
-                                                                     q_off + m0, head);
+        memory::mbar_arrive_expect_tx(bar_q(j), head_bytes<Tr::kHeadDim, Tr::kBlockM>(args.panels_k) + 2 * Tr::kRowBytes);
+        load_head<Tr::kHeadDim, Tr::kBlockM>(sq + st * Tr::kTileQ, &args.q_map, bar_q(j), q_off + m0, head, args.panels_k);
         const int row = int((int64_t(batch) * p.h + head) * flash_bwd::rows_pitch(p)) + m0;
         const uint32_t rows = base + Tr::kSmemRows + st * 2 * Tr::kRowBytes;
         memory::tma_load_1d(rows, &args.lse_map, bar_q(j), row);
         memory::tma_load_1d(rows + Tr::kRowBytes, &args.dsum_map, bar_q(j), row);
     };
     const auto load_do = [&](int j) {
-        memory::mbar_arrive_expect_tx(bar_do, Tr::kTileQ);
-        memory::tma_load_head_tile<Tr::kHeadDim, Tr::kBlockM * 128>(sdo, &args.do_map, bar_do,
-                                                                     q_off + (m_begin + j) * Tr::kBlockM, head);
+        memory::mbar_arrive_expect_tx(bar_do, head_bytes<Tr::kHeadDim, Tr::kBlockM>(args.panels_v));
+        load_head<Tr::kHeadDim, Tr::kBlockM>(sdo, &args.do_map, bar_do, q_off + (m_begin + j) * Tr::kBlockM, head,
+                                             args.panels_v);
     };
     if (tid == 0) {
 #pragma unroll
         for (int b = 0; b < 2 + Tr::kStages; ++b) memory::mbar_init(bars + 8 * b, 1);
         memory::mbar_fence_init();
     }
+    if (args.panels_k != 0) {  // a narrower head (MLA's 192 / 128, d = 192), zero-padded
+        zero_panels<Tr::kHeadDim, Tr::kBlockN>(sk, 0, 1, args.panels_k, tid, Tr::kThreads);
+        zero_panels<Tr::kHeadDim, Tr::kBlockN>(sv, 0, 1, args.panels_v, tid, Tr::kThreads);
+        zero_panels<Tr::kHeadDim, Tr::kBlockM>(sq, Tr::kTileQ, Tr::kStages, args.panels_k, tid, Tr::kThreads);
+        zero_panels<Tr::kHeadDim, Tr::kBlockM>(sdo, 0, 1, args.panels_v, tid, Tr::kThreads);
+        memory::fence_proxy_async_smem();
+    }
     __syncthreads();
     if (tid == 0) {
-        memory::mbar_arrive_expect_tx(bar_kv, 2 * Tr::kTileK);
-        memory::tma_load_head_tile<Tr::kHeadDim, Tr::kBlockN * 128>(sk, &args.k_map, bar_kv, kv_off + n0, kv_head);
-        memory::tma_load_head_tile<Tr::kHeadDim, Tr::kBlockN * 128>(sv, &args.v_map, bar_kv, kv_off + n0, kv_head);
+        memory::mbar_arrive_expect_tx(bar_kv, head_bytes<Tr::kHeadDim, Tr::kBlockN>(args.panels_k) +
+                                                  head_bytes<Tr::kHeadDim, Tr::kBlockN>(args.panels_v));
+        load_head<Tr::kHeadDim, Tr::kBlockN>(sk, &args.k_map, bar_kv, kv_off + n0, kv_head, args.panels_k);
+        load_head<Tr::kHeadDim, Tr::kBlockN>(sv, &args.v_map, bar_kv, kv_off + n0, kv_head, args.panels_v);
         for (int j = 0; j < min(blocks, Tr::kStages); ++j) load_q(j);
         if (blocks > 0) load_do(0);
     }
@@ -338,8 +345,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) wide_kernel(const __grid_cons
             if (wg_tid == 0) {
 #pragma unroll
                 for (int b = 0; b < 2; ++b) {
-                    memory::tma_reduce_add_3d(&args.dq_map, slot[b], col0 + Tr::kDqChunk * c + Tr::kDqPanelCols * b,
-                                              head, q_off + m0);
+                    const int col = col0 + Tr::kDqChunk * c + Tr::kDqPanelCols * b;
+                    if (col < p.d)  // (a padded head's columns past d: an empty group)
+                        memory::tma_reduce_add_3d(&args.dq_map, slot[b], col, head, q_off + m0);
                     memory::bulk_commit();
                 }
             }
@@ -355,35 +363,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) wide_kernel(const __grid_cons
     }
     if (wg_tid == 0) memory::bulk_wait<0>();  // the adds done before the postprocess reads
 
-    // dK (scaled) and dV of this warpgroup's columns: MHA to the outputs, else this query
-    // head's workspace rows (the postprocess sums a GQA group's).
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int key = key_base + 8 * h;
-        if (key >= kv_len) continue;
-        if (bp.dkv_direct) {
-            const int64_t token = kv_off + key;
-            Element* dk = static_cast<Element*>(bp.dk) + token * bp.dk_row_stride + int64_t(head) * bp.dk_head_stride;
-            Element* dv = static_cast<Element*>(bp.dv) + token * bp.dv_row_stride + int64_t(head) * bp.dv_head_stride;
-#pragma unroll
-            for (int nt = 0; nt < Tr::kHalf / 8; ++nt) {
-                const int c = col0 + 8 * nt + 2 * (lane % 4);
-                *reinterpret_cast<uint32_t*>(dk + c) = ElementTraits<Element>::pack(
-                    acc_dk[0][nt][2 * h] * p.scale_bmm1, acc_dk[0][nt][2 * h + 1] * p.scale_bmm1);
-                *reinterpret_cast<uint32_t*>(dv + c) =
-                    ElementTraits<Element>::pack(acc_dv[0][nt][2 * h], acc_dv[0][nt][2 * h + 1]);
-            }
-        } else {
-            const int64_t at = (int64_t(kv_off + key) * p.h + head) * p.d + col0 + 2 * (lane % 4);
-#pragma unroll
-            for (int nt = 0; nt < Tr::kHalf / 8; ++nt) {
-                *reinterpret_cast<float2*>(bp.dk_accum + at + 8 * nt) =
-                    make_float2(acc_dk[0][nt][2 * h] * p.scale_bmm1, acc_dk[0][nt][2 * h + 1] * p.scale_bmm1);
-                *reinterpret_cast<float2*>(bp.dv_accum + at + 8 * nt) =
-                    make_float2(acc_dv[0][nt][2 * h], acc_dv[0][nt][2 * h + 1]);
-            }
-        }
-    }
+    store_dkv<Element>(bp, acc_dk, acc_dv, head, kv_off, kv_len, key_base, col0, lane);  // this warpgroup's columns
 #endif
 }
 

@@ -82,10 +82,11 @@ inline cudaError_t encode_tiled(CUtensorMap* map, CUtensorMapDataType type, int 
 // at column 64c. box_all_panels: a box holds every panel when whole (or one).
 template <typename Element, int kOuter>
 cudaError_t encode_head_map(CUtensorMap* map, const void* base, int d, int64_t rows, int64_t row_stride,
-                            int box_rows, bool box_all_panels, const int64_t (&outer)[kOuter][2]) {
+                            int box_rows, bool box_all_panels, const int64_t (&outer)[kOuter][2],
+                            bool parts = false) {
     if (d % 8 != 0 || d < 8 || box_rows < 1 || box_rows > kTmaMaxBoxRows || rows < 1) return cudaErrorInvalidValue;
     constexpr int64_t kElem = 2;
-    const bool whole = tma_whole_panels(d);
+    const bool whole = tma_whole_panels(d) && !parts;
     cuuint64_t dims[5] = {static_cast<cuuint64_t>(whole ? kTmaPanelCols : d), static_cast<cuuint64_t>(rows)};
     cuuint64_t strides[4] = {static_cast<cuuint64_t>(row_stride * kElem)};
     cuuint32_t box[5] = {static_cast<cuuint32_t>(kTmaPanelCols), static_cast<cuuint32_t>(box_rows)};
@@ -107,12 +108,13 @@ cudaError_t encode_head_map(CUtensorMap* map, const void* base, int d, int64_t r
 }
 
 // The head-tile map described at the top: tokens x heads x d of 16-bit `Element`; d a
-// multiple of 8 (16-byte rows), whole panels or not. One box holds every panel.
+// multiple of 8 (16-byte rows), whole panels or not. One box holds every panel; parts: one
+// box a panel even where d is whole panels (a tile wider than d: tma_load_head_parts).
 template <typename Element>
 cudaError_t make_head_tile_map(CUtensorMap* map, const void* base, int64_t tokens, int heads, int d,
-                               int64_t row_stride, int64_t head_stride, int box_rows) {
+                               int64_t row_stride, int64_t head_stride, int box_rows, bool parts = false) {
     const int64_t outer[1][2] = {{heads, head_stride}};
-    return encode_head_map<Element>(map, base, d, tokens, row_stride, box_rows, true, outer);
+    return encode_head_map<Element>(map, base, d, tokens, row_stride, box_rows, true, outer, parts);
 }
 
 // A paged KV cache's map (params.h, Params::kv_block_table): every block of the pool holds
@@ -197,6 +199,15 @@ template <int kD, int kPanelBytes>
 FMHA_DEVICE void tma_load_head_tile(uint32_t dst, const CUtensorMap* map, uint32_t bar, int token, int head) {
     for_each_head_copy<kD, kPanelBytes>([&] { tma_load_4d(dst, map, bar, 0, token, 0, head); },
                                         [&](uint32_t off, int col) { tma_load_3d(dst + off, map, bar, col, token, head); });
+}
+
+// Loads the first `panels` 64-column panels of a [box_rows, d] head tile from a map made
+// with parts = true (or whose d ends inside a panel): one copy a panel, the columns past d
+// zero-filled. The backward's wgmma kernels load a head narrower than their tile this way.
+template <int kPanelBytes>
+FMHA_DEVICE void tma_load_head_parts(uint32_t dst, const CUtensorMap* map, uint32_t bar, int token, int head,
+                                     int panels) {
+    for (int c = 0; c < panels; ++c) tma_load_3d(dst + uint32_t(c * kPanelBytes), map, bar, c * kTmaPanelCols, token, head);
 }
 
 // Stores: shared -> global through a bulk group (the issuing thread's groups complete in
