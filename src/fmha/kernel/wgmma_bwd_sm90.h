@@ -124,6 +124,34 @@ FMHA_DEVICE void zero_panels(uint32_t tile, int stride, int count, int from, int
     }
 }
 
+// Deterministic mode (flash-bwd's order: the key blocks that see a query block add into its
+// dQ rows from the last down, a counter a query block; each warpgroup adds once a turn, so a
+// CTA's turn k is when the counter reads 2 k). wait_turn spins on it; release_turn waits for
+// this thread's adds to be done and visible, then counts one.
+FMHA_DEVICE void wait_turn(const int* counter, int value) {
+    int seen = -1;
+    do {
+        asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
+    } while (seen != value);
+}
+FMHA_DEVICE void release_turn(int* counter) {
+    memory::bulk_wait<0>();
+    asm volatile("fence.proxy.async.global;\n" ::: "memory");
+    asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter) : "memory");
+}
+
+// Whether a CTA may release its turn at a query block one block late, at its next block's dQ
+// (its adds long done, so nothing stalls), instead of waiting for them at once: where each key
+// block's walk reaches every query block one or two steps after the key block above it, so
+// that the later release still comes before the next turn is due. True of the causal mask with
+// s_q = s_kv (query block m's first key block is the one whose walk starts there) and tiles
+// with kBlockN >= kBlockM; not where many key blocks reach a query block at once (no mask,
+// windows, s_q != s_kv), where a late release would put a block's time on every turn.
+template <BwdMask kMask>
+FMHA_DEVICE bool late_release(int q_len, int kv_len) {
+    return kMask == BwdMask::kCausal && q_len == kv_len;
+}
+
 // dK (scaled) and dV of this thread's keys key_base, key_base + 8 over columns col0 ..
 // col0 + 8 kNTiles - 1: MHA straight to the outputs, else this query head's workspace rows
 // (the postprocess sums a GQA group's). A padded head's columns past d (dK) or dv (dV) are not
@@ -291,6 +319,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
     // block j + 1's behind dQ's product. Compile-time, with the last block peeled: a product
     // issued on one run-time path only makes ptxas wait for all of them where the paths meet
     // (C7517).
+    // Query block m's deterministic-order counter.
+    const auto order = [&](int m) {
+        return bp.dq_order + (int64_t(batch) * p.h + head) * ceil_div(p.s_q_max, Tr::kBlockM) + m;
+    };
     const auto block = [&](int j, auto top, auto next) {
         constexpr bool kTop = decltype(top)::value, kNext = decltype(next)::value;
         const int m_block = m_begin + j, m0 = m_block * Tr::kBlockM;
@@ -439,20 +471,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
             mma::fence_operands(acc_dv);
             issue_s(j + 1);
         }
-        // Deterministic: flash-bwd's order (the key blocks that see this query block add from
-        // the last down), counted twice a CTA, once a warpgroup: each waits for 2 turn.
+        // Deterministic: wait for this CTA's turn (after releasing the last block's, late_release).
         // (The counter's address is made where it is used: one thread, few live registers.)
-        const auto order = [&] {
-            return bp.dq_order + (int64_t(batch) * p.h + head) * ceil_div(p.s_q_max, Tr::kBlockM) + m_block;
-        };
         if constexpr (kDeterministic) {
             if (wg_tid == 0) {
-                const int turn =
-                    flash_bwd::dq_turn<kMask, Tr::kBlockM, Tr::kBlockN>(p, n_block, m_block, kv_len, q_len, shift);
-                int seen = -1;
-                do {
-                    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(order()) : "memory");
-                } while (seen != 2 * turn);
+                if (j > 0 && late_release<kMask>(q_len, kv_len)) release_turn(order(m_block - 1));
+                wait_turn(order(m_block),
+                          2 * flash_bwd::dq_turn<kMask, Tr::kBlockM, Tr::kBlockN>(p, n_block, m_block, kv_len, q_len, shift));
             }
         } else if (wg_tid == 0) {
             memory::bulk_wait_read<0>();  // the staging's last reduce-adds (a block ago) have read it
@@ -491,13 +516,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
                                               dq_col + 32 * c, head, q_off + m0 + dq_row);
             memory::bulk_commit();
         }
-        if constexpr (kDeterministic) {  // the adds done and visible, then the next turn
-            if (wg_tid == 0) {
-                memory::bulk_wait<0>();
-                asm volatile("fence.proxy.async.global;\n" ::: "memory");
-                asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(order()) : "memory");
-            }
-        }
+        if constexpr (kDeterministic)
+            if (wg_tid == 0 && !late_release<kMask>(q_len, kv_len)) release_turn(order(m_block));
     };
     using Yes = std::true_type;
     using No = std::false_type;
@@ -510,6 +530,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
     } else {
         for (int j = 0; j < blocks; ++j) block(j, Yes{}, No{});
     }
+    if constexpr (kDeterministic)
+        if (wg_tid == 0 && blocks > 0 && late_release<kMask>(q_len, kv_len)) release_turn(order(m_end - 1));
     if (wg_tid == 0) memory::bulk_wait<0>();  // the adds done before the postprocess reads
 
     store_dkv<Element>(bp, acc_dk, acc_dv, head, kv_off, kv_len, key_base, 0, lane);

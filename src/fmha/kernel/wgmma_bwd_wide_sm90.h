@@ -180,6 +180,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) wide_kernel(const __grid_cons
     const float scale_log2 = p.scale_bmm1 * kLog2e;
     const int key_base = n0 + 16 * warp + lane / 4;  // this thread's first key (rows +0, +8)
 
+    // Query block m's deterministic-order counter.
+    const auto order = [&](int m) {
+        return bp.dq_order + (int64_t(batch) * p.h + head) * ceil_div(p.s_q_max, Tr::kBlockM) + m;
+    };
     int panel = 0;  // dQ panels this warpgroup has staged
     memory::mbar_wait(bar_kv, 0);
     for (int j = 0; j < blocks; ++j) {
@@ -300,17 +304,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) wide_kernel(const __grid_cons
                                                desc_k_mn + c * (kPanel >> 4) + kk * 128, kk > 0);
             mma::wgmma_commit();
         }
-        const auto order = [&] {
-            return bp.dq_order + (int64_t(batch) * p.h + head) * ceil_div(p.s_q_max, Tr::kBlockM) + m_block;
-        };
-        if constexpr (kDeterministic) {  // flash-bwd's order, two adds a CTA (one a warpgroup)
+        if constexpr (kDeterministic) {  // the narrow kernel's order and late release
             if (wg_tid == 0) {
-                const int turn =
-                    flash_bwd::dq_turn<kMask, Tr::kBlockM, Tr::kBlockN>(p, n_block, m_block, kv_len, q_len, shift);
-                int seen = -1;
-                do {
-                    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(order()) : "memory");
-                } while (seen != 2 * turn);
+                if (j > 0 && late_release<kMask>(q_len, kv_len)) release_turn(order(m_block - 1));
+                wait_turn(order(m_block),
+                          2 * flash_bwd::dq_turn<kMask, Tr::kBlockM, Tr::kBlockN>(p, n_block, m_block, kv_len, q_len, shift));
             }
         }
         const uint32_t staging = base + Tr::kSmemDQ + wg * Tr::kDqSlots * Tr::kDqPanelBytes;
@@ -353,14 +351,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) wide_kernel(const __grid_cons
             }
             panel += 2;
         }
-        if constexpr (kDeterministic) {  // the adds done and visible, then the next turn
-            if (wg_tid == 0) {
-                memory::bulk_wait<0>();
-                asm volatile("fence.proxy.async.global;\n" ::: "memory");
-                asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(order()) : "memory");
-            }
-        }
+        if constexpr (kDeterministic)
+            if (wg_tid == 0 && !late_release<kMask>(q_len, kv_len)) release_turn(order(m_block));
     }
+    if constexpr (kDeterministic)
+        if (wg_tid == 0 && blocks > 0 && late_release<kMask>(q_len, kv_len)) release_turn(order(m_end - 1));
     if (wg_tid == 0) memory::bulk_wait<0>();  // the adds done before the postprocess reads
 
     store_dkv<Element>(bp, acc_dk, acc_dv, head, kv_off, kv_len, key_base, col0, lane);  // this warpgroup's columns
