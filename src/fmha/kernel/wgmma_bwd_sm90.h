@@ -128,11 +128,15 @@ FMHA_DEVICE void zero_panels(uint32_t tile, int stride, int count, int from, int
 // dQ rows from the last down, a counter a query block; each warpgroup adds once a turn, so a
 // CTA's turn k is when the counter reads 2 k). wait_turn spins on it; release_turn waits for
 // this thread's adds to be done and visible, then counts one.
-FMHA_DEVICE void wait_turn(const int* counter, int value) {
-    int seen = -1;
-    do {
-        asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
-    } while (seen != value);
+// poll_turn reads the counter early (its latency under the block's products); wait_turn
+// spins from that reading until it is `value`.
+FMHA_DEVICE int poll_turn(const int* counter) {
+    int seen;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
+    return seen;
+}
+FMHA_DEVICE void wait_turn(const int* counter, int value, int seen = -1) {
+    while (seen != value) seen = poll_turn(counter);
 }
 FMHA_DEVICE void release_turn(int* counter) {
     memory::bulk_wait<0>();
@@ -329,6 +333,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
         const int buf = j % Tr::kStages;
         if constexpr (kTop) issue_s(j);
         issue_dp(j);
+        // Deterministic: this block's turn read while the products run (wait_turn below).
+        [[maybe_unused]] int seen = -1;
+        if constexpr (kDeterministic)
+            if (wg_tid == 0) seen = poll_turn(order(m_block));  // (the counter only grows: an early reading is valid)
         const float* lse_s = rows_s + buf * 2 * Tr::kBlockM;
         const float* dsum_s = lse_s + Tr::kBlockM;
         const uint64_t stage = stage_of(j);  // this block's Q, dO buffers
@@ -477,7 +485,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
             if (wg_tid == 0) {
                 if (j > 0 && late_release<kMask>(q_len, kv_len)) release_turn(order(m_block - 1));
                 wait_turn(order(m_block),
-                          2 * flash_bwd::dq_turn<kMask, Tr::kBlockM, Tr::kBlockN>(p, n_block, m_block, kv_len, q_len, shift));
+                          2 * flash_bwd::dq_turn<kMask, Tr::kBlockM, Tr::kBlockN>(p, n_block, m_block, kv_len, q_len, shift),
+                          seen);
             }
         } else if (wg_tid == 0) {
             memory::bulk_wait_read<0>();  // the staging's last reduce-adds (a block ago) have read it

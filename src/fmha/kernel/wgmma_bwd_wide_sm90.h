@@ -208,9 +208,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) wide_kernel(const __grid_cons
                 mma::wgmma_rs<kBf16, Tr::kHalf>(mma::flat(acc_dv), p_frag[0][kk], desc_do_mn + kk * 128, true);
             mma::wgmma_commit();
         };
+        // Deterministic: this block's turn, read while the square products run (wait_turn below).
+        [[maybe_unused]] int seen = -1;
+        const auto poll = [&] {
+            if constexpr (kDeterministic)
+                if (wg_tid == 0) seen = poll_turn(order(m_block));
+        };
         if (wg == 0) {
             memory::mbar_wait(bar_q(j), (j / Tr::kStages) & 1);
             square(desc_k, desc_q + stage);
+            poll();
             mma::wgmma_wait<0>();
             mma::fence_operands(acc);
             // P^T; the LSE is +inf for rows past q_len or that see no key (P = 0 without a test),
@@ -253,6 +260,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) wide_kernel(const __grid_cons
         } else {
             memory::mbar_wait(bar_do, j & 1);
             square(desc_v, desc_do);
+            poll();
             // P^T stored; warpgroup 0 is done with block j - 1, whose Q stage takes block j + 1.
             wide::bar_sync(wide::kBarP, 256);
             if (wg_tid == 0 && j >= 1 && j + 1 < blocks) load_q(j + 1);
@@ -308,7 +316,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) wide_kernel(const __grid_cons
             if (wg_tid == 0) {
                 if (j > 0 && late_release<kMask>(q_len, kv_len)) release_turn(order(m_block - 1));
                 wait_turn(order(m_block),
-                          2 * flash_bwd::dq_turn<kMask, Tr::kBlockM, Tr::kBlockN>(p, n_block, m_block, kv_len, q_len, shift));
+                          2 * flash_bwd::dq_turn<kMask, Tr::kBlockM, Tr::kBlockN>(p, n_block, m_block, kv_len, q_len, shift),
+                          seen);
             }
         }
         const uint32_t staging = base + Tr::kSmemDQ + wg * Tr::kDqSlots * Tr::kDqPanelBytes;
