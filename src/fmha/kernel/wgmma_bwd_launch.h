@@ -1,6 +1,6 @@
-// The launch of the wgmma backward kernels (wgmma_bwd_sm90.h for d = 64, 128; the wide one,
-// wgmma_bwd_wide_sm90.h, for d = 256): TMA maps, then flash-bwd's preprocess, the main
-// kernel, flash-bwd's postprocess.
+// The launch of the wgmma backward kernels (wgmma_bwd_sm90.h for the 64 and 128 tiles; the
+// wide one, wgmma_bwd_wide_sm90.h, for the 256 tile): TMA maps, then flash-bwd's preprocess,
+// the main kernel, flash-bwd's postprocess.
 #pragma once
 
 #include "fmha/kernel/wgmma_bwd_sm90.h"

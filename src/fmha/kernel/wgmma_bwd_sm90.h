@@ -19,8 +19,9 @@
 // in kStages stages, block j + kStages - 1's loads issued once block j's dS barrier has passed
 // (the one CTA barrier a block; dS has two buffers). MHA stores dK and dV itself; GQA leaves
 // fp32 rows per query head for the postprocess. Deterministic: flash-bwd's order of the dQ
-// adds, each waited to completion before the next CTA's turn. No warp specialisation yet
-// (§65's plan).
+// adds, each done before the next CTA's turn (late_release, poll_turn: bench/NOTES.md §77).
+// Heads narrower than the tile are zero-padded (MainArgs::panels_k, §76). No warp
+// specialisation yet (§65's plan).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -126,10 +127,9 @@ FMHA_DEVICE void zero_panels(uint32_t tile, int stride, int count, int from, int
 
 // Deterministic mode (flash-bwd's order: the key blocks that see a query block add into its
 // dQ rows from the last down, a counter a query block; each warpgroup adds once a turn, so a
-// CTA's turn k is when the counter reads 2 k). wait_turn spins on it; release_turn waits for
-// this thread's adds to be done and visible, then counts one.
-// poll_turn reads the counter early (its latency under the block's products); wait_turn
-// spins from that reading until it is `value`.
+// CTA's turn k is when the counter reads 2 k). poll_turn reads the counter (early, its latency
+// under the block's products), wait_turn spins from that reading until it is `value`,
+// release_turn waits for this thread's adds to be done and visible, then counts one.
 FMHA_DEVICE int poll_turn(const int* counter) {
     int seen;
     asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
@@ -319,14 +319,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
     const auto issue_dp = [&](int j) { issue(acc_dp, desc_v, desc_do + stage_of(j)); };
 
     memory::mbar_wait(bars, 0);  // K and V
-    // Block j of the walk. kTop: issue its own S^T first (else block j - 1 did); kNext: issue
-    // block j + 1's behind dQ's product. Compile-time, with the last block peeled: a product
-    // issued on one run-time path only makes ptxas wait for all of them where the paths meet
-    // (C7517).
     // Query block m's deterministic-order counter.
     const auto order = [&](int m) {
         return bp.dq_order + (int64_t(batch) * p.h + head) * ceil_div(p.s_q_max, Tr::kBlockM) + m;
     };
+    // Block j of the walk. kTop: issue its own S^T first (else block j - 1 did); kNext: issue
+    // block j + 1's behind dQ's product. Compile-time, with the last block peeled: a product
+    // issued on one run-time path only makes ptxas wait for all of them where the paths meet
+    // (C7517).
     const auto block = [&](int j, auto top, auto next) {
         constexpr bool kTop = decltype(top)::value, kNext = decltype(next)::value;
         const int m_block = m_begin + j, m0 = m_block * Tr::kBlockM;

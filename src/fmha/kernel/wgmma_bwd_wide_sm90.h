@@ -1,5 +1,6 @@
-// The backward pass's main kernel on wgmma for d = 256 (sm_90a; issue #33, bench/NOTES.md
-// §75): the wide sibling of wgmma_bwd_sm90.h, which holds dK and dV of 64 keys x d a
+// The backward pass's main kernel on wgmma for the 256 tile (sm_90a; issue #33, bench/NOTES.md
+// §75, §76: d = 256, and the heads between 128 and 256 zero-padded up to it, MLA's 192 / 128
+// among them): the wide sibling of wgmma_bwd_sm90.h, which holds dK and dV of 64 keys x d a
 // warpgroup and so ends at d = 128 (d = 256 would take 256 registers a thread for them).
 //
 // One CTA per (64-key block, query head, batch), two warpgroups splitting d: warpgroup g
@@ -18,9 +19,9 @@
 //                to read theirs) and added to the fp32 accumulator by TMA reduce-adds.
 // P for dS is the 16-bit P^T that dV uses (one rounding, as dS itself is rounded after).
 // Q and the rows' LSE, D in two stages; dO in one (shared memory: K, V, Q x 2, dO are 160 of
-// the 227 KB), reloaded once both dV products have read it. The dQ staging, the turn order
-// of the deterministic mode and the launch are the narrow kernel's (wgmma_bwd_launch.h).
-// Not here: softcap, ALiBi, dropout (flash-bwd serves them at d = 256).
+// the 227 KB), reloaded once both dV products have read it. The deterministic mode's turns,
+// the padding and the launch (wgmma_bwd_launch.h) are the narrow kernel's. Not here: softcap,
+// ALiBi, dropout (flash-bwd serves them on the 256 tile).
 #pragma once
 
 #include "fmha/kernel/wgmma_bwd_sm90.h"
