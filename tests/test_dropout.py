@@ -15,6 +15,7 @@ import pytest
 
 from tests.gpu.oracle import (attention_backward_fp64, attention_fp64, dropout_keep, dropout_rescale,
                               dropout_threshold, philox4x32_10, visible_fp64)
+from tests.torch_attention import autograd_attention
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -201,22 +202,11 @@ def test_oracle_with_dropout_matches_autograd(causal):
     _, _, lse_plain = attention_fp64(q, k, v, q_lens, kv_lens, scale, 1.0, visible, "fp16")
     assert np.array_equal(lse, lse_plain)  # the LSE sees every key
 
-    tq, tk, tv = (torch.tensor(x, requires_grad=True) for x in (q, k, v))
-    loss = 0
-    for i in range(b):
-        lq, lk = int(q_lens[i]), int(kv_lens[i])
-        for head in range(h):
-            kv = head // (h // h_kv)
-            t = scale * tq[i, :lq, head] @ tk[i, :lk, kv].T
-            if causal:
-                t = t.masked_fill(~torch.from_numpy(visible(i, lq, lk)), -math.inf)
-            z = torch.from_numpy(keep[i, head, :lq, :lk]).double() * rescale
-            o = (torch.softmax(t, dim=-1) * z) @ tv[i, :lk, kv]
-            assert np.allclose(out[i, :lq, head], o.detach().numpy(), rtol=0, atol=2e-3 * rescale)
-            loss = loss + (o * torch.from_numpy(do[i, :lq, head])).sum()
-    loss.backward()
-    for name, mine, want in zip(("dq", "dk", "dv"), grads, (tq.grad, tk.grad, tv.grad)):
-        assert np.allclose(mine, want.numpy(), rtol=1e-10, atol=1e-12), name
+    outs, want = autograd_attention(torch, q, k, v, do, q_lens, kv_lens, scale, visible, keep=keep, rescale=rescale)
+    for (i, head), o in outs.items():
+        assert np.allclose(out[i, :int(q_lens[i]), head], o, rtol=0, atol=2e-3 * rescale)
+    for name, mine, theirs in zip(("dq", "dk", "dv"), grads, want):
+        assert np.allclose(mine, theirs, rtol=1e-10, atol=1e-12), name
 
 
 def test_oracle_dropout_averages_to_no_dropout():

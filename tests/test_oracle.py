@@ -8,6 +8,7 @@ import pytest
 
 from tests.gpu.oracle import (E4M3_MAX, alibi_slopes_fp64, attention_backward_fp64, attention_fp64, block_running_max,
                               rms_error, round_p, round_to, spec_error, visible_fp64)
+from tests.torch_attention import autograd_attention
 
 
 def test_alibi_slopes_are_the_papers():
@@ -222,23 +223,6 @@ def test_backward_matches_autograd(mask, softcap, with_sinks, with_alibi):
     visible = lambda i, lq, lk: visible_fp64(meta, lq, lk)
     got = attention_backward_fp64(q, k, v, do, q_lens, kv_lens, scale, visible, softcap, sinks, alibi)
 
-    tq, tk, tv = (torch.tensor(x, requires_grad=True) for x in (q, k, v))
-    loss = 0
-    for i in range(b):
-        lq, lk = int(q_lens[i]), int(kv_lens[i])
-        for head in range(h):
-            kv = head // (h // h_kv)
-            t = scale * tq[i, :lq, head] @ tk[i, :lk, kv].T
-            if softcap:
-                t = softcap * torch.tanh(t / softcap)
-            if alibi is not None:
-                dist = (torch.arange(lq)[:, None] + (lk - lq) - torch.arange(lk)[None, :]).abs()
-                t = t - float(alibi[head]) * dist
-            t = t.masked_fill(~torch.from_numpy(visible(i, lq, lk)), -math.inf)
-            if sinks is not None:
-                t = torch.cat([t, torch.full((lq, 1), float(sinks[head]), dtype=t.dtype)], dim=1)
-            p = torch.softmax(t, dim=-1).nan_to_num(0.0)[:, :lk]
-            loss = loss + (p @ tv[i, :lk, kv] * torch.from_numpy(do[i, :lq, head])).sum()
-    loss.backward()
-    for name, mine, want in zip(("dq", "dk", "dv"), got, (tq.grad, tk.grad, tv.grad)):
-        assert np.allclose(mine, want.numpy(), rtol=1e-10, atol=1e-12), name
+    _, want = autograd_attention(torch, q, k, v, do, q_lens, kv_lens, scale, visible, softcap, sinks, alibi)
+    for name, mine, theirs in zip(("dq", "dk", "dv"), got, want):
+        assert np.allclose(mine, theirs, rtol=1e-10, atol=1e-12), name
