@@ -1,6 +1,7 @@
 // The backward pass in the library (issue #33): what it serves, the workspace it needs and
 // its launch, shared by the C API (fmha_plan_backward, fmha_backward) and fmha.exe -bwd.
-// Today's kernels are the flash-bwd family (fmha/kernel/flash_bwd_sm80.h, SM80+).
+// Its kernels: flash-bwd (fmha/kernel/flash_bwd_sm80.h, SM80+) and, on sm_90, the wgmma kernels
+// (fmha/kernel/wgmma_bwd_launch.h).
 #pragma once
 
 #include <cuda_runtime.h>
