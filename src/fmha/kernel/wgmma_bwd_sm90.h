@@ -156,6 +156,55 @@ FMHA_DEVICE bool late_release(int q_len, int kv_len) {
     return kMask == BwdMask::kCausal && q_len == kv_len;
 }
 
+// A CTA's key block and the query blocks it walks (both wgmma kernels): grid (key blocks,
+// query heads, batch); deterministic, the key blocks from the last (flash-bwd's order,
+// flash_bwd_sm80.h), so that those a turn waits on were launched first. Two steps, so that a
+// CTA past its sequence's keys leaves before the rest is computed:
+//   KeyBlock cta = key_block<...>(p); if (cta.n0 >= cta.kv_len) return; cta.walk<...>(p);
+struct KeyBlock {
+    int n_block, head, batch, q_len, kv_len, n0;
+    int q_off = 0, kv_off = 0, kv_head = 0, shift = 0, m_begin = 0, m_end = 0;  // walk()
+    template <class Tr, BwdMask kMask>
+    FMHA_DEVICE void walk(const Params& p) {
+        q_off = seq_q_offset(p, batch), kv_off = seq_kv_offset(p, batch);
+        kv_head = head / (p.h / p.h_kv);
+        shift = kv_len - q_len;
+        flash_bwd::bwd_query_blocks<kMask, Tr::kBlockM>(p, n0, min(n0 + Tr::kBlockN, kv_len) - 1, shift, q_len, &m_begin,
+                                                        &m_end);
+    }
+    // Query block m's deterministic-order counter.
+    FMHA_DEVICE int* order(const BwdParams& bp, int m, int block_m) const {
+        return bp.dq_order + (int64_t(batch) * bp.p.h + head) * ceil_div(bp.p.s_q_max, block_m) + m;
+    }
+};
+template <class Tr, bool kDeterministic>
+FMHA_DEVICE KeyBlock key_block(const Params& p) {
+    KeyBlock c;
+    c.n_block = kDeterministic ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+    c.head = blockIdx.y, c.batch = blockIdx.z;
+    c.q_len = seq_q_len(p, c.batch), c.kv_len = seq_kv_len(p, c.batch);
+    c.n0 = c.n_block * Tr::kBlockN;
+    return c;
+}
+
+// An m64 n64 dQ tile (the accumulator layout) into two staging panels of 32 fp32 columns x 64
+// rows, the 128-byte swizzle: element (row, column c) at row * 128 + 16 (chunk ^ row % 8) + 4
+// (c % 4), chunk = c / 4. This thread's rows are 16 warp + lane / 4 (+ 8), so row % 8 = lane /
+// 4, and its columns 8 t + 2 (lane % 4) (+ 1) of panel t / 4. row_at(i, offset): the address
+// of byte `offset` of panel i (the narrow kernel's two panels are adjacent, the wide one's
+// slots of a ring).
+template <class RowAt>
+FMHA_DEVICE void stage_dq(const float (&acc)[1][8][4], RowAt&& row_at, int warp, int lane) {
+    const int r8 = lane / 4, a = (lane % 4) / 2;
+    const uint32_t row0 = (16 * warp + r8) * 128 + 8 * (lane % 2);
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+        const uint32_t at = row_at(t / 4, row0) + 16 * ((2 * (t % 4) + a) ^ r8);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) st_shared_v2(at + 8 * h * 128, acc[0][t][2 * h], acc[0][t][2 * h + 1]);
+    }
+}
+
 // dK (scaled) and dV of this thread's keys key_base, key_base + 8 over columns col0 ..
 // col0 + 8 kNTiles - 1: MHA straight to the outputs, else this query head's workspace rows
 // (the postprocess sums a GQA group's). A padded head's columns past d (dK) or dv (dV) are not
@@ -206,18 +255,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
     char* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
     const int tid = threadIdx.x, lane = tid % kWarpSize, warp = (tid / kWarpSize) % 4, wg = tid / 128,
               wg_tid = tid % 128;
-    // Deterministic: the key blocks from the last (flash-bwd's order, flash_bwd_sm80.h).
-    const int n_block = kDeterministic ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
-    const int head = blockIdx.y, batch = blockIdx.z;
-    const int q_len = seq_q_len(p, batch), kv_len = seq_kv_len(p, batch);
-    const int n0 = n_block * Tr::kBlockN;
-    if (n0 >= kv_len) return;
-    const int q_off = seq_q_offset(p, batch), kv_off = seq_kv_offset(p, batch);
-    const int kv_head = head / (p.h / p.h_kv);
-    const int shift = kv_len - q_len;
-    int m_begin, m_end;
-    flash_bwd::bwd_query_blocks<kMask, Tr::kBlockM>(p, n0, min(n0 + Tr::kBlockN, kv_len) - 1, shift, q_len, &m_begin,
-                                                    &m_end);
+    KeyBlock cta = key_block<Tr, kDeterministic>(p);
+    if (cta.n0 >= cta.kv_len) return;
+    cta.walk<Tr, kMask>(p);
+    // (Named copies: C++17 lambdas cannot capture structured bindings.)
+    const int n_block = cta.n_block, head = cta.head, batch = cta.batch, q_len = cta.q_len, kv_len = cta.kv_len,
+              n0 = cta.n0, q_off = cta.q_off, kv_off = cta.kv_off, kv_head = cta.kv_head, shift = cta.shift,
+              m_begin = cta.m_begin, m_end = cta.m_end;
 
     const uint32_t base = smem_u32(smem);
     const uint32_t sk = base + Tr::kSmemK, sv = base + Tr::kSmemV, sq = base + Tr::kSmemQ, sdo = base + Tr::kSmemDO,
@@ -319,10 +363,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
     const auto issue_dp = [&](int j) { issue(acc_dp, desc_v, desc_do + stage_of(j)); };
 
     memory::mbar_wait(bars, 0);  // K and V
-    // Query block m's deterministic-order counter.
-    const auto order = [&](int m) {
-        return bp.dq_order + (int64_t(batch) * p.h + head) * ceil_div(p.s_q_max, Tr::kBlockM) + m;
-    };
+    const auto order = [&](int m) { return cta.order(bp, m, Tr::kBlockM); };
     // Block j of the walk. kTop: issue its own S^T first (else block j - 1 did); kNext: issue
     // block j + 1's behind dQ's product. Compile-time, with the last block peeled: a product
     // issued on one run-time path only makes ptxas wait for all of them where the paths meet
@@ -499,19 +540,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
         mma::fence_operands(acc_dk);
         mma::fence_operands(acc_dv);
         warpgroup_sync(wg);
-        // dQ to the staging: element (row, column c of panel) at row * 128 + 16 (chunk ^ row % 8)
-        // + 4 (c % 4), chunk = c / 4. This thread's rows are 16 warp + lane / 4 (+ 8), so row % 8
-        // = lane / 4, and its columns 8 j + 2 (lane % 4) (+ 1) of panel 2 wg + j / 4.
+        // dQ to this warpgroup's staging panels 2 wg, 2 wg + 1.
         {
-            const int r8 = lane / 4, a = (lane % 4) / 2;
-            const uint32_t row0 = base + Tr::kSmemDQ + 2 * wg * Tr::kDqPanelBytes + (16 * warp + r8) * 128 +
-                                  8 * (lane % 2);
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                const uint32_t at = row0 + (j / 4) * Tr::kDqPanelBytes + 16 * ((2 * (j % 4) + a) ^ r8);
-#pragma unroll
-                for (int h = 0; h < 2; ++h) st_shared_v2(at + 8 * h * 128, acc_dq[0][j][2 * h], acc_dq[0][j][2 * h + 1]);
-            }
+            const uint32_t panel = base + Tr::kSmemDQ + 2 * wg * Tr::kDqPanelBytes;
+            const auto row_at = [&](int i, uint32_t offset) { return panel + offset + i * Tr::kDqPanelBytes; };
+            stage_dq(acc_dq, row_at, warp, lane);
         }
         memory::fence_proxy_async_smem();
         warpgroup_sync(wg);

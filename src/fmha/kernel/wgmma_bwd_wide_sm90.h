@@ -102,17 +102,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) wide_kernel(const __grid_cons
     char* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
     const int tid = threadIdx.x, lane = tid % kWarpSize, warp = (tid / kWarpSize) % 4, wg = tid / 128,
               wg_tid = tid % 128;
-    const int n_block = kDeterministic ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
-    const int head = blockIdx.y, batch = blockIdx.z;
-    const int q_len = seq_q_len(p, batch), kv_len = seq_kv_len(p, batch);
-    const int n0 = n_block * Tr::kBlockN;
-    if (n0 >= kv_len) return;
-    const int q_off = seq_q_offset(p, batch), kv_off = seq_kv_offset(p, batch);
-    const int kv_head = head / (p.h / p.h_kv);
-    const int shift = kv_len - q_len;
-    int m_begin, m_end;
-    flash_bwd::bwd_query_blocks<kMask, Tr::kBlockM>(p, n0, min(n0 + Tr::kBlockN, kv_len) - 1, shift, q_len, &m_begin,
-                                                    &m_end);
+    KeyBlock cta = key_block<Tr, kDeterministic>(p);
+    if (cta.n0 >= cta.kv_len) return;
+    cta.walk<Tr, kMask>(p);
+    // (Named copies: C++17 lambdas cannot capture structured bindings.)
+    const int n_block = cta.n_block, head = cta.head, batch = cta.batch, q_len = cta.q_len, kv_len = cta.kv_len,
+              n0 = cta.n0, q_off = cta.q_off, kv_off = cta.kv_off, kv_head = cta.kv_head, shift = cta.shift,
+              m_begin = cta.m_begin, m_end = cta.m_end;
     const int blocks = m_end - m_begin;
 
     const uint32_t base = smem_u32(smem);
@@ -181,10 +177,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) wide_kernel(const __grid_cons
     const float scale_log2 = p.scale_bmm1 * kLog2e;
     const int key_base = n0 + 16 * warp + lane / 4;  // this thread's first key (rows +0, +8)
 
-    // Query block m's deterministic-order counter.
-    const auto order = [&](int m) {
-        return bp.dq_order + (int64_t(batch) * p.h + head) * ceil_div(p.s_q_max, Tr::kBlockM) + m;
-    };
+    const auto order = [&](int m) { return cta.order(bp, m, Tr::kBlockM); };
     int panel = 0;  // dQ panels this warpgroup has staged
     memory::mbar_wait(bar_kv, 0);
     for (int j = 0; j < blocks; ++j) {
@@ -335,19 +328,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) wide_kernel(const __grid_cons
             mma::fence_operands(acc_dk);
             mma::fence_operands(acc_dq[c]);
             wide::bar_sync(wide::kBarGroup0 + wg, 128);
-            // Element (row, column c of a panel) at row * 128 + 16 (chunk ^ row % 8) + 4 (c % 4):
-            // this thread's rows are 16 warp + lane / 4 (+ 8), columns 8 t + 2 (lane % 4) (+ 1).
-            {
-                const int r8 = lane / 4, a = (lane % 4) / 2;
-                const uint32_t row0 = (16 * warp + r8) * 128 + 8 * (lane % 2);
-#pragma unroll
-                for (int t = 0; t < 8; ++t) {
-                    const uint32_t at = slot[t / 4] + row0 + 16 * ((2 * (t % 4) + a) ^ r8);
-#pragma unroll
-                    for (int h = 0; h < 2; ++h)
-                        st_shared_v2(at + 8 * h * 128, acc_dq[c][0][t][2 * h], acc_dq[c][0][t][2 * h + 1]);
-                }
-            }
+            stage_dq(acc_dq[c], [&](int i, uint32_t offset) { return slot[i] + offset; }, warp, lane);
             memory::fence_proxy_async_smem();
             wide::bar_sync(wide::kBarGroup0 + wg, 128);
             if (wg_tid == 0) {
