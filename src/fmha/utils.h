@@ -69,6 +69,8 @@ struct ElementTraits<__half> {
         asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
         return r;
     }
+    // pack's inverse: {lo, hi} as two floats.
+    static FMHA_DEVICE float2 unpack(uint32_t v);
 };
 
 template <>
@@ -78,6 +80,10 @@ struct ElementTraits<__nv_bfloat16> {
         uint32_t r;
         asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
         return r;
+    }
+    // pack's inverse: a bf16 is a float's upper half.
+    static FMHA_DEVICE float2 unpack(uint32_t v) {
+        return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
     }
 };
 
@@ -100,6 +106,8 @@ FMHA_DEVICE float2 unpack_half2(uint32_t v) {
     memcpy(&h, &v, sizeof(v));
     return __half22float2(h);
 }
+
+FMHA_DEVICE float2 ElementTraits<__half>::unpack(uint32_t v) { return unpack_half2(v); }
 
 FMHA_DEVICE uint32_t smem_u32(const void* ptr) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));

@@ -74,13 +74,6 @@ FMHA_DEVICE void bar_arrive(int id, int threads) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-// A 16-bit pair as two floats.
-template <typename Element>
-FMHA_DEVICE float2 unpack2(uint32_t w) {
-    if constexpr (ElementTraits<Element>::kIsBf16) return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
-    else return unpack_half2(w);
-}
-
 // Byte address, in a [64 keys, 64 queries] K-major SW128 tile, of the row this lane names for
 // the 8 x 8 matrices of k slice kk of warp `warp`'s A fragment (matrix m = lane / 8: keys + 8
 // (m % 2), queries + 8 (m / 2)): stmatrix and ldmatrix move the fragment as wgmma's RS A takes it.
@@ -268,7 +261,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) wide_kernel(const __grid_cons
             for (int nt = 0; nt < Tr::kBlockM / 8; ++nt)
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {  // s_to_p's pairs: n-tile nt's elements 2 h, 2 h + 1
-                    const float2 pv = wide::unpack2<Element>(p_frag[0][nt / 2][2 * (nt % 2) + h]);
+                    const float2 pv = ElementTraits<Element>::unpack(p_frag[0][nt / 2][2 * (nt % 2) + h]);
                     const int col = nt * 8 + 2 * (lane % 4);
                     acc[0][nt][2 * h] = pv.x * (acc[0][nt][2 * h] - dsum_s[col]);
                     acc[0][nt][2 * h + 1] = pv.y * (acc[0][nt][2 * h + 1] - dsum_s[col + 1]);
