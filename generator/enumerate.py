@@ -39,10 +39,11 @@ decode_mma_tile = _decode.mma_tile
 decode_tile = _decode.warp_tile
 
 
-def _spec(family_name: str, dtype: str, acc: str, d: int, dv: int, tile: tuple) -> KernelSpec:
+def _spec(family_name: str, dtype: str, acc: str, d: int, dv: int, tile: tuple, kv_dtype: str = "") -> KernelSpec:
     block_m, block_n, warps_m, warps_n = tile
     return KernelSpec(family=family_name, sm=FAMILIES[family_name].sm, dtype=dtype, acc=acc, d=d, dv=dv,
-                      block_m=block_m, block_n=block_n, warps_m=warps_m, warps_n=warps_n, masks=ALL_MASKS)
+                      block_m=block_m, block_n=block_n, warps_m=warps_m, warps_n=warps_n, masks=ALL_MASKS,
+                      kv_dtype=kv_dtype)
 
 
 def _specs(family_name: str, dtypes, head_sizes, tile) -> list[KernelSpec]:
@@ -68,9 +69,12 @@ def ws(config: Config) -> list[KernelSpec]:
 
 
 def decode(config: Config) -> list[KernelSpec]:
-    """The decode family: per (dtype, d), its tiles in registry order (families/decode.py)."""
-    return [_spec("decode", dtype, acc, d, d, tile)
-            for dtype, acc in _decode.DTYPES for d in _decode.HEAD_SIZES for tile in _decode.tiles(d)]
+    """The decode family: per (dtype, d), its tiles in registry order (families/decode.py), then
+    the e4m3-cache tiles (a row of another KV dtype never serves a 16-bit cache)."""
+    return ([_spec("decode", dtype, acc, d, d, tile)
+             for dtype, acc in _decode.DTYPES for d in _decode.HEAD_SIZES for tile in _decode.tiles(d)]
+            + [_spec("decode", dtype, acc, d, d, _decode.kv8_tile(d), kv_dtype="e4m3")
+               for dtype, acc in _decode.KV8_DTYPES for d in _decode.KV8_HEAD_SIZES])
 
 
 def decode_max_rows(spec: KernelSpec) -> int:

@@ -17,7 +17,7 @@ from .env import Config
 from .families import constants, cpp_value, sibling_names
 from .enumerate import decode_max_rows, decode_min_s_kv
 from .rules import family_archs, kernel_variants
-from .spec import ACCS, DTYPES, FAMILIES, MASKS, VARIANTS, KernelSpec
+from .spec import ACCS, DTYPES, FAMILIES, KV_DTYPES, MASKS, VARIANTS, KernelSpec
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 KERNEL_DIR = "kernels"     # under the output dir: one <name>.cu per spec
@@ -59,6 +59,7 @@ def _kernel_vars(spec: KernelSpec, config: Config) -> dict:
         "family": family,
         "element": element,
         "dtype_enum": dtype_enum,
+        "kv_dtype_enum": KV_DTYPES[spec.kv_dtype] if spec.kv_dtype else dtype_enum,
         "acc_enum": ACCS[spec.acc],
         "acc_fp16": "true" if spec.acc == "fp16" else "false",
         "mask_bits": " | ".join(f"mask_bit({MASKS[m]})" for m in spec.masks) or "0u",

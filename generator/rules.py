@@ -117,11 +117,16 @@ RULES = (
         lambda s, c: _ws_traits_ok(s),
     ),
     Rule(
+        "kv_dtype",
+        "a KV dtype other than the inputs' (an e4m3 cache) only in family decode, under fp16 or bf16 queries",
+        lambda s, c: not s.kv_dtype or (s.family == "decode" and s.dtype in ("fp16", "bf16")),
+    ),
+    Rule(
         "decode_traits",
         "family {family} (decode::Traits) needs d = dv in " + _DECODE_HEADS + ", fp32 accumulation, "
         "and either the warp path's tile (block_m rows per warp in " + _DECODE_ROWS + ", block_n a "
         "multiple of 256/d (1-8 passes), warps 1-8 x 1) or the mma path's 16 rows x 8192/d keys "
-        "(64 at d = 256), warps 1x4",
+        "(64 at d = 256), warps 1x4 (an e4m3 cache: families/decode.py kv8_tile)",
         lambda s, c: _decode_traits_ok(s),
     ),
     Rule(

@@ -101,6 +101,11 @@ ACCS = {
     "fp16": "DataType::kFp16",
     "fp32": "DataType::kFp32",
 }
+# K and V element types other than the inputs' (KernelSpec.kv_dtype, the name's "_kv<dtype>"
+# token): an e4m3 KV cache under fp16/bf16 queries (the decode family, bench/NOTES.md §78).
+KV_DTYPES = {
+    "e4m3": "DataType::kE4m3",
+}
 # Accumulation each input type gets when the name says nothing more. Any other pairing is
 # spelled out in the name ("fp16_fp32"), so every (dtype, acc) pair has a name that parses.
 DEFAULT_ACC = {"fp16": "fp16", "bf16": "fp32", "e4m3": "fp32"}
@@ -145,6 +150,7 @@ PREFIX = "fmha_v2"
 _NAME_RE = re.compile(
     rf"{PREFIX}_(?P<family>{'|'.join(sorted(FAMILIES, key=len, reverse=True))})"
     rf"_(?P<dtype>{'|'.join(DTYPES)})(?:_(?P<acc>{'|'.join(ACCS)}))?"
+    rf"(?:_kv(?P<kv_dtype>{'|'.join(KV_DTYPES)}))?"
     r"_d(?P<d>\d+)(?:_dv(?P<dv>\d+))?"
     r"_(?P<block_m>\d+)x(?P<block_n>\d+)"
     r"_w(?P<warps_m>\d+)x(?P<warps_n>\d+)"
@@ -167,12 +173,15 @@ class KernelSpec:
     warps_m: int
     warps_n: int
     masks: tuple = ALL_MASKS   # not in the name: all are instantiated in one TU
+    kv_dtype: str = ""  # K and V: "" the inputs' dtype, else a KV_DTYPES key (Q and O stay `dtype`)
 
     def __post_init__(self):
         if self.family not in FAMILIES:
             raise ValueError(f"unknown family {self.family!r} (known: {', '.join(FAMILIES)})")
         if self.dtype not in DTYPES:
             raise ValueError(f"unknown dtype {self.dtype!r} (known: {', '.join(DTYPES)})")
+        if self.kv_dtype and self.kv_dtype not in KV_DTYPES:
+            raise ValueError(f"unknown KV dtype {self.kv_dtype!r} (known: {', '.join(KV_DTYPES)})")
         if self.acc not in ACCS:
             raise ValueError(f"unknown accumulation {self.acc!r} (known: {', '.join(ACCS)})")
         for field in ("sm", "d", "dv", "block_m", "block_n", "warps_m", "warps_n"):
@@ -187,9 +196,8 @@ class KernelSpec:
 
     @property
     def dtype_token(self) -> str:
-        if self.acc == DEFAULT_ACC[self.dtype]:
-            return self.dtype
-        return f"{self.dtype}_{self.acc}"
+        token = self.dtype if self.acc == DEFAULT_ACC[self.dtype] else f"{self.dtype}_{self.acc}"
+        return f"{token}_kv{self.kv_dtype}" if self.kv_dtype else token
 
     @property
     def name(self) -> str:
@@ -220,6 +228,7 @@ class KernelSpec:
             warps_m=int(g["warps_m"]),
             warps_n=int(g["warps_n"]),
             masks=masks,
+            kv_dtype=g["kv_dtype"] or "",
         )
         # Reject spellings that parse but are not canonical (d128_dv128, bf16_fp32, d0128):
         # one kernel, one name.

@@ -54,6 +54,9 @@ dtype
   -e4m3-fp32        the same (Hopper's QGMMA accumulates in fp32 either way)
   -bf16-output      O in bf16 (with -e4m3)
   -fp16-output      O in fp16 (with -e4m3; refused: no kernel writes it yet)
+  -kv-e4m3          K and V in FP8 e4m3 under fp16/bf16 Q and O (an e4m3 KV cache, the
+                    decode family: s_q <= 16; -separate-q-k-v or -paged-kv); -scale-k/-scale-v
+                    scale the values before they are rounded to e4m3
 mask              (p = r + kv_len - q_len: query row r's position among the keys)
   (default)         padding: key j is visible iff j < kv_len
   -causal-mask      also j <= p (bottom-right aligned)
@@ -196,6 +199,7 @@ const Switch kSwitches[] = {
     {"-e4m3", [](Problem& p) { p.dtype = DataType::kE4m3; p.acc = DataType::kFp32; }},
     {"-e4m3-fp32", [](Problem& p) { p.dtype = DataType::kE4m3; p.acc = DataType::kFp32; }},
     {"-bf16-output", [](Problem& p) { p.out_dtype = DataType::kBf16; }},
+    {"-kv-e4m3", [](Problem& p) { p.kv_dtype = DataType::kE4m3; }},
     {"-fp16-output", [](Problem& p) { p.out_dtype = DataType::kFp16; }},
     {"-causal-mask", [](Problem& p) { p.mask = MaskType::kCausal; }},
     {"-bidirectional-sliding-window-mask", [](Problem& p) { p.mask = MaskType::kBidirectionalWindow; }},
@@ -336,6 +340,12 @@ void resolve_and_validate(Problem& p, const std::set<std::string>& seen) {
                   "or bf16 (-bf16-output)");
     if (fp8 && (given("-attention-bias") || given("-attention-bias-shape")))
         fail_args("-attention-bias with -e4m3: the bias is in the inputs' dtype, and no e4m3 kernel takes one");
+    // An e4m3 KV cache under 16-bit queries: K and V in tensors of their own.
+    if (!given("-kv-e4m3")) p.kv_dtype = p.dtype;
+    if (given("-kv-e4m3") && fp8) fail_args("-kv-e4m3 is for fp16/bf16 queries: with -e4m3 every input is e4m3 already");
+    if (given("-kv-e4m3") && p.layout != Layout::kSeparateQKv && p.layout != Layout::kPagedKv)
+        fail_args("-kv-e4m3 needs -separate-q-k-v or -paged-kv: Q and the e4m3 K and V are tensors of their own");
+    if (given("-kv-e4m3") && given("-bwd")) fail_args("-kv-e4m3: forward only (an inference KV cache); drop -bwd");
 
     if (!given("-mqa") && !given("-gqa")) p.h_kv = p.h;
     if (!given("-dv")) p.dv = p.d;

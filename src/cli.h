@@ -34,6 +34,7 @@ struct Problem {
     DataType dtype = DataType::kFp16;
     DataType acc = DataType::kFp16;  // P·V accumulation; -fp16-fp32 makes it kFp32
     DataType out_dtype = DataType::kFp16;  // resolved: O's dtype (dtype, or -bf16-output with -e4m3)
+    DataType kv_dtype = DataType::kFp16;   // resolved: K and V's (dtype, or e4m3 with -kv-e4m3)
     MaskType mask = MaskType::kPadding;  // -custom-mask: kCustom, random bits from -seed
     int sliding_window_size = 0;     // -sliding-window-size W (kSlidingWindow, kBidirectionalWindow)
     int chunked_attention_size = 0;  // -chunked-attention-size C (kChunked)

@@ -19,6 +19,7 @@ using api::masks_text;
 api::Request request_of(const Problem& p) {
     api::Request r;
     r.dtype = p.dtype;
+    r.kv_dtype = p.kv_dtype;
     r.acc = p.acc;
     r.d = p.d;
     r.dv = p.dv;
@@ -48,6 +49,7 @@ std::string static_mismatch(const KernelMeta& k, const Problem& p, const api::Re
         why.push_back(std::string(what) + " " + has + " (need " + wants + ")");
     };
     if (bits & api::kMismatchDtype) need("dtype", dtype_name(k.dtype), dtype_name(p.dtype));
+    if (bits & api::kMismatchKvDtype) need("KV dtype", dtype_name(k.kv_dtype), dtype_name(p.kv_dtype));
     if (bits & api::kMismatchAcc) need("acc", dtype_name(k.acc), dtype_name(p.acc));
     if (bits & api::kMismatchD) need("d", std::to_string(k.d), std::to_string(p.d));
     if (bits & api::kMismatchDv) need("dv", std::to_string(k.dv), std::to_string(p.dv));
@@ -83,7 +85,8 @@ std::string device_mismatch(const KernelMeta& k, int device_sm) {
 }
 
 std::string problem_text(const Problem& p) {
-    return std::string("dtype=") + dtype_name(p.dtype) + " acc=" + dtype_name(p.acc) +
+    const std::string kv = p.kv_dtype != p.dtype ? std::string(" kv=") + dtype_name(p.kv_dtype) : "";
+    return std::string("dtype=") + dtype_name(p.dtype) + kv + " acc=" + dtype_name(p.acc) +
            " d=" + std::to_string(p.d) + " dv=" + std::to_string(p.dv) +
            " mask=" + mask_label(p.mask) +
            (p.force_non_warp_specialized ? " non-warp-specialised" : "") + (p.use_tma ? " tma" : "") +
@@ -141,10 +144,13 @@ void print_kernel_table(std::FILE* out) {
         const std::string max_s_q = k.max_s_q > 0 ? std::to_string(k.max_s_q) : "-";
         const std::string min_s_kv = k.min_s_kv > 0 ? std::to_string(k.min_s_kv) : "-";
         const char* siblings = k.siblings[0] != '\0' ? k.siblings : "-";
+        // K and V of another type: the name's token (bf16_kve4m3: an e4m3 cache under bf16 queries)
+        const std::string dtype =
+            std::string(dtype_name(k.dtype)) + (k.kv_dtype != k.dtype ? std::string("_kv") + dtype_name(k.kv_dtype) : "");
         std::fprintf(out,
                      "%-*s  %-6s  %-4d  %-5s  %-4s  %4d  %4d  %-9s  %-5s  %-*s  %-9s  %-5s  %-10s  %-7s  %-8s  "
                      "%-*s  %s\n",
-                     name_w, k.name, k.family, k.sm, dtype_name(k.dtype), dtype_name(k.acc), k.d, k.dv,
+                     name_w, k.name, k.family, k.sm, dtype.c_str(), dtype_name(k.acc), k.d, k.dv,
                      tile.c_str(), warps.c_str(), masks_w, masks_text(k.masks).c_str(),
                      k.warp_specialized ? "true" : "false", k.uses_tma ? "true" : "false",
                      k.persistent ? "persistent" : "grid", max_s_q.c_str(), min_s_kv.c_str(), archs_w, k.archs,

@@ -50,7 +50,7 @@ void fill_view(const Problem& p, const View& v, const int* offsets, const int* l
                RngStream stream, float range, float scale) {
     const FillSpec f{p.seed, stream, range, scale, p.ones, p.randn};
     const int grid = grid_for(int64_t(p.b) * s_cap * v.heads, kThreads / kWarpSize);
-    with_input_type(p.dtype, [&](auto element) {
+    with_input_type(v.type, [&](auto element) {
         using T = decltype(element);
         fill_kernel<<<grid, kThreads>>>(static_cast<T*>(v.base), v.row_stride, v.head_stride, v.heads, v.cols,
                                         offsets, lens, p.b, s_cap, f);

@@ -30,6 +30,7 @@ struct KernelMeta {
                           // (ws: sm_90a SASS, on sm_90 only; the entry check finds no image elsewhere)
     DataType dtype;       // input/output element type
     DataType acc;         // accumulation of P·V (Q·K^T and softmax are always fp32)
+    DataType kv_dtype;    // K and V's element type: dtype, or e4m3 (decode: an e4m3 KV cache)
     int d;                // head size of Q, K
     int dv;               // head size of V, O
     int block_m;          // query rows per CTA

@@ -58,34 +58,35 @@ QkvStorage make_qkv_storage(const Problem& p, const SeqLens& lens) {
     QkvStorage s;
     const int64_t tq = lens.q_storage_tokens, tkv = lens.kv_storage_tokens;
     const int64_t d = p.d, dv = p.dv, h = p.h, hkv = p.h_kv;
-    const int eb = element_bytes(p.dtype);
+    const int eb = element_bytes(p.dtype), kvb = element_bytes(p.kv_dtype);
+    const DataType qt = p.dtype, kvt = p.kv_dtype;
     // The element `offset` elements into a buffer.
     const auto at = [eb](const DeviceBuffer<uint8_t>& buf, int64_t offset) -> void* { return buf.get() + offset * eb; };
     switch (p.layout) {
         case Layout::kPackedQkv: {  // one row per token: Q heads, then K heads, then V heads
             const int64_t row = (h + 2 * hkv) * d;
             s.qkv = zeroed(tq, row, eb);
-            s.q_view = {at(s.qkv, 0), row, d, p.h, p.d};
-            s.k_view = {at(s.qkv, h * d), row, d, p.h_kv, p.d};
-            s.v_view = {at(s.qkv, (h + hkv) * d), row, d, p.h_kv, p.d};
+            s.q_view = {at(s.qkv, 0), row, d, p.h, p.d, qt};
+            s.k_view = {at(s.qkv, h * d), row, d, p.h_kv, p.d, qt};
+            s.v_view = {at(s.qkv, (h + hkv) * d), row, d, p.h_kv, p.d, qt};
             break;
         }
         case Layout::kContiguousQKv: {  // Q, and KV with K heads then V heads per token
             s.q = zeroed(tq, h * d, eb);
             s.kv = zeroed(tkv, 2 * hkv * d, eb);
-            s.q_view = {at(s.q, 0), h * d, d, p.h, p.d};
-            s.k_view = {at(s.kv, 0), 2 * hkv * d, d, p.h_kv, p.d};
-            s.v_view = {at(s.kv, hkv * d), 2 * hkv * d, d, p.h_kv, p.d};
+            s.q_view = {at(s.q, 0), h * d, d, p.h, p.d, qt};
+            s.k_view = {at(s.kv, 0), 2 * hkv * d, d, p.h_kv, p.d, qt};
+            s.v_view = {at(s.kv, hkv * d), 2 * hkv * d, d, p.h_kv, p.d, qt};
             break;
         }
         case Layout::kPagedKv:  // K and V in token storage first (Params::logical), paged later
         case Layout::kSeparateQKv: {
             s.q = zeroed(tq, h * d, eb);
-            s.k = zeroed(tkv, hkv * d, eb);
-            s.v = zeroed(tkv, hkv * dv, eb);
-            s.q_view = {at(s.q, 0), h * d, d, p.h, p.d};
-            s.k_view = {at(s.k, 0), hkv * d, d, p.h_kv, p.d};
-            s.v_view = {at(s.v, 0), hkv * dv, dv, p.h_kv, p.dv};
+            s.k = zeroed(tkv, hkv * d, kvb);
+            s.v = zeroed(tkv, hkv * dv, kvb);
+            s.q_view = {at(s.q, 0), h * d, d, p.h, p.d, qt};
+            s.k_view = {s.k.get(), hkv * d, d, p.h_kv, p.d, kvt};
+            s.v_view = {s.v.get(), hkv * dv, dv, p.h_kv, p.dv, kvt};
             break;
         }
     }

@@ -53,6 +53,7 @@ struct View {
     void* base;
     int64_t row_stride, head_stride;
     int heads, cols;
+    DataType type;  // its elements': the run's dtype, or kv_dtype for K and V
 };
 
 // Row r of a logical [b, s_cap, heads] view: its sequence, position and head.
@@ -68,7 +69,8 @@ __host__ __device__ inline LogicalRow logical_row(int64_t r, int heads, int s_ca
 
 // Q, K and V storage of the layout, zeroed (padding rows stay zero), and the views into it.
 // Only the buffers of the layout are allocated; kPagedKv keeps K and V in token storage here
-// (the logical K/V its pool is built from). Bytes: element_bytes(dtype) an element.
+// (the logical K/V its pool is built from). Bytes: element_bytes(dtype) an element of Q,
+// element_bytes(kv_dtype) of K and V (-kv-e4m3: separate and paged layouts only).
 struct QkvStorage {
     DeviceBuffer<uint8_t> qkv;  // packed QKV [tokens, h + 2*h_kv, d]
     DeviceBuffer<uint8_t> q;    // [tokens_q, h, d]        (Q + KV, separate and paged layouts)

@@ -75,9 +75,9 @@ double attention_flops(const Problem& p, const SeqLens& lens, const CustomMask& 
 }
 
 double attention_bytes(const Problem& p, const SeqLens& lens) {
-    const double in = element_bytes(p.dtype), out = element_bytes(p.out_dtype);
+    const double in = element_bytes(p.dtype), kv = element_bytes(p.kv_dtype), out = element_bytes(p.out_dtype);
     return double(lens.q_total) * p.h * (in * p.d + out * p.dv) +                  // Q read, O written
-           in * double(visible_kv_tokens(p, lens)) * p.h_kv * (p.d + p.dv) +     // K, V once per KV head
+           kv * double(visible_kv_tokens(p, lens)) * p.h_kv * (p.d + p.dv) +     // K, V once per KV head
            (p.save_softmax ? double(sizeof(float)) * lens.q_total * p.h : 0.0) +  // the LSE written
            score_tensor_bytes(p, lens);
 }

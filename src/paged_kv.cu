@@ -82,7 +82,7 @@ PagedKvTensors make_paged_pool(const Problem& p, const SeqLens& lens, const QkvS
     const PagedKv& g = t.host;
     const int64_t d = p.d, dv = p.dv, hkv = p.h_kv, tpb = g.tokens_per_block;
     const int64_t block_elems = hkv * tpb * (d + dv);
-    const int eb = element_bytes(p.dtype);
+    const int eb = element_bytes(p.kv_dtype);
     const int64_t n = g.pool_blocks * block_elems;
     t.pool = DeviceBuffer<uint8_t>(static_cast<size_t>(n * eb));
     if (eb == 1) {
@@ -92,7 +92,7 @@ PagedKvTensors make_paged_pool(const Problem& p, const SeqLens& lens, const QkvS
     }
     const DeviceBuffer<int> block_seq = to_device(g.block_seq), block_index = to_device(g.block_index);
     const FillSpec tail{p.seed, kStreamPageTail, p.range_k, 1.f, false, false};
-    with_input_type(p.dtype, [&](auto element) {
+    with_input_type(p.kv_dtype, [&](auto element) {
         using T = decltype(element);
         page_kernel<<<grid_for(n, kThreads), kThreads>>>(
             reinterpret_cast<T*>(t.pool.get()), reinterpret_cast<const T*>(storage.k.get()),

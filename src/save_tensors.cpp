@@ -98,7 +98,7 @@ void save_custom_mask(const std::string& dir, const Problem& p, const SeqLens& l
 // a sequence's blocks).
 void save_paged_kv(const std::string& dir, const Problem& p, const DeviceTensors& t, cudaStream_t stream) {
     const PagedKv& g = t.paged.host;
-    const std::vector<float> pool = download_floats(t.paged.pool.get(), t.paged.pool.bytes(), p.dtype, stream);
+    const std::vector<float> pool = download_floats(t.paged.pool.get(), t.paged.pool.bytes(), p.kv_dtype, stream);
     const size_t k_part = size_t(p.h_kv) * g.tokens_per_block * p.d;
     const size_t v_part = size_t(p.h_kv) * g.tokens_per_block * p.dv;
     std::vector<float> k(size_t(g.pool_blocks) * k_part), v(size_t(g.pool_blocks) * v_part);
@@ -131,9 +131,9 @@ void save_tensors(const Problem& p, const SeqLens& lens, const DeviceTensors& t,
     const std::string& dir = p.save_dir;
     save_one(dir, "q.npy", q.q, p.dtype, q.q_row_stride, q.q_head_stride, p.h, p.d, q_off,
              q_len, p.b, p.s_q, stream);
-    save_one(dir, "k.npy", q.k, p.dtype, q.k_row_stride, q.k_head_stride, p.h_kv, p.d,
+    save_one(dir, "k.npy", q.k, p.kv_dtype, q.k_row_stride, q.k_head_stride, p.h_kv, p.d,
              kv_off, kv_len, p.b, p.s, stream);
-    save_one(dir, "v.npy", q.v, p.dtype, q.v_row_stride, q.v_head_stride, p.h_kv, p.dv,
+    save_one(dir, "v.npy", q.v, p.kv_dtype, q.v_row_stride, q.v_head_stride, p.h_kv, p.dv,
              kv_off, kv_len, p.b, p.s, stream);
     save_one(dir, "o.npy", q.o, p.out_dtype, q.o_row_stride, q.o_head_stride, p.h, p.dv, q_off,
              q_len, p.b, p.s_q, stream);
@@ -155,6 +155,7 @@ void save_tensors(const Problem& p, const SeqLens& lens, const DeviceTensors& t,
         .add("dtype", dtype_name(p.dtype))
         .add("acc", dtype_name(kernel.acc))  // what ran: fp32 also serves a problem asking for fp16
         .add("output_dtype", dtype_name(p.out_dtype))
+        .add("kv_dtype", dtype_name(p.kv_dtype))  // -kv-e4m3: k.npy, v.npy hold the e4m3 values
         .add("mask", mask_label(p.mask))
         .add("layout", layout_label(p.layout))
         .add("attn", attn_label(p))

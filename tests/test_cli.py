@@ -102,6 +102,11 @@ BAD_ARGS = {
     "e4m3 bias": (["-e4m3", "-bf16-output", "-attention-bias"], "no e4m3 kernel takes one"),
     "e4m3 bias shape": (["-e4m3", "-bf16-output", "-attention-bias-shape", "b1"], "no e4m3 kernel takes one"),
     "e4m3 and bf16": (["-e4m3", "-bf16"], "cannot be combined"),
+    # an e4m3 KV cache under 16-bit queries: its own tensors, forward only
+    "kv e4m3 with e4m3": (["-e4m3", "-kv-e4m3", "-separate-q-k-v"], "-kv-e4m3 is for fp16/bf16 queries"),
+    "kv e4m3 packed": (["-kv-e4m3"], "-kv-e4m3 needs -separate-q-k-v or -paged-kv"),
+    "kv e4m3 contiguous": (["-kv-e4m3", "-contiguous-q-kv"], "-kv-e4m3 needs -separate-q-k-v or -paged-kv"),
+    "kv e4m3 bwd": (["-kv-e4m3", "-bwd", "-separate-q-k-v"], "-kv-e4m3: forward only"),
     "window zero": (["-sliding-window-size", "0"], "-sliding-window-size must be between 1"),
     "window larger than s": (["-s", "128", "-sliding-window-size", "129"], "-sliding-window-size 129 is larger than -s 128"),
     "bidirectional without a window": (["-bidirectional-sliding-window-mask"], "needs -sliding-window-size"),
@@ -186,6 +191,16 @@ def test_no_kernel_fits_exits_2(args, fmha):
     assert lines[1] == "closest kernels:" and lines[2].startswith("  fmha_v2_flash_")
 
 
+def test_kv_e4m3_beyond_decode_exits_2(fmha):
+    """An e4m3 KV cache is the decode family's alone: 32 query rows find no row, and the
+    reason names the KV dtype."""
+    r = fmha("-kv-e4m3", "-separate-q-k-v", "-s", "64", "-s-q", "32")
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.splitlines()
+    assert lines[0].startswith("error: no kernel fits dtype=fp16 kv=e4m3 acc=fp16 d=128 "), r.stderr
+    assert "sm_" not in lines[0]
+
+
 def fp16_head_sizes(table: list[dict], tma: bool) -> set[int]:
     """Head sizes (dv = d) of the rows that serve the default problem (fp16, padding mask) and
     do (not) load through TMA."""
@@ -236,7 +251,8 @@ def test_list_kernels_columns(kernel_table):
     ws_sched = {r["sched"] for r in rows if r["family"] == "ws"}
     assert len(ws_sched) <= 1 and ws_sched <= {"persistent", "grid"}, ws_sched
     assert all(r["sched"] == "grid" for r in rows if r["family"] != "ws")
-    # Only the decode family limits s_q; only its mma path (warps 1x4) asks for a long cache.
+    # Only the decode family limits s_q; only its mma path (warps 1x4) asks for a long cache,
+    # but over an e4m3 cache (dtype bf16_kve4m3: it has no warp path).
     assert all(r["max_s_q"] == ("16" if r["family"] == "decode" else "-") for r in rows)
     assert all(r["min_s_kv"] == (str(enum.DECODE_MMA_MIN_S_KV) if r["family"] == "decode" and r["warps"] == "1x4"
-                                 else "-") for r in rows)
+                                 and "_kv" not in r["dtype"] else "-") for r in rows)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from generator import enumerate as enum
+from generator.families import decode as decode_family
 from generator.env import Arch, Config, EnvError, parse, parse_arch_list
 from generator.main import kernels, select
 from generator.rules import broken, family_archs
@@ -40,8 +41,12 @@ N_WS_FP8 = 4
 WS_FP8 = ["fmha_v2_ws_e4m3_d64_128x128_w8x1_sm90", "fmha_v2_ws_e4m3_d128_128x128_w8x1_sm90",
           "fmha_v2_ws_e4m3_d256_128x64_w8x1_sm90", "fmha_v2_ws_e4m3_d192_dv128_128x128_w8x1_sm90"]
 # decode: portable like flash, so every build has them: 2 dtypes x d 32, 64, 128, 256 x (the
-# mma path + the warp path's rows 1, 4, 8).
-N_DEC = 32
+# mma path + the warp path's rows 1, 4, 8), and the e4m3-cache mma tile of each (dtype, d).
+N_DEC_16 = 32
+N_DEC_KV8 = 8
+N_DEC = N_DEC_16 + N_DEC_KV8
+# The e4m3-cache tiles: 4, 4, 2, 1 KV heads a CTA (16 rows each), 32 KB stages of K and V.
+KV8_TILES = {32: "64x128_w1x4", 64: "64x64_w1x4", 128: "32x64_w1x4", 256: "16x64_w1x4"}
 
 # Tiles by head size (block_m x block_n _ warps_m x warps_n), as the rules choose them.
 DECODE_TILES = {32: ("64x64_w1x4", "1x16_w4x1", "4x16_w4x1", "8x8_w4x1"),
@@ -69,8 +74,13 @@ def decode_names(dtype: str) -> list[str]:
     return [f"fmha_v2_decode_{dtype}_d{d}_{tile}_sm80" for d, tiles in DECODE_TILES.items() for tile in tiles]
 
 
+def kv8_names(dtype: str) -> list[str]:
+    return [f"fmha_v2_decode_{dtype}_kve4m3_d{d}_{tile}_sm80" for d, tile in KV8_TILES.items()]
+
+
 def test_hand_counts():
-    assert (len(flash_names("fp16")), len(ws_names("bf16")), len(decode_names("bf16")) * 2) == (N_HEADS, N_WS, N_DEC)
+    assert (len(flash_names("fp16")), len(ws_names("bf16")), len(decode_names("bf16")) * 2) == (N_HEADS, N_WS, N_DEC_16)
+    assert len(kv8_names("bf16")) * 2 == N_DEC_KV8
 
 
 @pytest.mark.parametrize("environ, flash, ws", [
@@ -100,7 +110,7 @@ def test_counts(environ, flash, ws):
 
 def test_default_kernels():
     """Registry order: decode, ws, flash; within a family by dtype, then head size."""
-    decode = decode_names("fp16_fp32") + decode_names("bf16")
+    decode = decode_names("fp16_fp32") + decode_names("bf16") + kv8_names("fp16_fp32") + kv8_names("bf16")
     ws = ws_names("fp16_fp32") + ws_names("bf16") + WS_FP8
     flash = flash_names("fp16") + flash_names("bf16")
     got = names({})
@@ -110,10 +120,10 @@ def test_default_kernels():
 
 
 def test_hopper_build_with_hmma_fp32():
-    """TORCH_CUDA_ARCH_LIST=9.0 ENABLE_HMMA_FP32=1 (bench/gpu_tier.sh's build): 156 kernels."""
+    """TORCH_CUDA_ARCH_LIST=9.0 ENABLE_HMMA_FP32=1 (bench/gpu_tier.sh's build): 164 kernels."""
     got = names({"TORCH_CUDA_ARCH_LIST": "9.0", "ENABLE_HMMA_FP32": "1"})
-    assert len(got) == 156
-    assert got == (decode_names("fp16_fp32") + decode_names("bf16") + ws_names("fp16_fp32") + ws_names("bf16")
+    assert len(got) == 164
+    assert got == (decode_names("fp16_fp32") + decode_names("bf16") + kv8_names("fp16_fp32") + kv8_names("bf16") + ws_names("fp16_fp32") + ws_names("bf16")
                    + WS_FP8 + flash_names("fp16") + flash_names("bf16") + flash_names("fp16_fp32"))
 
 
@@ -121,7 +131,7 @@ def test_decode_rows_ascend():
     """Within a (dtype, d): first the mma path (dispatch takes it for caches of at least 64
     keys, any row count), then the warp-path rows 1, 4, 8: the driver takes the first that
     holds h / h_kv * s_q rows; the largest holds any count (it tiles)."""
-    specs = [s for s in kernels(parse({})) if s.family == "decode"]
+    specs = [s for s in kernels(parse({})) if s.family == "decode" and not s.kv_dtype]
     for dtype in ("fp16", "bf16"):
         for d, tiles in DECODE_TILES.items():
             got = [f"{s.block_m}x{s.block_n}_w{s.warps_m}x{s.warps_n}" for s in specs if s.dtype == dtype and s.d == d]
@@ -171,7 +181,7 @@ def test_every_candidate_passes_the_rules():
     """With every flag that turns kernels on, no candidate of any family is rejected."""
     config = parse({"ENABLE_HMMA_FP32": "1"})
     specs = [s for family in enum.candidates(config).values() for s in family]
-    assert {s.family for s in specs} == {"decode", "ws", "flash"} and len(specs) == 156
+    assert {s.family for s in specs} == {"decode", "ws", "flash"} and len(specs) == 164
     assert [(s.name, broken(s, config)) for s in specs if broken(s, config)] == []
 
 
@@ -189,18 +199,19 @@ def test_ws_tile():
 
 @pytest.mark.parametrize("globs, count", [
     ("*_fp16_d64_*", 1),
-    ("*bf16*", 32 + 12 + 16),               # flash + ws + decode
+    ("*bf16*", 32 + 12 + 16 + 4),           # flash + ws + decode + decode over an e4m3 cache
     ("*_flash_bf16*", 32),
     ("*_ws_*", 28),                         # fp16 (fp32 accumulation), bf16, and e4m3 at d = 64, 128, 256, MLA
-    ("*_d128_*,*_d256_*", 4 + 6 + 16),      # flash + ws (+ e4m3) + decode (2 dtypes x 4 tiles each)
-    (" *_d128_* , *_d256_* ,", 4 + 6 + 16), # blanks and empty entries are ignored
-    ("*_e4m3_*", 4),
+    ("*_d128_*,*_d256_*", 4 + 6 + 20),      # flash + ws (+ e4m3) + decode (2 dtypes x (4 tiles + the e4m3 cache's))
+    (" *_d128_* , *_d256_* ,", 4 + 6 + 20), # blanks and empty entries are ignored
+    ("*_e4m3_*", 4),                        # e4m3 inputs (ws); an e4m3 cache is "_kve4m3_"
+    ("*_kve4m3_*", 8),
     ("fmha_v2_flash_fp16_d32_128x64_w4x1_sm80", 1),
     ("fmha_v2_ws_bf16_d256_128x64_w8x1_sm90", 1),
     ("*_flash_fp16_fp32*", 0),              # rules come first: HMMA_FP32 is off
     ("*_ws_fp16_fp32*", 12),                # the ws family's fp16 kernels need no flag
     ("nothing*", 0),
-    ("", 124),                              # empty = unset = everything
+    ("", 132),                              # empty = unset = everything
 ])
 def test_fmha_filter(globs, count):
     assert len(names({"FMHA_FILTER": globs})) == count
@@ -301,7 +312,7 @@ def test_setup_prints_one_line_per_family(tmp_path, flags, flash):
     run = run_setup(tmp_path, **flags)
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
-    assert lines[0].startswith("decode (decode family, s_q <= 16, split-KV, mma.sync or CUDA cores): 32 kernels -> ")
+    assert lines[0].startswith("decode (decode family, s_q <= 16, split-KV, mma.sync or CUDA cores): 40 kernels -> ")
     assert lines[1].startswith("ws (ws family, wgmma + TMA, warp-specialised): 28 kernels -> ")
     assert lines[2].startswith(f"flash (sm80 family, mma.sync): {flash} kernels -> ")
     assert "rejected" not in run.stdout
@@ -368,3 +379,15 @@ def test_scheduling_mode_reaches_the_ws_traits_and_registry(tmp_path, mode, pers
 
 def test_setup_bad_argument_exits_2(tmp_path):
     assert run_setup(tmp_path, "--no-such-flag").returncode == 2
+
+
+def test_decode_kv8_tiles():
+    """The e4m3-cache rows: the mma path alone, at every cache length (no warp path takes an
+    e4m3 cache), no siblings, after every 16-bit-cache row."""
+    specs = [s for s in kernels(parse({})) if s.family == "decode"]
+    kv8 = [s for s in specs if s.kv_dtype]
+    assert [s.name for s in kv8] == kv8_names("fp16_fp32") + kv8_names("bf16")
+    assert specs[-len(kv8):] == kv8
+    assert {enum.decode_min_s_kv(s) for s in kv8} == {0} and {enum.decode_max_rows(s) for s in kv8} == {0}
+    assert all(decode_family.siblings(s) == {} and decode_family.constants(s)["kKvE4m3"] for s in kv8)
+    assert not any(decode_family.constants(s)["kKvE4m3"] for s in specs if not s.kv_dtype)

@@ -70,26 +70,32 @@ def test_ws_softcap_follows_the_config():
 
 # --- decode --------------------------------------------------------------------------------
 
-# name -> (KV heads a CTA, OneHead's keys a stage, Quad's; 0: no such sibling).
+# name -> (KV heads a CTA, OneHead's keys a stage, Quad's; 0: no such sibling; e4m3 cache).
 DECODE_MMA = {
-    "fmha_v2_decode_bf16_d32_64x64_w1x4_sm80": (4, 256, 0),
-    "fmha_v2_decode_bf16_d64_32x64_w1x4_sm80": (2, 128, 64),
-    "fmha_v2_decode_bf16_d128_16x64_w1x4_sm80": (1, 0, 0),
-    "fmha_v2_decode_bf16_d256_16x64_w1x4_sm80": (1, 0, 0),
+    "fmha_v2_decode_bf16_d32_64x64_w1x4_sm80": (4, 256, 0, False),
+    "fmha_v2_decode_bf16_d64_32x64_w1x4_sm80": (2, 128, 64, False),
+    "fmha_v2_decode_bf16_d128_16x64_w1x4_sm80": (1, 0, 0, False),
+    "fmha_v2_decode_bf16_d256_16x64_w1x4_sm80": (1, 0, 0, False),
+    # an e4m3 cache: 32 KB stages of K and V, up to 4 KV heads, no siblings
+    "fmha_v2_decode_bf16_kve4m3_d32_64x128_w1x4_sm80": (4, 0, 0, True),
+    "fmha_v2_decode_fp16_fp32_kve4m3_d64_64x64_w1x4_sm80": (4, 0, 0, True),
+    "fmha_v2_decode_bf16_kve4m3_d128_32x64_w1x4_sm80": (2, 0, 0, True),
+    "fmha_v2_decode_bf16_kve4m3_d256_16x64_w1x4_sm80": (1, 0, 0, True),
 }
 
 
 @pytest.mark.parametrize("name", DECODE_MMA)
 def test_decode_mma_constants(name):
-    heads, one_head, quad = DECODE_MMA[name]
+    heads, one_head, quad, kv8 = DECODE_MMA[name]
     assert constants(spec(name)) == {"kMaxSq": 16, "kMma": True, "kHeads": heads,
-                                     "kOneHeadBlockN": one_head, "kQuadBlockN": quad}
+                                     "kOneHeadBlockN": one_head, "kQuadBlockN": quad, "kKvE4m3": kv8}
 
 
 @pytest.mark.parametrize("name", ["fmha_v2_decode_bf16_d128_4x4_w4x1_sm80",
                                   "fmha_v2_decode_fp16_fp32_d64_8x4_w4x1_sm80"])
 def test_decode_warp_constants(name):
-    assert constants(spec(name)) == {"kMaxSq": 16, "kMma": False, "kHeads": 1, "kOneHeadBlockN": 0, "kQuadBlockN": 0}
+    assert constants(spec(name)) == {"kMaxSq": 16, "kMma": False, "kHeads": 1, "kOneHeadBlockN": 0, "kQuadBlockN": 0,
+                                     "kKvE4m3": False}
 
 
 def test_siblings_are_named():
@@ -120,7 +126,7 @@ def test_flash_renders_no_config():
 def test_decode_renders_its_config():
     text = render_kernel(environment(), spec("fmha_v2_decode_bf16_d64_32x64_w1x4_sm80"))
     assert ("using Config = decode::Config</*kMaxSq=*/16, /*kMma=*/true, /*kHeads=*/2, /*kOneHeadBlockN=*/128, "
-            "/*kQuadBlockN=*/64>;\nusing Traits = decode::Traits<Config, __nv_bfloat16,") in text
+            "/*kQuadBlockN=*/64, /*kKvE4m3=*/false>;\nusing Traits = decode::Traits<Config, __nv_bfloat16,") in text
 
 
 # --- the C++ guards accept what is rendered ----------------------------------------------

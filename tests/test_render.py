@@ -165,6 +165,8 @@ D64_MANIFEST = {
     "fmha_v2_decode_bf16_d64_1x8_w4x1_sm80": (1, 8, 4, 1, 1, 0),
     "fmha_v2_decode_bf16_d64_4x8_w4x1_sm80": (4, 8, 4, 1, 4, 0),
     "fmha_v2_decode_bf16_d64_8x4_w4x1_sm80": (8, 4, 4, 1, 0, 0),
+    "fmha_v2_decode_fp16_fp32_kve4m3_d64_64x64_w1x4_sm80": (64, 64, 1, 4, 0, 0),  # an e4m3 cache: 4 KV heads
+    "fmha_v2_decode_bf16_kve4m3_d64_64x64_w1x4_sm80": (64, 64, 1, 4, 0, 0),
     "fmha_v2_ws_fp16_fp32_d64_192x128_w12x1_sm90": (192, 128, 12, 1, 0, 0),
     "fmha_v2_ws_bf16_d64_192x128_w12x1_sm90": (192, 128, 12, 1, 0, 0),
     "fmha_v2_ws_e4m3_d64_128x128_w8x1_sm90": (128, 128, 8, 1, 0, 0),
@@ -197,16 +199,17 @@ def test_manifest(tmp_path):
     for entry in manifest["kernels"]:
         family, dtype = entry["name"].split("_")[2:4]
         block_m, block_n, warps_m, warps_n, max_rows, min_s_kv = D64_MANIFEST[entry["name"]]
+        kv8 = "_kve4m3_" in entry["name"]  # the mma path at every length
         assert entry == {
             "name": entry["name"], "family": family, "sm": 90 if family == "ws" else 80,
             "dtype": dtype, "acc": "fp16" if entry["name"].startswith("fmha_v2_flash_fp16_") else "fp32",
             "d": 64, "dv": 64, "block_m": block_m, "block_n": block_n, "warps_m": warps_m, "warps_n": warps_n,
-            "masks": EVERY_MASK, "max_rows": max_rows, "min_s_kv": min_s_kv,
+            "masks": EVERY_MASK, "max_rows": max_rows, "min_s_kv": min_s_kv, "kv_dtype": "e4m3" if kv8 else "",
             # ws: no softcapping in its 192-row tile (generator/families/ws.py), e4m3 (128 rows)
             # no bias; ws and decode's mma path (min_s_kv 64): no wide logits (one FFMA a score)
             "variants": [v for v in EVERY_VARIANT if v != "bias"] if dtype == "e4m3" else
                         EVERY_VARIANT[1:] + ["dropout"] if family == "ws" else
-                        EVERY_VARIANT if min_s_kv else EVERY_VARIANT + ["wide_logits"] + (["dropout"] if family == "flash" else []),
+                        EVERY_VARIANT if min_s_kv or kv8 else EVERY_VARIANT + ["wide_logits"] + (["dropout"] if family == "flash" else []),
             # What tests/gpu/manifest.py's require_arch reads: sm_90a code runs on sm_90 alone;
             # decode and flash are portable.
             "archs": ["9.0a"] if family == "ws" else ["8.0", "9.0"],

@@ -17,7 +17,8 @@ DECODE = {"family": "decode", "sm": 80, "dtype": "bf16", "acc": "fp32", "block_m
 DECODE_TRAITS = ("family decode (decode::Traits) needs d = dv in {32, 64, 128, 256}, fp32 accumulation, "
                  "and either the warp path's tile (block_m rows per warp in {1, 4, 8}, block_n a multiple of "
                  "256/d (1-8 passes), warps 1-8 x 1) or the mma path's 16 rows x 8192/d keys (64 at d = 256), "
-                 "warps 1x4")
+                 "warps 1x4 (an e4m3 cache: families/decode.py kv8_tile)")
+KV8 = {**DECODE, "block_m": 32, "block_n": 64, "warps_m": 1, "warps_n": 4, "kv_dtype": "e4m3"}  # d = 128
 WS_TRAITS = ("family ws (ws::Traits) needs fp32 accumulation, "
              "block_m 128 or 192 over warps (block_m/16)x1 and block_n 64 or 128")
 
@@ -67,9 +68,15 @@ CASES = {
         ({**DECODE, "d": 256, "dv": 256, "block_m": 16, "block_n": 32, "warps_m": 1, "warps_n": 4}, DEFAULT,
          DECODE_TRAITS),  # mma at d = 256: 64 keys
         ({**DECODE, "block_m": 32, "block_n": 64, "warps_m": 1, "warps_n": 4}, DEFAULT, DECODE_TRAITS),  # mma: 16 rows
+        ({**KV8, "block_n": 128}, DEFAULT, DECODE_TRAITS),  # an e4m3 cache's stage: 16384 e4m3 of K
+        ({**DECODE, "kv_dtype": "e4m3"}, DEFAULT, DECODE_TRAITS),  # no warp path over an e4m3 cache
     ],
     "masks": [
         ({"masks": ()}, DEFAULT, "a kernel must support at least one mask"),
+    ],
+    "kv_dtype": [
+        ({"kv_dtype": "e4m3"}, DEFAULT, "a KV dtype other than the inputs' (an e4m3 cache) only in family decode, "
+         "under fp16 or bf16 queries"),
     ],
     "arch": [
         # The env parser refuses archs below 8.0, so only a hand-made Config gets here.
@@ -98,6 +105,9 @@ def test_good_spec_breaks_nothing():
     # ws head sizes: any multiple of 8 (Traits pad shared memory to 64-column panels), dv != d too.
     for d, dv in ((40, 40), (96, 96), (104, 104), (160, 160), (192, 128), (96, 64)):
         assert broken(KernelSpec(**{**ws.__dict__, "d": d, "dv": dv}), DEFAULT) == []
+    # decode over an e4m3 cache: fp16 and bf16 queries
+    for dtype in ("bf16", "fp16"):
+        assert broken(KernelSpec(**{**GOOD.__dict__, **KV8, "dtype": dtype}), DEFAULT) == []
 
 
 @pytest.mark.parametrize("rule, changes, config, reason",

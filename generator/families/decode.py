@@ -29,6 +29,21 @@ MMA_HEADS = {32: 4, 64: 2, 128: 1, 256: 1}
 MMA_STAGE_ELEMS = 8192     # elements of a 32 KB K + V stage: MMA_KEYS * heads * d * 2
 QUAD_STAGE_ELEMS = 4096    # ... of Quad's 16 KB stage
 QUAD_HEAD_SIZES = (64,)
+# An e4m3 KV cache under fp16/bf16 queries (KernelSpec.kv_dtype "e4m3", decode/kv_e4m3.h):
+# the mma path only, at every cache length (no warp path), no siblings. Its CTA reads
+# KV8_HEADS[d] heads, 256 bytes of a token up to d = 64 (128 at d = 128, where two heads fill
+# the registers), in 32 KB stages of K and V: KV8_STAGE_ELEMS e4m3 of K a stage.
+KV8_DTYPES = DTYPES
+KV8_HEAD_SIZES = HEAD_SIZES
+KV8_HEADS = {32: 4, 64: 4, 128: 2, 256: 1}
+KV8_STAGE_ELEMS = 16384
+
+
+def kv8_tile(d: int) -> tuple:
+    """(block_m, block_n, warps_m, warps_n) of the e4m3-cache mma tile at head size d."""
+    return (MMA_ROWS * KV8_HEADS[d], KV8_STAGE_ELEMS // (KV8_HEADS[d] * d), 1, MMA_WARPS)
+
+
 # Below this many keys the warp path's per-unit cost is lower than a CTA's pipeline fill. At 64
 # and 128 keys the mma path was faster in 15 of 16 cells (d 64/128, b 1-512, H200; 2-10x at
 # 128-255 keys, where each warp streamed its keys alone), under 64 slower from b = 64-512
@@ -88,6 +103,8 @@ def traits_ok(spec) -> bool:
     """What decode::Traits static_asserts (src/fmha/kernel/decode/traits.h)."""
     if not (spec.d in HEAD_SIZES and spec.dv == spec.d and spec.acc == "fp32"):
         return False
+    if spec.kv_dtype:
+        return spec.kv_dtype == "e4m3" and (spec.block_m, spec.block_n, spec.warps_m, spec.warps_n) == kv8_tile(spec.d)
     if is_mma(spec):
         return (spec.block_m, spec.block_n, spec.warps_m, spec.warps_n) == mma_tile(spec.d)
     keys_per_pass = PASS_ELEMS // spec.d
@@ -99,7 +116,7 @@ def traits_ok(spec) -> bool:
 def siblings(spec) -> dict:
     """The tiles a launch of `spec` may run instead of its own, by the Traits' name for them:
     {"OneHead": (block_m, block_n, warps_m, warps_n), "Quad": ...}; empty for one-head tiles."""
-    if not is_mma(spec) or heads(spec) == 1:
+    if not is_mma(spec) or heads(spec) == 1 or spec.kv_dtype:
         return {}
     out = {"OneHead": (MMA_ROWS, spec.block_n * heads(spec), spec.warps_m, spec.warps_n)}
     if spec.d in QUAD_HEAD_SIZES:
@@ -121,8 +138,9 @@ def max_rows(spec) -> int:
 
 def min_s_kv(spec) -> int:
     """KernelMeta::min_s_kv: the shortest cache (max keys per sequence) for which dispatch
-    takes the kernel (0: any); `-kernel NAME` runs it on any."""
-    return MMA_MIN_S_KV if is_mma(spec) else 0
+    takes the kernel (0: any); `-kernel NAME` runs it on any. An e4m3 cache has no warp path:
+    its mma tile serves every length."""
+    return MMA_MIN_S_KV if is_mma(spec) and not spec.kv_dtype else 0
 
 
 def constants(spec) -> dict:
@@ -134,4 +152,5 @@ def constants(spec) -> dict:
         "kHeads": heads(spec),
         "kOneHeadBlockN": sib["OneHead"][1] if "OneHead" in sib else 0,
         "kQuadBlockN": sib["Quad"][1] if "Quad" in sib else 0,
+        "kKvE4m3": spec.kv_dtype == "e4m3",
     }

@@ -238,6 +238,7 @@ fmha_status_t check(const fmha_problem_t* pr, Params& p, Request& r) {
 
     r = Request{};
     r.dtype = static_cast<DataType>(pr->dtype);
+    r.kv_dtype = r.dtype;
     r.acc = static_cast<DataType>(pr->acc);
     r.d = pr->d;
     r.dv = pr->dv;
@@ -282,6 +283,7 @@ std::string no_kernel(const Request& r, int sm) {
         std::string why;
         const auto add = [&](const std::string& w) { why += (why.empty() ? "" : ", ") + w; };
         if (bits & kMismatchDtype) add(std::string("dtype ") + dtype_text(k.dtype));
+        if (bits & kMismatchKvDtype) add(std::string("KV dtype ") + dtype_text(k.kv_dtype));
         if (bits & kMismatchAcc) add(std::string("acc ") + dtype_text(k.acc));
         if (bits & kMismatchD) add("d " + std::to_string(k.d));
         if (bits & kMismatchDv) add("dv " + std::to_string(k.dv));

@@ -43,6 +43,7 @@ std::string masks_text(uint32_t masks) {
 uint32_t mismatch(const KernelMeta& k, const Request& r) {
     uint32_t why = 0;
     if (k.dtype != r.dtype) why |= kMismatchDtype;
+    if (k.kv_dtype != r.kv_dtype) why |= kMismatchKvDtype;
     // fp32 accumulation serves a request for fp16 (it is at least as accurate): that is how
     // fp16 problems reach the wgmma families, which accumulate in fp32 only.
     if (!(k.acc == r.acc || (r.acc == DataType::kFp16 && k.acc == DataType::kFp32))) why |= kMismatchAcc;
@@ -59,7 +60,7 @@ uint32_t mismatch(const KernelMeta& k, const Request& r) {
 }
 
 int closeness(const KernelMeta& k, const Request& r) {
-    return 4 * (k.dtype == r.dtype) + 4 * (k.d == r.d) + 2 * (k.dv == r.dv) + ((k.masks & mask_bit(r.mask)) != 0);
+    return 4 * (k.dtype == r.dtype) + 4 * (k.kv_dtype == r.kv_dtype) + 4 * (k.d == r.d) + 2 * (k.dv == r.dv) + ((k.masks & mask_bit(r.mask)) != 0);
 }
 
 bool has_image(const KernelMeta& k, int sm) {

@@ -15,6 +15,7 @@ namespace api {
 // What a problem asks of a kernel, without its tensors.
 struct Request {
     DataType dtype = DataType::kFp16;
+    DataType kv_dtype = DataType::kFp16;  // K and V's: dtype, or e4m3 under fp16/bf16 queries
     DataType acc = DataType::kFp32;
     int d = 0, dv = 0;
     MaskType mask = MaskType::kPadding;
@@ -38,6 +39,7 @@ enum Mismatch : uint32_t {
     kMismatchRows = 1u << 7,
     kMismatchWarpSpecialized = 1u << 8,
     kMismatchTma = 1u << 9,
+    kMismatchKvDtype = 1u << 10,
 };
 
 uint32_t mismatch(const KernelMeta& k, const Request& r);

@@ -104,11 +104,13 @@ Smem make_smem(int warps, int d, int dv) {
     return s;
 }
 
-// kColChunks: columns per lane, ceil(dv / 32) rounded up to a power of two.
-template <class T, int kColChunks>
+// kColChunks: columns per lane, ceil(dv / 32) rounded up to a power of two. T: Q's (and the
+// bias's) type, TKV: K and V's, TP: what P is rounded to (T, or f16 over an e4m3 cache under
+// 16-bit queries: the decode kernels' P there, decode/kv_e4m3.h).
+template <class T, class TKV, class TP, int kColChunks>
 __global__ void __launch_bounds__(kMaxWarps * kWarpSize)
 reference_kernel(Params p, Smem geo, int p_block_keys, float* o_ref, float* o_amb, float* lse) {
-    constexpr bool kE4m3 = std::is_same<T, __nv_fp8_e4m3>::value;
+    constexpr bool kE4m3 = std::is_same<T, __nv_fp8_e4m3>::value;  // e4m3 Q too: the QGMMA kernels' rules
     const int seq = blockIdx.z, head = blockIdx.y;
     const int q_len = seq_q_len(p, seq), kv_len = seq_kv_len(p, seq);
     const int row0 = blockIdx.x * geo.rows;
@@ -129,10 +131,10 @@ reference_kernel(Params p, Smem geo, int p_block_keys, float* o_ref, float* o_am
 
     const T* q = static_cast<const T*>(p.q) + int64_t(seq_q_offset(p, seq)) * p.q_row_stride +
                  int64_t(head) * p.q_head_stride;
-    const T* k = static_cast<const T*>(p.k) + int64_t(seq_kv_offset(p, seq)) * p.k_row_stride +
-                 int64_t(kv_head) * p.k_head_stride;
-    const T* v = static_cast<const T*>(p.v) + int64_t(seq_kv_offset(p, seq)) * p.v_row_stride +
-                 int64_t(kv_head) * p.v_head_stride;
+    const TKV* k = static_cast<const TKV*>(p.k) + int64_t(seq_kv_offset(p, seq)) * p.k_row_stride +
+                   int64_t(kv_head) * p.k_head_stride;
+    const TKV* v = static_cast<const TKV*>(p.v) + int64_t(seq_kv_offset(p, seq)) * p.v_row_stride +
+                   int64_t(kv_head) * p.v_head_stride;
 
     extern __shared__ float4 smem4[];
     float* q_s = reinterpret_cast<float*>(smem4);     // [rows, d_pad]
@@ -219,12 +221,12 @@ reference_kernel(Params p, Smem geo, int p_block_keys, float* o_ref, float* o_am
             l[i] += warp_sum(prob);
             if (drop.threshold != 0 && !dropout::keep(drop, bh, uint32_t(row0 + my_row + i), uint32_t(tile + lane)))
                 prob = 0.0;
-            p_s[(my_row + i) * kKeysPerTile + lane] = round_to<T>(prob);
+            p_s[(my_row + i) * kKeysPerTile + lane] = round_to<TP>(prob);
             // |dP| / P = |dS| scale_bmm1 to first order (softcap's tanh only shrinks it).
             const double a =
                 kE4m3 ? fmax(kAmbiguity, mma::kQgmmaSumError * (size[i] + m_size[i]) * fabs(double(p.scale_bmm1)))
                       : kAmbiguity;
-            amb_s[(my_row + i) * kKeysPerTile + lane] = round_to<T>(prob * (1.0 + a)) - round_to<T>(prob * (1.0 - a));
+            amb_s[(my_row + i) * kKeysPerTile + lane] = round_to<TP>(prob * (1.0 + a)) - round_to<TP>(prob * (1.0 - a));
         }
     };
     // O += P V over keys [tile, tile + 32).
@@ -330,14 +332,14 @@ reference_kernel(Params p, Smem geo, int p_block_keys, float* o_ref, float* o_am
 
 using KernelFn = void (*)(Params, Smem, int, float*, float*, float*);
 
-template <class T>
+template <class T, class TKV = T, class TP = T>
 KernelFn pick_kernel(int dv) {
     const int chunks = (dv + kWarpSize - 1) / kWarpSize;
-    if (chunks <= 1) return reference_kernel<T, 1>;
-    if (chunks <= 2) return reference_kernel<T, 2>;
-    if (chunks <= 4) return reference_kernel<T, 4>;
-    if (chunks <= 8) return reference_kernel<T, 8>;
-    return reference_kernel<T, kMaxColChunks>;
+    if (chunks <= 1) return reference_kernel<T, TKV, TP, 1>;
+    if (chunks <= 2) return reference_kernel<T, TKV, TP, 2>;
+    if (chunks <= 4) return reference_kernel<T, TKV, TP, 4>;
+    if (chunks <= 8) return reference_kernel<T, TKV, TP, 8>;
+    return reference_kernel<T, TKV, TP, kMaxColChunks>;
 }
 
 struct Launch {
@@ -347,8 +349,11 @@ struct Launch {
 };
 
 // The largest CTA (most rows sharing each K/V tile) whose shared memory fits.
-cudaError_t plan(const Params& p, DataType dtype, Launch* out) {
+cudaError_t plan(const Params& p, DataType dtype, DataType kv_dtype, Launch* out) {
     if (dtype != DataType::kFp16 && dtype != DataType::kBf16 && dtype != DataType::kE4m3) return cudaErrorInvalidValue;
+    // K and V in the inputs' type, or e4m3 under fp16/bf16 queries.
+    if (kv_dtype != dtype && !(kv_dtype == DataType::kE4m3 && dtype != DataType::kE4m3)) return cudaErrorInvalidValue;
+    const bool kv8 = kv_dtype != dtype;
     if (p.dv > kMaxColChunks * kWarpSize || p.h_kv <= 0 || p.h % p.h_kv != 0) return cudaErrorInvalidValue;
     int device = 0, smem_max = 0;
     cudaError_t err = cudaGetDevice(&device);
@@ -356,8 +361,10 @@ cudaError_t plan(const Params& p, DataType dtype, Launch* out) {
         err = cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
     if (err != cudaSuccess) return err;
 
-    out->fn = dtype == DataType::kBf16   ? pick_kernel<__nv_bfloat16>(p.dv)
+    out->fn = dtype == DataType::kBf16   ? (kv8 ? pick_kernel<__nv_bfloat16, __nv_fp8_e4m3, __half>(p.dv)
+                                                 : pick_kernel<__nv_bfloat16>(p.dv))
               : dtype == DataType::kE4m3 ? pick_kernel<__nv_fp8_e4m3>(p.dv)
+              : kv8                      ? pick_kernel<__half, __nv_fp8_e4m3>(p.dv)
                                          : pick_kernel<__half>(p.dv);
     for (int warps = kMaxWarps; warps >= 1; warps /= 2) {
         out->geo = make_smem(warps, p.d, p.dv);
@@ -371,15 +378,15 @@ cudaError_t plan(const Params& p, DataType dtype, Launch* out) {
 
 }  // namespace
 
-cudaError_t prepare_reference(const Params& p, DataType dtype) {
+cudaError_t prepare_reference(const Params& p, DataType dtype, DataType kv_dtype) {
     Launch l;
-    return plan(p, dtype, &l);
+    return plan(p, dtype, kv_dtype, &l);
 }
 
-cudaError_t run_reference(const Params& p, DataType dtype, int p_block_keys, float* o_ref, float* o_amb,
-                          float* lse, cudaStream_t stream) {
+cudaError_t run_reference(const Params& p, DataType dtype, DataType kv_dtype, int p_block_keys, float* o_ref,
+                          float* o_amb, float* lse, cudaStream_t stream) {
     Launch l;
-    cudaError_t err = plan(p, dtype, &l);
+    cudaError_t err = plan(p, dtype, kv_dtype, &l);
     if (err != cudaSuccess) return err;
     const dim3 grid((p.s_q_max + l.geo.rows - 1) / l.geo.rows, p.h, p.b);
     l.fn<<<grid, l.warps * kWarpSize, l.geo.bytes(), stream>>>(p, l.geo, p_block_keys, o_ref, o_amb, lse);

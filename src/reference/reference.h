@@ -20,12 +20,14 @@ namespace fmha {
 //        so a P's rounding grid depends on its block; the reference replays that order.
 //        0: the max rounded up to an integer, on which the rounded P depends on no order
 //        (the 16-bit kernels' rule, and how P was rounded for e4m3 before bench/NOTES.md §56).
-// Inputs are fp16, bf16 or e4m3 (dtype); Params::o is ignored.
-cudaError_t run_reference(const Params& p, DataType dtype, int p_block_keys, float* o_ref, float* o_amb, float* lse,
-                          cudaStream_t stream);
+// Inputs are fp16, bf16 or e4m3 (dtype); K and V are dtype too, or e4m3 under fp16/bf16
+// queries (kv_dtype: the decode family's e4m3 cache, whose P is f16 whatever the queries'
+// type). Params::o and the descales are ignored.
+cudaError_t run_reference(const Params& p, DataType dtype, DataType kv_dtype, int p_block_keys, float* o_ref,
+                          float* o_amb, float* lse, cudaStream_t stream);
 
 // Loads the reference kernel and sets its shared-memory limit, so that a following
 // timed run_reference measures the kernel only. Idempotent; run_reference calls it too.
-cudaError_t prepare_reference(const Params& p, DataType dtype);
+cudaError_t prepare_reference(const Params& p, DataType dtype, DataType kv_dtype);
 
 }  // namespace fmha

@@ -48,12 +48,14 @@ def is_decode(kernel: dict) -> bool:
 
 def dtype_flags(kernel: dict, e4m3_out: bool = False) -> list[str]:
     """fmha.exe's flags for the kernel's dtype (e4m3: O in bf16, or with e4m3_out in e4m3, the
-    driver's default for e4m3 inputs; the e4m3 kernels write either)."""
+    driver's default for e4m3 inputs; the e4m3 kernels write either); -kv-e4m3 for a kernel
+    over an e4m3 KV cache."""
     if kernel["dtype"] == "e4m3":
         return ["-e4m3"] if e4m3_out else ["-e4m3", "-bf16-output"]
+    kv = ["-kv-e4m3"] if kernel.get("kv_dtype") == "e4m3" else []
     if kernel["dtype"] == "bf16":
-        return ["-bf16"]
-    return ["-fp16-fp32" if kernel["acc"] == "fp32" else "-fp16"]
+        return ["-bf16", *kv]
+    return ["-fp16-fp32" if kernel["acc"] == "fp32" else "-fp16", *kv]
 
 
 def warp_spec(kernel: dict) -> str:

@@ -154,7 +154,8 @@ def decode_cases(kernel: dict, index: int) -> list[Case]:
               if rows_cap is None or DEFAULT_HEADS // hkv * sq <= rows_cap]
     if not combos:
         return []
-    layouts = ("separate_q_k_v", "contiguous_q_kv")
+    # (an e4m3 cache is a tensor of its own: separate Q, K, V or paged only)
+    layouts = ("separate_q_k_v", "separate_q_k_v") if kernel.get("kv_dtype") else ("separate_q_k_v", "contiguous_q_kv")
     cases = []
     step = index
     for si, s_kv in enumerate(DECODE_S_KV):

@@ -117,11 +117,21 @@ ODD_HEAD_CONFIGS = ("odd_head_size_varlen",)
 
 
 def save_path(kernel: dict) -> str:
-    """The decode family's two paths (mma: warps along keys; warp: one warp per unit), each
-    re-checked on its own; '' for families with one path."""
+    """The decode family's paths (mma: warps along keys; warp: one warp per unit; the mma path
+    over an e4m3 KV cache), each re-checked on its own; '' for families with one path."""
     if not is_decode(kernel):
         return ""
+    if kernel.get("kv_dtype"):
+        return f"mma_kv{kernel['kv_dtype']}"
     return "mma" if decode_is_mma(KernelSpec.parse(kernel["name"], masks=tuple(kernel["masks"]))) else "warp"
+
+
+def layout_for(kernel: dict, flags: list) -> list:
+    """A configuration's flags for `kernel`: an e4m3 KV cache is a tensor of its own, so its
+    contiguous Q + KV configurations run with separate Q, K, V."""
+    if not kernel.get("kv_dtype"):
+        return list(flags)
+    return ["-separate-q-k-v" if f == "-contiguous-q-kv" else f for f in flags]
 
 
 def save_kinds(kernels: list[dict]) -> list[tuple]:

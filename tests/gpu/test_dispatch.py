@@ -147,7 +147,7 @@ def test_decode_dispatch(exe, gpu_sm):
     """Without -kernel: s_q <= 16 takes a decode row. A cache of at least a row's min_s_kv
     keys takes that row (the mma path); a shorter one the warp-path row with the fewest rows
     per warp that holds h / h_kv * s_q (here 32 / 8 * 1 = 4); s_q = 17 goes to a prefill family."""
-    dec = [k for k in KERNELS if is_decode(k) and k["dtype"] == "bf16" and k["d"] == 128]
+    dec = [k for k in KERNELS if is_decode(k) and k["dtype"] == "bf16" and k["d"] == 128 and not k.get("kv_dtype")]
     long_rows = [k for k in dec if k["min_s_kv"]]
     short_rows = [k for k in dec if not k["min_s_kv"] and (k["max_rows"] == 0 or k["max_rows"] >= 4)]
     if not long_rows or not short_rows:
@@ -161,6 +161,20 @@ def test_decode_dispatch(exe, gpu_sm):
     if not any(not is_decode(k) and k["dtype"] == "bf16" and k["d"] == 128 for k in KERNELS):
         return  # no prefill kernel for s_q = 17 in this build
     assert "_decode_" not in run_checked(exe, [*base, "-s", "2000", "-s-q", "17"])["kernel"]
+
+
+@pytest.mark.gpu
+def test_kv_e4m3_dispatch(exe, gpu_sm):
+    """-kv-e4m3 takes the e4m3-cache row at every cache length (it has no warp path), and a
+    16-bit cache never takes it."""
+    rows = [k for k in KERNELS if k.get("kv_dtype") == "e4m3" and k["dtype"] == "bf16" and k["d"] == 128]
+    if not rows:
+        pytest.skip("no bf16 d=128 e4m3-cache decode kernel in this build")
+    require_arch(rows[0], gpu_sm)
+    base = ["-d", "128", "-bf16", "-b", "2", "-h", "32", "-gqa", "8", "-separate-q-k-v", "-s-q", "1", *ONE_RUN]
+    for s in ("1", "63", "4096"):
+        run_checked(exe, [*base, "-kv-e4m3", "-s", s], rows[0])
+        assert "_kve4m3_" not in run_checked(exe, [*base, "-s", s])["kernel"]
 
 
 @pytest.mark.gpu

@@ -10,6 +10,12 @@
 namespace fmha {
 namespace memory {
 
+// Elements of one 16-byte chunk: 8 of fp16 or bf16, 16 of e4m3.
+template <typename Element>
+FMHA_HOST_DEVICE constexpr int chunk_elems() {
+    return kChunkBytes / static_cast<int>(sizeof(Element));
+}
+
 // How TileLoader::load_keys issues a paged KV cache's copies: an unrolled loop (decode: more
 // registers, fewer instructions), or a rolled loop in a function of its own (flash: the call
 // saves the caller's live registers, but costs a kernel at the register limit nothing on the
@@ -52,7 +58,7 @@ struct TileLoader {
             const int chunk = column_chunk(tid);
             const int row0 = tid / kRowChunks;
             const bool col_ok = chunk < valid_chunks && (kHeads == 1 || head < heads);
-            const Element* src = gmem + head * head_stride + row0 * row_stride + chunk * kElemsPerChunk;
+            const Element* src = gmem + head * head_stride + row0 * row_stride + chunk * chunk_elems<Element>();
             smem_base += static_cast<uint32_t>(head * Layout::kBytes);
             const int64_t step = kRowStep * row_stride;
 #pragma unroll
@@ -72,7 +78,7 @@ struct TileLoader {
                 const int chunk = idx % kChunks;
                 if (kTotal % kThreads == 0 || idx < kTotal) {
                     const bool ok = chunk < valid_chunks && (!kCheckRows || row < valid_rows);
-                    const Element* src = gmem + row * row_stride + chunk * kElemsPerChunk;
+                    const Element* src = gmem + row * row_stride + chunk * chunk_elems<Element>();
                     cp_async_16(smem_base + Layout::offset(row, chunk), ok ? src : gmem, ok);
                 }
             }
@@ -127,7 +133,7 @@ struct TileLoader {
             const int key = key0 + row;
             const int block = __shfl_sync(0xffffffffu, lane_block, ((key >> shift) - first) & 31);
             return rows.base + int64_t(block) * block_stride + int64_t(key & (tpb - 1)) * stride +
-                   chunk * kElemsPerChunk;
+                   chunk * chunk_elems<Element>();
         };
         if constexpr (kFixedColumn && kTotal % kThreads == 0) {
             const int head = column_head(tid);

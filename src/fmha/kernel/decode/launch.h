@@ -146,13 +146,13 @@ struct TileTag {
 };
 
 // Calls f(TileTag<X>{}) with the tile this problem runs on and returns what f returns: on
-// the mma path with kHeads > 1, Tr::OneHead where one_head_fits, else at d = 64 Tr::Quad
-// where quad_fits (on this device); otherwise, or when the device cannot say (the launch
-// then reports it), Tr itself. launch() and workspace_bytes() both choose through it, so
+// the mma path with a OneHead sibling (kHeads > 1, 16-bit K and V), Tr::OneHead where
+// one_head_fits, else at d = 64 Tr::Quad where quad_fits (on this device); otherwise, or when
+// the device cannot say (the launch then reports it), Tr itself. launch() and workspace_bytes() both choose through it, so
 // the workspace is sized for the tile that runs.
 template <class Tr, class F>
 auto with_sibling(const Params& p, F&& f) {
-    if constexpr (Tr::kMma && Tr::kHeads > 1) {
+    if constexpr (Tr::kMma && Tr::kHasOneHead) {
         int sms = 0;
         const MmaSetup& one = mma_setup<typename Tr::OneHead>();
         const bool known = kernel::sm_count(p, &sms) == cudaSuccess && one.err == cudaSuccess;

@@ -48,9 +48,20 @@ FMHA_DEVICE void stage_warp_partials(char* smem, const float (&acc_o)[Tr::kHeads
         for (int h = 0; h < 2; ++h) {
             const int r = hs * Tr::kRows + lane / 4 + 8 * h;
             float* dst = red_o + (warp * HR + r) * kPitch + 2 * (lane % 4);
+            if constexpr (Tr::kKvE4m3) {  // n-tiles 4i .. 4i + 3 hold 4 adjacent columns twice (kv_e4m3.h)
+                float* row = red_o + (warp * HR + r) * kPitch;
 #pragma unroll
-            for (int nt = 0; nt < Tr::kNTilesO; ++nt) {
-                *reinterpret_cast<float2*>(dst + nt * 8) = make_float2(acc_o[hs][nt][2 * h], acc_o[hs][nt][2 * h + 1]);
+                for (int nt = 0; nt < Tr::kNTilesO; nt += 2) {
+                    *reinterpret_cast<float4*>(row + kv8::o_column(nt, 0, lane % 4)) =
+                        make_float4(acc_o[hs][nt][2 * h], acc_o[hs][nt + 1][2 * h], acc_o[hs][nt][2 * h + 1],
+                                    acc_o[hs][nt + 1][2 * h + 1]);
+                }
+            } else {
+#pragma unroll
+                for (int nt = 0; nt < Tr::kNTilesO; ++nt) {
+                    *reinterpret_cast<float2*>(dst + nt * 8) =
+                        make_float2(acc_o[hs][nt][2 * h], acc_o[hs][nt][2 * h + 1]);
+                }
             }
             const float l = softmax::quad_sum(softmax.row_sum[hs][h]);
             if (lane % 4 == 0) {
@@ -215,11 +226,12 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtas)
     const uint32_t smem_q = smem_u32(smem);
     const uint32_t smem_k = smem_q + Tr::kSmemQ;                // kStages x [kBlockN, d]
     const uint32_t smem_v = smem_k + Tr::kStages * Tr::kSmemK;  // kStages x [kBlockN, dv]
-    load_q_tile<Tr>(smem_q, p, shape, t, tid);
+    if constexpr (!Tr::kKvE4m3) load_q_tile<Tr>(smem_q, p, shape, t, tid);  // e4m3: below, after K and V
 
     const int kv_off = seq_kv_offset(p, t.b);
-    const auto k_rows = memory::kv_rows_from<Element, false>(p, t.b, t.g0, kv_off);
-    const auto v_rows = memory::kv_rows_from<Element, true>(p, t.b, t.g0, kv_off);
+    using KvElement = typename Tr::KvElement;
+    const auto k_rows = memory::kv_rows_from<KvElement, false>(p, t.b, t.g0, kv_off);
+    const auto v_rows = memory::kv_rows_from<KvElement, true>(p, t.b, t.g0, kv_off);
     const int n_blocks = t.key_end > t.key_begin ? ceil_div(t.key_end - t.key_begin, Tr::kBlockN) : 0;
     // Block j into stage j % kStages; keys past the split's end are zero-filled (P == 0
     // times stale shared memory could be NaN).
@@ -235,6 +247,21 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtas)
     for (int j = 0; j < Tr::kStages - 1; ++j) {
         if (j < n_blocks) load_kv(j);
         memory::cp_async_commit();  // group j (Q rides in group 0); empty groups keep the count
+    }
+
+    // e4m3 K: S of head slot hs, row half h, times row_scale[hs][h] (Q's row scale inverse and
+    // k_descale) before the score modifiers, which take raw scores.
+    [[maybe_unused]] float row_scale[H][2];
+    if constexpr (Tr::kKvE4m3) {
+        float* q_inv = reinterpret_cast<float*>(smem + H * Tr::LayoutQ::kBytes);
+        kv8::load_q_tile<Tr>(smem_q, q_inv, p, shape, t, tid);
+        __syncthreads();  // q_inv (and the Q tiles, which the loop's first barrier would order too)
+#pragma unroll
+        for (int hs = 0; hs < H; ++hs) {
+            const float kd = hs < t.heads ? kv8::descale(p.k_descale, p, t.b, t.g0 + hs) : 1.f;
+            row_scale[hs][0] = q_inv[hs * Tr::kRows + lane / 4] * kd;
+            row_scale[hs][1] = q_inv[hs * Tr::kRows + lane / 4 + 8] * kd;
+        }
     }
 
     MmaOperands<Tr> ops;
@@ -269,6 +296,16 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtas)
         const uint32_t stage = static_cast<uint32_t>(j % Tr::kStages);
         float acc_s[H][Tr::kNTilesS][4];
         qk_block<Tr>(acc_s, ops, stage);
+        if constexpr (Tr::kKvE4m3) {
+#pragma unroll
+            for (int hs = 0; hs < H; ++hs) {
+#pragma unroll
+                for (int ni = 0; ni < Tr::kNTilesS; ++ni) {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) acc_s[hs][ni][e] *= row_scale[hs][e / 2];
+                }
+            }
+        }
         const int key0 = col0 + j * Tr::kBlockN;
         // The score modifier stays inline, and the row bounds in the kernel's own arrays: a
         // helper's local arrays (rel, the lambdas), which the inliner hoists ahead of the
@@ -294,6 +331,17 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtas)
         pv_block<Tr>(acc_o, acc_s, ops, stage);
     }
 
+    if constexpr (Tr::kKvE4m3) {  // v_descale of each head slot
+#pragma unroll
+        for (int hs = 0; hs < H; ++hs) {
+            const float vd = hs < t.heads ? kv8::descale(p.v_descale, p, t.b, t.g0 + hs) : 1.f;
+#pragma unroll
+            for (int nt = 0; nt < Tr::kNTilesO; ++nt) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc_o[hs][nt][e] *= vd;
+            }
+        }
+    }
     memory::cp_async_wait<0>();
     __syncthreads();
     stage_warp_partials<Tr>(smem, acc_o, softmax, warp, lane);

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "fmha/kernel/decode/kv_e4m3.h"
 #include "fmha/kernel/decode/shape.h"
 #include "fmha/mask/mask.h"
 #include "fmha/memory/cluster_sm90.h"
@@ -157,7 +158,11 @@ FMHA_DEVICE void qk_block(float (&acc_s)[Tr::kHeads][Tr::kNTilesS][4], const Mma
         qa.base += hs * Tr::LayoutQ::kBytes;
         memory::LdsmAddr<typename Tr::LayoutK> ka = ops.k;
         ka.base += stage * Tr::kSmemK + hs * Tr::LayoutK::kBytes;
-        mma::gemm_qk<typename Tr::Element, 1, Tr::kNTilesS, Tr::kKSlices>(one_tile(acc_s[hs]), qa, ka);
+        if constexpr (Tr::kKvE4m3) {
+            kv8::gemm_qk<Tr::kNTilesS, Tr::kHeadDim>(acc_s[hs], qa, ka);
+        } else {
+            mma::gemm_qk<typename Tr::Element, 1, Tr::kNTilesS, Tr::kKSlices>(one_tile(acc_s[hs]), qa, ka);
+        }
     }
 }
 
@@ -167,12 +172,16 @@ FMHA_DEVICE void pv_block(float (&acc_o)[Tr::kHeads][Tr::kNTilesO][4],
                           const float (&acc_s)[Tr::kHeads][Tr::kNTilesS][4], const MmaOperands<Tr>& ops,
                           uint32_t stage) {
     uint32_t p_frag[Tr::kHeads][Tr::kNTilesS / 2][4];
-    mma::s_to_p<typename Tr::Element>(p_frag, acc_s);
+    mma::s_to_p<typename Tr::MmaElement>(p_frag, acc_s);
 #pragma unroll
     for (int hs = 0; hs < Tr::kHeads; ++hs) {
         memory::LdsmAddr<typename Tr::LayoutV> va = ops.v;
         va.base += stage * Tr::kSmemV + hs * Tr::LayoutV::kBytes;
-        mma::gemm_pv<typename Tr::Element, false>(one_tile(acc_o[hs]), one_tile(p_frag[hs]), va);
+        if constexpr (Tr::kKvE4m3) {
+            kv8::gemm_pv(acc_o[hs], p_frag[hs], va);
+        } else {
+            mma::gemm_pv<typename Tr::Element, false>(one_tile(acc_o[hs]), one_tile(p_frag[hs]), va);
+        }
     }
 }
 

@@ -4,6 +4,8 @@
 // says. Design: docs/ARCHITECTURE.md, "The decode family".
 #pragma once
 
+#include <cuda_fp8.h>
+
 #include <type_traits>
 
 #include "fmha/memory/gmem_tile.h"
@@ -39,14 +41,15 @@ constexpr int kMmaQuadMaxKeys = 8192;
 
 // What generator/families/decode.py decides for a kernel (its constants()), rendered into the
 // translation unit. The traits read these and static_assert that the tile agrees.
-template <int kMaxSq_, bool kMma_, int kHeads_, int kOneHeadBlockN_, int kQuadBlockN_>
+template <int kMaxSq_, bool kMma_, int kHeads_, int kOneHeadBlockN_, int kQuadBlockN_, bool kKvE4m3_ = false>
 struct Config {
     static constexpr int kMaxSq = kMaxSq_;                  // query rows per sequence served
     static constexpr bool kMma = kMma_;                     // MmaTraits, else WarpTraits
     static constexpr int kHeads = kHeads_;                  // KV heads per unit
     static constexpr int kOneHeadBlockN = kOneHeadBlockN_;  // the OneHead sibling's keys a stage (0: none)
     static constexpr int kQuadBlockN = kQuadBlockN_;        // the Quad sibling's (0: none)
-    using Sibling = Config<kMaxSq_, kMma_, 1, 0, 0>;        // a sibling's: one head, no siblings
+    static constexpr bool kKvE4m3 = kKvE4m3_;               // K and V in e4m3 (kv_e4m3.h), Q and O 16-bit
+    using Sibling = Config<kMaxSq_, kMma_, 1, 0, 0, kKvE4m3_>;  // a sibling's: one head, no siblings
 };
 
 template <class Config_, typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockM_, int kBlockN_,
@@ -62,6 +65,7 @@ struct WarpTraits {
     static constexpr int kRows = kBlockM_;
     static constexpr int kMaxSq = Config::kMaxSq;
     static constexpr int kHeads = Config::kHeads;  // KV heads per unit
+    static constexpr bool kHasOneHead = false;
     static constexpr bool kHasQuad = false;
     static constexpr int kBlockN = kBlockN_;
     static constexpr int kWarps = kWarpsM_;
@@ -83,6 +87,7 @@ struct WarpTraits {
     static_assert(kWarpsN_ == 1 && kWarps >= 1 && kWarps <= 8, "decode: 1..8 independent warps");
     static_assert(!Config::kMma && kHeads == 1 && Config::kOneHeadBlockN == 0 && Config::kQuadBlockN == 0,
                   "decode warp path: Config of one head a unit, no siblings");
+    static_assert(!Config::kKvE4m3, "decode warp path: 16-bit K and V (e4m3 caches take the mma path)");
 };
 
 template <class Config_, typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockM_, int kBlockN_,
@@ -97,6 +102,13 @@ struct MmaTraits {
     static constexpr int kHeadDim = kHeadDim_;
     static constexpr int kHeadDimV = kHeadDimV_;
     static constexpr int kMaxSq = Config::kMaxSq;
+    // An e4m3 cache (kv_e4m3.h): the ring holds K and V as they are in memory, one byte an
+    // element, and the warps widen each fragment to f16 after its ldmatrix; Q (in shared memory)
+    // and P are f16 whatever Element is. Element stays the type of Q, O and the bias.
+    static constexpr bool kKvE4m3 = Config::kKvE4m3;
+    using KvElement = std::conditional_t<kKvE4m3, __nv_fp8_e4m3, Element>;
+    using MmaElement = std::conditional_t<kKvE4m3, __half, Element>;
+    static constexpr int kKvBytes = kKvE4m3 ? 1 : 2;
     // KV heads per CTA (Config), each with its own 16-row m-tile of packed query rows (kRows), so the
     // CTA reads kHeads * d contiguous columns of a token where its heads are adjacent: 256
     // bytes from d = 32 to 128 (kBlockM = 16 * kHeads); one head's 64 or 128 bytes a token
@@ -104,6 +116,7 @@ struct MmaTraits {
     // fewer units would mean more splits, which cost more: there the launch runs OneHead, the
     // same 32 KB stages of one head (with_sibling).
     static constexpr int kHeads = Config::kHeads;
+    static constexpr bool kHasOneHead = Config::kOneHeadBlockN != 0;  // e4m3 tiles have none
     using OneHead = MmaTraits<typename Config::Sibling, Element_, kHeadDim_, kHeadDimV_, 16, Config::kOneHeadBlockN,
                               kWarpsM_, kWarpsN_, kAccFp16_>;
     // d = 64: also one head in 16 KB stages (64 keys), four CTAs to an SM, as cuDNN runs d = 64
@@ -123,13 +136,17 @@ struct MmaTraits {
     // Skip the O rescale when no row max grew (as flash_sm80): pays from 128 O registers.
     static constexpr bool kSkipRescale = kHeads * kNTilesO * 4 >= 128;
 
+    // K and V rows in 16-bit units: an e4m3 row of d bytes is d / 2 of them, which is how
+    // cp.async and ldmatrix see it.
     using LayoutQ = memory::SmemLayout<kRows, kHeadDim>;
-    using LayoutK = memory::SmemLayout<kBlockN, kHeadDim>;
-    using LayoutV = memory::SmemLayout<kBlockN, kHeadDimV>;
-    using LoaderK = memory::TileLoader<LayoutK, kHeadDim / kElemsPerChunk, kThreads, kHeads>;
-    using LoaderV = memory::TileLoader<LayoutV, kHeadDimV / kElemsPerChunk, kThreads, kHeads>;
+    using LayoutK = memory::SmemLayout<kBlockN, kHeadDim * kKvBytes / 2>;
+    using LayoutV = memory::SmemLayout<kBlockN, kHeadDimV * kKvBytes / 2>;
+    using LoaderK = memory::TileLoader<LayoutK, kHeadDim * kKvBytes / kChunkBytes, kThreads, kHeads>;
+    using LoaderV = memory::TileLoader<LayoutV, kHeadDimV * kKvBytes / kChunkBytes, kThreads, kHeads>;
+    // e4m3: each Q row's scale after the Q tiles (kv_e4m3.h load_q_tile_kv8), 128-byte aligned.
+    static constexpr int kSmemQScale = kKvE4m3 ? round_up(kHeads * kRows * 4, 128) : 0;
     // Per stage (and Q): kHeads head tiles, one after the other.
-    static constexpr int kSmemQ = kHeads * LayoutQ::kBytes;
+    static constexpr int kSmemQ = kHeads * LayoutQ::kBytes + kSmemQScale;
     static constexpr int kSmemK = kHeads * LayoutK::kBytes;
     static constexpr int kSmemV = kHeads * LayoutV::kBytes;
     // Three stages, a 96 KB ring of 32 KB blocks (d = 256: 192 KB of 64 KB blocks), so two CTAs
@@ -158,13 +175,19 @@ struct MmaTraits {
     static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
                   "decode: d in {32, 64, 128, 256}");
     static_assert(kHeadDimV == kHeadDim, "decode: dv == d");
-    static_assert(kBlockM_ == 16 * kHeads && (kHeads == 1 || kHeads == 128 / kHeadDim) && kWarpsM_ == 1,
-                  "decode mma: kBlockM 16 rows per KV head, 1 or 128 / d heads; kWarpsM 1");
+    static_assert(kBlockM_ == 16 * kHeads && kWarpsM_ == 1 &&
+                      (kHeads == 1 || kHeads == (kKvE4m3 ? min_int(4, 256 / kHeadDim) : 128 / kHeadDim)),
+                  "decode mma: kBlockM 16 rows per KV head, 1 or 128 / d heads (e4m3: min(4, 256 / d)); kWarpsM 1");
     // Keys per stage: a 32 KB block of K and V (d = 256: 64 keys, 64 KB). Less leaves a CTA's
-    // per-block cost (wait, barrier, softmax) on half or a quarter of the bytes (§29).
-    static_assert(kWarps == 4 && (kBlockN * kHeads == (kHeadDim == 256 ? 64 : 8192 / kHeadDim) ||
-                                  (kHeads == 1 && kBlockN * kHeadDim == 4096)),
-                  "decode mma: kWarpsN 4, kBlockN * heads = 8192 / d keys (64 at d = 256), or one head's 4096 / d");
+    // per-block cost (wait, barrier, softmax) on half or a quarter of the bytes (§29). e4m3:
+    // 32 KB stages of 16 KB K at every d.
+    static_assert(kWarps == 4 && (kKvE4m3 ? kBlockN * kHeads * kHeadDim == 16384
+                                          : (kBlockN * kHeads == (kHeadDim == 256 ? 64 : 8192 / kHeadDim) ||
+                                             (kHeads == 1 && kBlockN * kHeadDim == 4096))),
+                  "decode mma: kWarpsN 4, kBlockN * heads = 8192 / d keys (64 at d = 256), or one head's 4096 / d; "
+                  "e4m3 K and V: kBlockN * heads * d = 16384");
+    static_assert(!kKvE4m3 || (kHeadDim % 32 == 0 && kHeadDimV % 32 == 0 && kWarpKeys % 16 == 0),
+                  "decode mma e4m3: d and dv multiples of 32, 16 keys a warp's slice");
     static_assert(Config::kMma, "decode mma: Config of the mma path");
     static_assert((Config::kOneHeadBlockN == 0 || Config::kOneHeadBlockN == kBlockN * kHeads) &&
                       (kHeads > 1 || (Config::kOneHeadBlockN == 0 && Config::kQuadBlockN == 0)),
