@@ -45,8 +45,8 @@ WS_FP8 = ["fmha_v2_ws_e4m3_d64_128x128_w8x1_sm90", "fmha_v2_ws_e4m3_d128_128x128
 N_DEC_16 = 32
 N_DEC_KV8 = 8
 N_DEC = N_DEC_16 + N_DEC_KV8
-# The e4m3-cache tiles: 4, 4, 2, 1 KV heads a CTA (16 rows each), 32 KB stages of K and V.
-KV8_TILES = {32: "64x128_w1x4", 64: "64x64_w1x4", 128: "32x64_w1x4", 256: "16x64_w1x4"}
+# The e4m3-cache tiles: 4, 2, 2, 1 KV heads a CTA (16 rows each), 32 KB stages of K and V.
+KV8_TILES = {32: "64x128_w1x4", 64: "32x128_w1x4", 128: "32x64_w1x4", 256: "16x64_w1x4"}
 
 # Tiles by head size (block_m x block_n _ warps_m x warps_n), as the rules choose them.
 DECODE_TILES = {32: ("64x64_w1x4", "1x16_w4x1", "4x16_w4x1", "8x8_w4x1"),
@@ -383,11 +383,14 @@ def test_setup_bad_argument_exits_2(tmp_path):
 
 def test_decode_kv8_tiles():
     """The e4m3-cache rows: the mma path alone, at every cache length (no warp path takes an
-    e4m3 cache), no siblings, after every 16-bit-cache row."""
+    e4m3 cache), after every 16-bit-cache row; OneHead siblings at d = 64 and 128 (d = 32's
+    would be a 512-key block, past the paged loader's 256), no Quad."""
     specs = [s for s in kernels(parse({})) if s.family == "decode"]
     kv8 = [s for s in specs if s.kv_dtype]
     assert [s.name for s in kv8] == kv8_names("fp16_fp32") + kv8_names("bf16")
     assert specs[-len(kv8):] == kv8
     assert {enum.decode_min_s_kv(s) for s in kv8} == {0} and {enum.decode_max_rows(s) for s in kv8} == {0}
-    assert all(decode_family.siblings(s) == {} and decode_family.constants(s)["kKvE4m3"] for s in kv8)
+    assert all(decode_family.constants(s)["kKvE4m3"] for s in kv8)
+    assert {s.d: tuple(decode_family.siblings(s).values()) for s in kv8} == {
+        32: (), 64: ((16, 256, 1, 4),), 128: ((16, 128, 1, 4),), 256: ()}
     assert not any(decode_family.constants(s)["kKvE4m3"] for s in specs if not s.kv_dtype)

@@ -76,10 +76,10 @@ DECODE_MMA = {
     "fmha_v2_decode_bf16_d64_32x64_w1x4_sm80": (2, 128, 64, False),
     "fmha_v2_decode_bf16_d128_16x64_w1x4_sm80": (1, 0, 0, False),
     "fmha_v2_decode_bf16_d256_16x64_w1x4_sm80": (1, 0, 0, False),
-    # an e4m3 cache: 32 KB stages of K and V, up to 4 KV heads, no siblings
+    # an e4m3 cache: 32 KB stages of K and V, up to 4 KV heads, OneHead up to 256 keys, no Quad
     "fmha_v2_decode_bf16_kve4m3_d32_64x128_w1x4_sm80": (4, 0, 0, True),
-    "fmha_v2_decode_fp16_fp32_kve4m3_d64_64x64_w1x4_sm80": (4, 0, 0, True),
-    "fmha_v2_decode_bf16_kve4m3_d128_32x64_w1x4_sm80": (2, 0, 0, True),
+    "fmha_v2_decode_fp16_fp32_kve4m3_d64_32x128_w1x4_sm80": (2, 256, 0, True),
+    "fmha_v2_decode_bf16_kve4m3_d128_32x64_w1x4_sm80": (2, 128, 0, True),
     "fmha_v2_decode_bf16_kve4m3_d256_16x64_w1x4_sm80": (1, 0, 0, True),
 }
 

@@ -165,8 +165,8 @@ D64_MANIFEST = {
     "fmha_v2_decode_bf16_d64_1x8_w4x1_sm80": (1, 8, 4, 1, 1, 0),
     "fmha_v2_decode_bf16_d64_4x8_w4x1_sm80": (4, 8, 4, 1, 4, 0),
     "fmha_v2_decode_bf16_d64_8x4_w4x1_sm80": (8, 4, 4, 1, 0, 0),
-    "fmha_v2_decode_fp16_fp32_kve4m3_d64_64x64_w1x4_sm80": (64, 64, 1, 4, 0, 0),  # an e4m3 cache: 4 KV heads
-    "fmha_v2_decode_bf16_kve4m3_d64_64x64_w1x4_sm80": (64, 64, 1, 4, 0, 0),
+    "fmha_v2_decode_fp16_fp32_kve4m3_d64_32x128_w1x4_sm80": (32, 128, 1, 4, 0, 0),  # an e4m3 cache: 2 KV heads
+    "fmha_v2_decode_bf16_kve4m3_d64_32x128_w1x4_sm80": (32, 128, 1, 4, 0, 0),
     "fmha_v2_ws_fp16_fp32_d64_192x128_w12x1_sm90": (192, 128, 12, 1, 0, 0),
     "fmha_v2_ws_bf16_d64_192x128_w12x1_sm90": (192, 128, 12, 1, 0, 0),
     "fmha_v2_ws_e4m3_d64_128x128_w8x1_sm90": (128, 128, 8, 1, 0, 0),
@@ -183,6 +183,8 @@ D64_SIBLINGS = {
                                                      "fmha_v2_decode_fp16_fp32_d64_16x64_w1x4_sm80"],
     "fmha_v2_decode_bf16_d64_32x64_w1x4_sm80": ["fmha_v2_decode_bf16_d64_16x128_w1x4_sm80",
                                                 "fmha_v2_decode_bf16_d64_16x64_w1x4_sm80"],
+    "fmha_v2_decode_fp16_fp32_kve4m3_d64_32x128_w1x4_sm80": ["fmha_v2_decode_fp16_fp32_kve4m3_d64_16x256_w1x4_sm80"],
+    "fmha_v2_decode_bf16_kve4m3_d64_32x128_w1x4_sm80": ["fmha_v2_decode_bf16_kve4m3_d64_16x256_w1x4_sm80"],
 }
 EVERY_MASK = ["padding", "causal", "sliding_window", "bidirectional_sliding_window", "chunked", "custom"]
 EVERY_VARIANT = ["softcap", "alibi", "bias", "sinks", "softmax_stats", "paged_kv"]

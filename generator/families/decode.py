@@ -30,13 +30,16 @@ MMA_STAGE_ELEMS = 8192     # elements of a 32 KB K + V stage: MMA_KEYS * heads *
 QUAD_STAGE_ELEMS = 4096    # ... of Quad's 16 KB stage
 QUAD_HEAD_SIZES = (64,)
 # An e4m3 KV cache under fp16/bf16 queries (KernelSpec.kv_dtype "e4m3", decode/kv_e4m3.h):
-# the mma path only, at every cache length (no warp path), no siblings. Its CTA reads
-# KV8_HEADS[d] heads, 256 bytes of a token up to d = 64 (128 at d = 128, where two heads fill
-# the registers), in 32 KB stages of K and V: KV8_STAGE_ELEMS e4m3 of K a stage.
+# the mma path only, at every cache length (no warp path). Its CTA reads KV8_HEADS[d] heads
+# in 32 KB stages of K and V (KV8_STAGE_ELEMS e4m3 of K a stage): 256 bytes of a token at
+# d = 128, 128 at d = 32 and 64 (four heads of 64 spill: their O alone is 128 registers).
+# Its OneHead sibling (one head in the same stages) where that block is at most
+# KV8_ONE_HEAD_MAX_KEYS keys (the paged loader's limit: a block spans at most 32 pages).
 KV8_DTYPES = DTYPES
 KV8_HEAD_SIZES = HEAD_SIZES
-KV8_HEADS = {32: 4, 64: 4, 128: 2, 256: 1}
+KV8_HEADS = {32: 4, 64: 2, 128: 2, 256: 1}
 KV8_STAGE_ELEMS = 16384
+KV8_ONE_HEAD_MAX_KEYS = 256
 
 
 def kv8_tile(d: int) -> tuple:
@@ -116,9 +119,11 @@ def traits_ok(spec) -> bool:
 def siblings(spec) -> dict:
     """The tiles a launch of `spec` may run instead of its own, by the Traits' name for them:
     {"OneHead": (block_m, block_n, warps_m, warps_n), "Quad": ...}; empty for one-head tiles."""
-    if not is_mma(spec) or heads(spec) == 1 or spec.kv_dtype:
+    if not is_mma(spec) or heads(spec) == 1:
         return {}
     out = {"OneHead": (MMA_ROWS, spec.block_n * heads(spec), spec.warps_m, spec.warps_n)}
+    if spec.kv_dtype:  # no Quad: a 16 KB stage holds as many e4m3 keys as OneHead's 32 KB of 16-bit ones
+        return out if spec.block_n * heads(spec) <= KV8_ONE_HEAD_MAX_KEYS else {}
     if spec.d in QUAD_HEAD_SIZES:
         out["Quad"] = (MMA_ROWS, QUAD_STAGE_ELEMS // spec.d, spec.warps_m, spec.warps_n)
     return out

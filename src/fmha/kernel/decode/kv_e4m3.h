@@ -70,7 +70,7 @@ FMHA_DEVICE void load_q_tile(uint32_t smem_q, float* q_inv, const Params& p, con
     constexpr int R = Tr::kRows;
     constexpr int kGroups = Tr::kHeadDim / 16;  // 16 columns a thread: 32 bytes in, 32 out
     constexpr int kItems = Tr::kHeads * R * kGroups;
-    static_assert(kItems % Tr::kThreads == 0 && kWarpSize % kGroups == 0, "whole rows in a warp, every lane busy");
+    static_assert(kItems % kWarpSize == 0 && kWarpSize % kGroups == 0, "whole rows in a warp, whole warps busy");
 #pragma unroll
     for (int i = tid; i < kItems; i += Tr::kThreads) {
         const int hr = i / kGroups;  // hs * R + r

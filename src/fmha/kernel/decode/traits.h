@@ -176,8 +176,9 @@ struct MmaTraits {
                   "decode: d in {32, 64, 128, 256}");
     static_assert(kHeadDimV == kHeadDim, "decode: dv == d");
     static_assert(kBlockM_ == 16 * kHeads && kWarpsM_ == 1 &&
-                      (kHeads == 1 || kHeads == (kKvE4m3 ? min_int(4, 256 / kHeadDim) : 128 / kHeadDim)),
-                  "decode mma: kBlockM 16 rows per KV head, 1 or 128 / d heads (e4m3: min(4, 256 / d)); kWarpsM 1");
+                      (kHeads == 1 || (kKvE4m3 ? kHeads <= 4 && kHeads * kHeadDim <= 256 : kHeads == 128 / kHeadDim)),
+                  "decode mma: kBlockM 16 rows per KV head, 1 or 128 / d heads (e4m3: up to 4, 256 bytes of a token); "
+                  "kWarpsM 1");
     // Keys per stage: a 32 KB block of K and V (d = 256: 64 keys, 64 KB). Less leaves a CTA's
     // per-block cost (wait, barrier, softmax) on half or a quarter of the bytes (§29). e4m3:
     // 32 KB stages of 16 KB K at every d.
