@@ -34,7 +34,7 @@ extern "C" {
 #endif
 
 /* Bumped when a struct or a signature changes; fmha_version() returns the library's. */
-#define FMHA_API_VERSION 5
+#define FMHA_API_VERSION 6
 
 typedef enum fmha_status {
     FMHA_SUCCESS = 0,
@@ -116,9 +116,10 @@ typedef struct fmha_problem {
     float* lse; /* optional out: fp32 [b][h][max_s_q], natural log of each row's sum of
                    exp(scaled logits); -inf for a row that sees no key; NULL: not written */
 
-    /* E4M3 only: dequantisation factors, device fp32 [b][h_kv] each (FlashAttention-3's
-     * q/k/v_descale), NULL: 1. Q K^T is scaled by q_descale * k_descale (and `scale`), O by
-     * v_descale. E4M3 strides are multiples of 16 elements. */
+    /* E4M3 (and kv_e4m3: k_descale, v_descale) only: dequantisation factors, device fp32
+     * [b][h_kv] each (FlashAttention-3's q/k/v_descale), NULL: 1. Q K^T is scaled by
+     * q_descale * k_descale (and `scale`), O by v_descale. E4M3 strides are multiples of 16
+     * elements. */
     const float* q_descale;
     const float* k_descale;
     const float* v_descale;
@@ -134,6 +135,11 @@ typedef struct fmha_problem {
     float dropout_p;
     uint64_t dropout_seed;
     uint64_t dropout_offset;
+
+    /* Nonzero: K and V are FP8 e4m3 (an e4m3 KV cache) under FP16 or BF16 Q and O, with
+     * k_descale and v_descale as above; their strides (and block strides) are multiples of 16
+     * elements. Served by the decode kernels (max_s_q <= 16), forward only. */
+    int kv_e4m3;
 } fmha_problem_t;
 
 typedef struct fmha_plan {

@@ -109,6 +109,13 @@ def test_plan_picks_the_kernel_without_a_gpu(lib):
      "k: token_stride 264, head_stride 64: positive token stride, both multiples of 16 elements"),
     ({"q_descale": 0x60000000}, INVALID, "for FMHA_DTYPE_E4M3 inputs only"),
     ({"o_e4m3": 1}, INVALID, "o_e4m3: for FMHA_DTYPE_E4M3 inputs only"),
+    # an e4m3 KV cache under 16-bit queries: k_descale and v_descale, K and V in 16-byte rows
+    ({"kv_e4m3": 1, "dtype": E4M3, "acc": FP32}, INVALID, "kv_e4m3: for FMHA_DTYPE_FP16 or FMHA_DTYPE_BF16 queries"),
+    ({"kv_e4m3": 1, "q_descale": 0x60000000}, INVALID, "(k_descale and v_descale also with kv_e4m3)"),
+    ({"kv_e4m3": 1, "v": Tensor(0x30000000, 128 * 264, 264, 64)}, INVALID,
+     "v: token_stride 264, head_stride 64: positive token stride, both multiples of 16 elements"),
+    ({"kv_e4m3": 1, "k_descale": 0x60000000, "v_descale": 0x61000000}, NOT_SUPPORTED,
+     "no kernel of this build serves dtype fp16 (K, V e4m3), d 64"),
     ({"dtype": E4M3, "acc": FP32, "o_e4m3": 1}, NOT_SUPPORTED, "no kernel of this build serves dtype e4m3"),
     ({"dtype": 7}, INVALID, "dtype must be"),
     ({"b": 0}, INVALID, "b = 0: must be in [1, 65535]"),
@@ -256,6 +263,7 @@ def test_plan_backward_names_the_kernel_and_sizes_the_workspace(lib):
 @pytest.mark.parametrize("fields, args, status, reason", [
     ({}, {}, INVALID, "backward: lse (the forward's) is NULL"),
     ({"dtype": E4M3, "acc": FP32}, {}, NOT_SUPPORTED, "backward: fp16 or bf16 inputs only"),
+    ({"kv_e4m3": 1}, {}, NOT_SUPPORTED, "backward: kv_e4m3 (an e4m3 KV cache) is forward only"),
     ({"d": 264, "dv": 264}, {}, NOT_SUPPORTED, "backward: d and dv multiples of 8 up to 256 only (got d 264, dv 264)"),
     ({"mask": CUSTOM, "custom_mask": 0x60000000, "custom_mask_row_words": 4}, {}, NOT_SUPPORTED,
      "backward: no custom mask yet"),

@@ -178,7 +178,7 @@ def test_problem_struct_matches_the_header(tmp_path):
                                           text=True).stdout.split()]
     want = [ctypes.sizeof(_lib.Problem)] + [getattr(_lib.Problem, n).offset for n in names]
     assert got == want
-    assert names[-3:] == ["dropout_p", "dropout_seed", "dropout_offset"] and _lib.API_VERSION == 5
+    assert names[-4:] == ["dropout_p", "dropout_seed", "dropout_offset", "kv_e4m3"] and _lib.API_VERSION == 6
 
 
 # --- The oracle's dropped attention --------------------------------------------------------

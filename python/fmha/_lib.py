@@ -11,7 +11,7 @@ from pathlib import Path
 SUCCESS, INVALID_VALUE, NOT_SUPPORTED, WORKSPACE, CUDA = range(5)
 FP16, BF16, FP32, E4M3 = range(4)
 MASK_NONE, MASK_CAUSAL, MASK_SLIDING, MASK_BIDIRECTIONAL, MASK_CHUNKED, MASK_CUSTOM = range(6)
-API_VERSION = 5
+API_VERSION = 6
 
 
 class Tensor(ctypes.Structure):
@@ -39,6 +39,7 @@ class Problem(ctypes.Structure):
         ("q_descale", ctypes.c_void_p), ("k_descale", ctypes.c_void_p), ("v_descale", ctypes.c_void_p),
         ("o_e4m3", ctypes.c_int),
         ("dropout_p", ctypes.c_float), ("dropout_seed", ctypes.c_uint64), ("dropout_offset", ctypes.c_uint64),
+        ("kv_e4m3", ctypes.c_int),
     ]
 
 

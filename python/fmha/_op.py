@@ -218,6 +218,8 @@ def _problem(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Op
     p = _lib.Problem()
     so.fmha_problem_init(p)
     p.dtype = _DTYPES[q.dtype]
+    # an e4m3 KV cache under 16-bit queries (flash_attn_with_kvcache)
+    p.kv_e4m3 = int(_DTYPES.get(k.dtype) == _lib.E4M3 and p.dtype != _lib.E4M3)
     p.b, p.h, p.h_kv, p.d, p.dv = b, h, h_kv, d, dv
     p.max_s_q, p.max_s_kv = max_seqlen_q, max_seqlen_k
     p.q = _tensor(q, not varlen)

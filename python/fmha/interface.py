@@ -61,11 +61,19 @@ def _batch_views(q, k, v):
     return q, k, v
 
 
-def _common(q, k, v, softmax_scale, softcap, alibi_slopes, sinks):
+def _kv_e4m3(q, k, v) -> bool:
+    """An e4m3 KV cache under fp16/bf16 queries (flash_attn_with_kvcache only)."""
+    return (_DTYPES.get(k.dtype) == _lib.E4M3 and v.dtype == k.dtype and q.dtype in _DTYPES
+            and _DTYPES[q.dtype] != _lib.E4M3)
+
+
+def _common(q, k, v, softmax_scale, softcap, alibi_slopes, sinks, kv_e4m3: bool = False):
     if q.dtype not in _DTYPES:
         raise TypeError(f"fmha: q is {q.dtype}; fp16, bf16 and float8_e4m3fn (out in bf16) are served")
-    if k.dtype != q.dtype or v.dtype != q.dtype:
-        raise TypeError(f"fmha: q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if (k.dtype != q.dtype or v.dtype != q.dtype) and not kv_e4m3:
+        raise TypeError(f"fmha: q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}"
+                        + ("" if _DTYPES.get(k.dtype) != _lib.E4M3 else
+                           " (a float8_e4m3fn KV cache under fp16/bf16 q: flash_attn_with_kvcache)"))
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"fmha: q's head size {q.shape[-1]} differs from k's {k.shape[-1]}")
     if k.shape[-2] != v.shape[-2] or q.shape[-2] % k.shape[-2] != 0:
@@ -92,14 +100,17 @@ def _dropout_p(dropout_p) -> float:
     return p
 
 
-def _descales(q, b: int, h_kv: int, q_descale, k_descale, v_descale) -> tuple:
-    """FA3's descales, checked: for float8_e4m3fn inputs only, fp32 [b, h_kv] on q's device
-    (contiguous copies where they are not). A call with them is not kept as a prepared call
-    (the functions' fast paths take none)."""
+def _descales(q, b: int, h_kv: int, q_descale, k_descale, v_descale, kv_e4m3: bool = False) -> tuple:
+    """FA3's descales, checked: for float8_e4m3fn inputs only (k_descale and v_descale also for
+    a float8_e4m3fn KV cache), fp32 [b, h_kv] on q's device (contiguous copies where they are
+    not). A call with them is not kept as a prepared call (the functions' fast paths take none)."""
     given = {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale}
     if all(t is None for t in given.values()):
         return None, None, None
-    if _DTYPES.get(q.dtype) != _lib.E4M3:
+    if kv_e4m3 and q_descale is not None:
+        raise ValueError(f"fmha: q_descale is for float8_e4m3fn queries, q is {q.dtype} (an e4m3 KV cache takes "
+                         "k_descale and v_descale)")
+    if _DTYPES.get(q.dtype) != _lib.E4M3 and not kv_e4m3:
         raise ValueError(f"fmha: q_descale, k_descale, v_descale are for float8_e4m3fn inputs, q is {q.dtype}")
     out = []
     for name, t in given.items():
@@ -289,7 +300,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     """Decode and chunked prefill over a KV cache, as FA3's: q [b, s_q, h, d] against
     k_cache/v_cache [b, s_cache, h_kv, d] or, with page_table [b, max_blocks] (int32), a paged
     pool [num_blocks, block_size, h_kv, d]; cache_seqlens (int or [b] int32) keys each. Returns
-    out, and softmax_lse [b, h, s_q] with return_softmax_lse."""
+    out, and softmax_lse [b, h, s_q] with return_softmax_lse. A float8_e4m3fn cache under fp16
+    or bf16 q (s_q <= 16: the decode kernels) takes k_descale and v_descale [b, h_kv]; out is
+    q's dtype."""
     key = None
     if k is None and v is None and qv is None and rotary_cos is None and rotary_sin is None and \
             cache_batch_idx is None and cache_leftpad is None and cu_seqlens_q is None and \
@@ -332,7 +345,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         _check_tensor("cache_seqlens", cache_seqlens, 1, torch.int32)
         if cache_seqlens.shape[0] != b:
             raise ValueError(f"fmha: cache_seqlens has {cache_seqlens.shape[0]} entries for a batch of {b}")
-    scale = _common(q, k_cache, v_cache, softmax_scale, softcap, alibi_slopes, sinks)
+    kv_e4m3 = _kv_e4m3(q, k_cache, v_cache)
+    scale = _common(q, k_cache, v_cache, softmax_scale, softcap, alibi_slopes, sinks, kv_e4m3)
     mask, window, chunk = _mask(causal, window_size, attention_chunk)
     if page_table is None:
         views = _batch_views(q, k_cache, v_cache)
@@ -341,7 +355,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     if any(a is not b for a, b in zip(views, (q, k_cache, v_cache))):
         key = None  # copies were made: the prepared call describes them, not the inputs
     q, k_cache, v_cache = views
-    descales = _descales(q, q.shape[0], k_cache.shape[2], q_descale, k_descale, v_descale)
+    descales = _descales(q, q.shape[0], k_cache.shape[2], q_descale, k_descale, v_descale, kv_e4m3)
     out, lse = _call(key, q, k_cache, v_cache, None, None, cache_seqlens, page_table, q.shape[1], max_seqlen_k,
                      scale, mask, window, chunk, float(softcap), alibi_slopes, sinks, None, None,
                      bool(return_softmax_lse), *descales, _o_e4m3(q, out_dtype), False, 0.0, None)

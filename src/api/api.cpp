@@ -87,8 +87,13 @@ fmha_status_t check(const fmha_problem_t* pr, Params& p, Request& r) {
     if (pr->dtype != FMHA_DTYPE_FP16 && pr->dtype != FMHA_DTYPE_BF16 && pr->dtype != FMHA_DTYPE_E4M3)
         return fail(FMHA_ERROR_INVALID_VALUE, "dtype must be FMHA_DTYPE_FP16, FMHA_DTYPE_BF16 or FMHA_DTYPE_E4M3");
     const bool fp8 = pr->dtype == FMHA_DTYPE_E4M3;
-    if (!fp8 && (pr->q_descale != nullptr || pr->k_descale != nullptr || pr->v_descale != nullptr))
-        return fail(FMHA_ERROR_INVALID_VALUE, "q_descale, k_descale, v_descale: for FMHA_DTYPE_E4M3 inputs only");
+    const bool kv8 = pr->kv_e4m3 != 0;  // an e4m3 KV cache under 16-bit queries
+    if (kv8 && fp8)
+        return fail(FMHA_ERROR_INVALID_VALUE, "kv_e4m3: for FMHA_DTYPE_FP16 or FMHA_DTYPE_BF16 queries (with "
+                                              "FMHA_DTYPE_E4M3 every input is e4m3)");
+    if (!fp8 && (pr->q_descale != nullptr || ((pr->k_descale != nullptr || pr->v_descale != nullptr) && !kv8)))
+        return fail(FMHA_ERROR_INVALID_VALUE, "q_descale, k_descale, v_descale: for FMHA_DTYPE_E4M3 inputs only "
+                                              "(k_descale and v_descale also with kv_e4m3)");
     if (fp8 && pr->acc != FMHA_DTYPE_FP32) return fail(FMHA_ERROR_INVALID_VALUE, "e4m3: acc must be FMHA_DTYPE_FP32");
     if (!fp8 && pr->o_e4m3 != 0)
         return fail(FMHA_ERROR_INVALID_VALUE, "o_e4m3: for FMHA_DTYPE_E4M3 inputs only (16-bit inputs write O in their dtype)");
@@ -110,7 +115,7 @@ fmha_status_t check(const fmha_problem_t* pr, Params& p, Request& r) {
     for (int i = 0; i < 4; ++i) {
         // 16 bytes: 8 16-bit elements; e4m3's Q, K and V 16 (TMA), its O 8 (bf16; e4m3 O: 8
         // bytes, which its 4-byte stores need).
-        const fmha_status_t st = check_tensor(*tensors[i], names[i], fp8 && i < 3 ? 16 : 8);
+        const fmha_status_t st = check_tensor(*tensors[i], names[i], (fp8 && i < 3) || (kv8 && (i == 1 || i == 2)) ? 16 : 8);
         if (st != FMHA_SUCCESS) return st;
     }
     const bool paged = pr->block_table != nullptr;
@@ -133,7 +138,7 @@ fmha_status_t check(const fmha_problem_t* pr, Params& p, Request& r) {
             return fail(FMHA_ERROR_INVALID_VALUE, "block_table_stride = " + std::to_string(pr->block_table_stride) +
                                                       " blocks of " + std::to_string(pr->block_size) +
                                                       " tokens cannot hold max_s_kv = " + std::to_string(pr->max_s_kv));
-        const int64_t step = fp8 ? 16 : 8;
+        const int64_t step = fp8 || kv8 ? 16 : 8;
         if (pr->k_block_stride <= 0 || pr->k_block_stride % step != 0 || pr->v_block_stride <= 0 ||
             pr->v_block_stride % step != 0)
             return fail(FMHA_ERROR_INVALID_VALUE, "k_block_stride, v_block_stride: positive multiples of " +
@@ -238,7 +243,7 @@ fmha_status_t check(const fmha_problem_t* pr, Params& p, Request& r) {
 
     r = Request{};
     r.dtype = static_cast<DataType>(pr->dtype);
-    r.kv_dtype = r.dtype;
+    r.kv_dtype = kv8 ? DataType::kE4m3 : r.dtype;
     r.acc = static_cast<DataType>(pr->acc);
     r.d = pr->d;
     r.dv = pr->dv;
@@ -260,7 +265,8 @@ fmha_status_t check(const fmha_problem_t* pr, Params& p, Request& r) {
 // The reason no row serves the request: the row that comes closest (same dtype and head
 // sizes first), in the API's words.
 std::string no_kernel(const Request& r, int sm) {
-    std::string text = std::string("no kernel of this build serves dtype ") + dtype_text(r.dtype) + ", d " +
+    std::string text = std::string("no kernel of this build serves dtype ") + dtype_text(r.dtype) +
+                       (r.kv_dtype != r.dtype ? std::string(" (K, V ") + dtype_text(r.kv_dtype) + ")" : "") + ", d " +
                        std::to_string(r.d) + ", dv " + std::to_string(r.dv) + ", mask " + mask_name(r.mask);
     if (r.variants & kVariantSoftcap) text += ", softcap";
     if (r.variants & kVariantAlibi) text += ", alibi";
@@ -350,6 +356,7 @@ fmha_status_t check_backward(const fmha_problem_t* pr, const fmha_backward_args_
     a.paged = pr->block_table != nullptr;
     a.seqused_k = pr->seqused_k != nullptr;
     a.score_extras = pr->softcap > 0.f || pr->alibi_slopes != nullptr || pr->dropout_p > 0.f;
+    if (pr->kv_e4m3 != 0) return fail(FMHA_ERROR_NOT_SUPPORTED, "backward: kv_e4m3 (an e4m3 KV cache) is forward only");
     const std::string why = backward_refusal(a);
     if (!why.empty()) return fail(FMHA_ERROR_NOT_SUPPORTED, "backward: " + why);
     if (pr->lse == nullptr) return fail(FMHA_ERROR_INVALID_VALUE, "backward: lse (the forward's) is NULL");

@@ -114,6 +114,42 @@ def test_kvcache(paged, s_q):
     close(out, want, q.dtype)
 
 
+@pytest.mark.parametrize("paged", [False, True])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("d", [64, 128])
+def test_kvcache_e4m3(paged, dtype, d):
+    """A float8_e4m3fn KV cache under 16-bit queries (the decode kernels' e4m3 path), with
+    k_descale and v_descale per (batch, KV head), against float64 attention on the dequantised
+    cache; out in q's dtype."""
+    if not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip(f"torch {torch.__version__} has no float8_e4m3fn")
+    torch.manual_seed(41 + d)
+    b, s_q, h, h_kv, cap = 3, 2, 32, 8, 1024
+    lens = torch.tensor([1, 500, 1024], dtype=torch.int32, device=DEV)
+    k8, v8 = (rand(b, cap, h_kv, d).to(torch.float8_e4m3fn) for _ in range(2))
+    kd, vd = (torch.exp2(torch.randint(-1, 2, (b, h_kv), device=DEV).float()) for _ in range(2))
+    q = rand(b, s_q, h, d, dtype=dtype)
+    if paged:
+        block = 16
+        table = torch.randperm(b * cap // block, device=DEV).view(b, cap // block).to(torch.int32)
+        k_pool, v_pool = (torch.empty(b * cap // block, block, h_kv, d, device=DEV, dtype=torch.float8_e4m3fn)
+                          for _ in range(2))
+        k_pool[table.flatten().long()] = k8.view(-1, block, h_kv, d)
+        v_pool[table.flatten().long()] = v8.view(-1, block, h_kv, d)
+        out = fmha.flash_attn_with_kvcache(q, k_pool, v_pool, cache_seqlens=lens, page_table=table, causal=True,
+                                           k_descale=kd, v_descale=vd)
+    else:
+        out = fmha.flash_attn_with_kvcache(q, k8, v8, cache_seqlens=lens, causal=True, k_descale=kd, v_descale=vd)
+    assert out.dtype == dtype and out.shape == (b, s_q, h, d)
+    k, v = ((t.double() * scale.double()[:, None, :, None]) for t, scale in ((k8, kd), (v8, vd)))
+    want, _ = reference(q, k, v, causal=True, kv_lens=lens)
+    close(out, want, dtype)
+    with pytest.raises(ValueError, match="q_descale is for float8_e4m3fn queries"):
+        fmha.flash_attn_with_kvcache(q, k8, v8, cache_seqlens=lens, q_descale=kd)
+    with pytest.raises(TypeError, match="flash_attn_with_kvcache"):
+        fmha.flash_attn_func(q, k8, v8)
+
+
 def test_combine():
     torch.manual_seed(13)
     q, k, v = rand(2, 64, 4, 64), rand(2, 512, 4, 64), rand(2, 512, 4, 64)

@@ -269,6 +269,10 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
     // The mma path keeps one FFMA a score (no kVariantWideLogits); the warp path scales Q first.
     if (Tr::kMma && p.wide_logits) return cudaErrorInvalidValue;
     if (entry<Tr>(p.mask) == nullptr) return cudaErrorInvalidValue;  // a mask the family does not implement
+    // e4m3 K and V: rows of whole 16-byte chunks (16 elements), as cp.async copies them.
+    if (Tr::kKvE4m3 && (p.k_row_stride % 16 != 0 || p.k_head_stride % 16 != 0 || p.v_row_stride % 16 != 0 ||
+                        p.v_head_stride % 16 != 0 || p.k_block_stride % 16 != 0 || p.v_block_stride % 16 != 0))
+        return cudaErrorInvalidValue;
     return with_sibling<Tr>(p, [&](auto tile) { return launch_tile<typename decltype(tile)::type>(p, stream); });
 }
 
