@@ -67,6 +67,7 @@ struct WarpTraits {
     static constexpr int kHeads = Config::kHeads;  // KV heads per unit
     static constexpr bool kHasOneHead = false;
     static constexpr bool kHasQuad = false;
+    static constexpr bool kKvE4m3 = false;  // 16-bit K and V (static_assert below)
     static constexpr int kBlockN = kBlockN_;
     static constexpr int kWarps = kWarpsM_;
     static constexpr int kThreads = kWarps * kWarpSize;
