@@ -62,7 +62,7 @@ FMHA_HOST_DEVICE constexpr int o_column(int nt, int e, int t) {
 // Q into shared memory as f16 with its columns permuted (see the header), each row's scale
 // inverse into q_inv[hs * kRows + r] (1 for fp16 queries and rows past the tile's), zeros
 // past `rows` and in slots past `heads`. Plain loads (K and V are already in flight); the
-// main loop's first barrier orders the stores before any ldmatrix.
+// caller's barrier orders the stores before any read.
 template <class Tr, class Tile>
 FMHA_DEVICE void load_q_tile(uint32_t smem_q, float* q_inv, const Params& p, const Shape& shape, const Tile& t,
                              int tid) {

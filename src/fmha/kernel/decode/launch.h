@@ -146,10 +146,10 @@ struct TileTag {
 };
 
 // Calls f(TileTag<X>{}) with the tile this problem runs on and returns what f returns: on
-// the mma path with a OneHead sibling (kHeads > 1, 16-bit K and V), Tr::OneHead where
+// the mma path with a OneHead sibling (kHeads > 1; e4m3 K and V: d = 64, 128), Tr::OneHead where
 // one_head_fits, else at d = 64 Tr::Quad where quad_fits (on this device); otherwise, or when
-// the device cannot say (the launch then reports it), Tr itself. launch() and workspace_bytes() both choose through it, so
-// the workspace is sized for the tile that runs.
+// the device cannot say (the launch then reports it), Tr itself. launch() and
+// workspace_bytes() both choose through it, so the workspace is sized for the tile that runs.
 template <class Tr, class F>
 auto with_sibling(const Params& p, F&& f) {
     if constexpr (Tr::kMma && Tr::kHasOneHead) {

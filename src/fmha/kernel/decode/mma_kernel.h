@@ -47,7 +47,6 @@ FMHA_DEVICE void stage_warp_partials(char* smem, const float (&acc_o)[Tr::kHeads
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int r = hs * Tr::kRows + lane / 4 + 8 * h;
-            float* dst = red_o + (warp * HR + r) * kPitch + 2 * (lane % 4);
             if constexpr (Tr::kKvE4m3) {  // n-tiles 4i .. 4i + 3 hold 4 adjacent columns twice (kv_e4m3.h)
                 float* row = red_o + (warp * HR + r) * kPitch;
 #pragma unroll
@@ -57,6 +56,7 @@ FMHA_DEVICE void stage_warp_partials(char* smem, const float (&acc_o)[Tr::kHeads
                                     acc_o[hs][nt + 1][2 * h + 1]);
                 }
             } else {
+                float* dst = red_o + (warp * HR + r) * kPitch + 2 * (lane % 4);
 #pragma unroll
                 for (int nt = 0; nt < Tr::kNTilesO; ++nt) {
                     *reinterpret_cast<float2*>(dst + nt * 8) =

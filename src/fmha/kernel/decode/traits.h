@@ -117,7 +117,7 @@ struct MmaTraits {
     // fewer units would mean more splits, which cost more: there the launch runs OneHead, the
     // same 32 KB stages of one head (with_sibling).
     static constexpr int kHeads = Config::kHeads;
-    static constexpr bool kHasOneHead = Config::kOneHeadBlockN != 0;  // e4m3 tiles have none
+    static constexpr bool kHasOneHead = Config::kOneHeadBlockN != 0;  // (not the e4m3 tiles of d = 32)
     using OneHead = MmaTraits<typename Config::Sibling, Element_, kHeadDim_, kHeadDimV_, 16, Config::kOneHeadBlockN,
                               kWarpsM_, kWarpsN_, kAccFp16_>;
     // d = 64: also one head in 16 KB stages (64 keys), four CTAs to an SM, as cuDNN runs d = 64
@@ -144,7 +144,7 @@ struct MmaTraits {
     using LayoutV = memory::SmemLayout<kBlockN, kHeadDimV * kKvBytes / 2>;
     using LoaderK = memory::TileLoader<LayoutK, kHeadDim * kKvBytes / kChunkBytes, kThreads, kHeads>;
     using LoaderV = memory::TileLoader<LayoutV, kHeadDimV * kKvBytes / kChunkBytes, kThreads, kHeads>;
-    // e4m3: each Q row's scale after the Q tiles (kv_e4m3.h load_q_tile_kv8), 128-byte aligned.
+    // e4m3: each Q row's scale inverse after the Q tiles (kv8::load_q_tile), 128-byte aligned.
     static constexpr int kSmemQScale = kKvE4m3 ? round_up(kHeads * kRows * 4, 128) : 0;
     // Per stage (and Q): kHeads head tiles, one after the other.
     static constexpr int kSmemQ = kHeads * LayoutQ::kBytes + kSmemQScale;
