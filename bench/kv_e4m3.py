@@ -3,7 +3,10 @@
 fmha.exe on both, timed alike (its Elapsed: CUDA events around back-to-back launches, L2-cold
 input copies), beside a device-to-device copy measured in the same run. Per problem: each
 side's time and GB/s (the bytes really read and written: K and V at their element size), the
-speed-up of the e4m3 cache and its share of the copy bandwidth. Prints a markdown table.
+speed-up of the e4m3 cache and its share of the copy bandwidth. Where the `fa3_fwd` wheel is
+installed, FlashAttention-3's decode beside them (`flash_attn_with_kvcache`, its own splits,
+timed as bench/run.py times it): over the bf16 cache, and all-e4m3 (its FP8 path takes e4m3
+queries too: a neighbouring problem, not the same one). Prints a markdown table.
 
     python3 bench/kv_e4m3.py [--exe bin/fmha.exe] [--out FILE.md]
 
@@ -18,7 +21,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.run import copy_bandwidth  # noqa: E402
+from bench import fa3 as fa3_wheel  # noqa: E402
+from bench.run import copy_bandwidth, fa3_timer  # noqa: E402
+from bench.suites import Problem  # noqa: E402
 from tests.gpu import driver  # noqa: E402  (fmha.exe's output parser)
 
 HEADS, KV_HEADS = 32, 8
@@ -46,16 +51,21 @@ def main(argv=None) -> int:
     import torch
     copy = copy_bandwidth(torch)
     gpu = torch.cuda.get_device_name()
+    fa3, why_not = fa3_wheel.load()
+    time_fa3 = fa3_timer(torch, fa3, why_not, runs=RUNS, repeats=3, warm_up=WARM_UP)
     lines = [f"GPU: {gpu}; device-to-device copy {copy:.0f} GB/s (read + write); bf16 queries, h {HEADS}, "
-             f"h_kv {KV_HEADS}, s_q 1", "",
-             "| d | b | s_kv | bf16 cache us | GB/s | e4m3 cache us | GB/s | speed-up | e4m3 GB/s / copy |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             f"h_kv {KV_HEADS}, s_q 1" + ("" if fa3 else f"; {why_not}"), "",
+             "| d | b | s_kv | bf16 cache us | GB/s | e4m3 cache us | GB/s | speed-up | e4m3 GB/s / copy "
+             "| FA3 bf16 us | FA3 e4m3 (q too) us |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for d, b, s in PROBLEMS:
         wide, narrow = time_one(args.exe, d, b, s, False), time_one(args.exe, d, b, s, True)
         speedup = float(wide["us"]) / float(narrow["us"])
+        p = Problem(b=b, h=HEADS, h_kv=KV_HEADS, s_q=1, s=s, d=d, causal=False)
+        fa3_bf16, fa3_e4m3 = time_fa3(p, "bf16"), time_fa3(p, "e4m3")
         lines.append(f"| {d} | {b} | {s} | {float(wide['us']):.1f} | {float(wide['gbs']):.0f} | "
                      f"{float(narrow['us']):.1f} | {float(narrow['gbs']):.0f} | {speedup:.2f} | "
-                     f"{float(narrow['gbs']) / copy:.2f} |")
+                     f"{float(narrow['gbs']) / copy:.2f} | {fa3_bf16.us:.1f} | {fa3_e4m3.us:.1f} |")
         print(lines[-1], flush=True)
     text = "\n".join(lines) + "\n"
     if args.out:
