@@ -10,9 +10,12 @@ kernel first.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .env import Config
 from .families import decode as _decode
 from .families import flash as _flash
+from .families import qmma as _qmma
 from .families import ws as _ws
 from .spec import ALL_MASKS, FAMILIES, KernelSpec
 
@@ -77,6 +80,14 @@ def decode(config: Config) -> list[KernelSpec]:
                for dtype, acc in _decode.KV8_DTYPES for d in _decode.KV8_HEAD_SIZES])
 
 
+def qmma(config: Config) -> list[KernelSpec]:
+    """The qmma family (FP8 on SM89's mma.sync QMMA), with ENABLE_SM89_QMMA=1: every mask but
+    the custom one."""
+    if not config.enable_sm89_qmma:
+        return []
+    return [replace(spec, masks=_qmma.MASKS) for spec in _specs("qmma", _qmma.DTYPES, _qmma.HEAD_SIZES, _qmma.tile)]
+
+
 def decode_max_rows(spec: KernelSpec) -> int:
     """KernelMeta::max_rows (families/decode.py); 0 for the other families."""
     return _decode.max_rows(spec) if spec.family == "decode" else 0
@@ -91,6 +102,7 @@ def decode_min_s_kv(spec: KernelSpec) -> int:
 ENUMERATORS = {
     "decode": decode,
     "ws": ws,
+    "qmma": qmma,
     "flash": flash,
 }
 assert set(ENUMERATORS) == set(FAMILIES), "every family needs an enumeration function"

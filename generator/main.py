@@ -20,7 +20,8 @@ DEFAULT_OUT = ROOT / "generated"
 # What each arch flag built, said so that nobody believes they built FP8 kernels or a
 # Blackwell-specific design.
 PLANNED_FAMILIES = {
-    "ENABLE_SM89_QMMA": "the sm89 family (FP8 e4m3, mma.sync QMMA) does not exist yet; nothing was generated for it",
+    "ENABLE_SM89_QMMA": "the qmma family (FP8 e4m3, mma.sync m16n8k32) is built for the listed archs from 8.9 on; "
+                        "on sm_90 it runs without native QMMA, after the ws family's e4m3 kernels in dispatch",
     "ENABLE_SM100": "flash and decode are also compiled for sm_100; no Blackwell-specific family "
                     "(tcgen05, TMEM) exists yet",
     "ENABLE_SM120": "flash and decode are also compiled for sm_120; no Blackwell-specific family "

@@ -13,6 +13,7 @@ from typing import Callable
 from .env import Arch, Config
 from .families import MODULES
 from .families import decode as _decode
+from .families import qmma as _qmma
 from .families import ws as _ws
 from .spec import FAMILIES, KernelSpec
 
@@ -115,6 +116,13 @@ RULES = (
         "block_m " + " or ".join(map(str, WS_BLOCK_M)) + " over warps (block_m/16)x1 and block_n "
         + " or ".join(map(str, WS_BLOCK_N)),
         lambda s, c: _ws_traits_ok(s),
+    ),
+    Rule(
+        "qmma_traits",
+        "family {family} (qmma::Traits) needs e4m3 inputs with fp32 accumulation, d = dv in "
+        + "{{" + ", ".join(map(str, _qmma.HEAD_SIZES)) + "}}, the tile " + "x".join(map(str, _qmma.TILE[:2]))
+        + " over warps 4x1, and no custom mask",
+        lambda s, c: s.family != "qmma" or _qmma.traits_ok(s),
     ),
     Rule(
         "kv_dtype",

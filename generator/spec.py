@@ -78,6 +78,18 @@ FAMILIES = {
         scheduled=True,
         variants=("softcap", "alibi", "bias", "sinks", "softmax_stats", "paged_kv", "dropout"),
     ),
+    # FP8 on mma.sync m16n8k32 (SM89's QMMA; on sm_90 tested, not fast: ws's e4m3 kernels first).
+    "qmma": Family(
+        name="qmma",
+        sm=89,
+        description="sm89 family, FP8 e4m3 mma.sync (QMMA)",
+        header="fmha/kernel/qmma_sm89.h",
+        namespace="qmma",
+        warp_specialized=False,
+        uses_tma=False,
+        template="kernel.cu.j2",
+        variants=("sinks", "softmax_stats", "paged_kv"),
+    ),
     "flash": Family(
         name="flash",
         sm=80,

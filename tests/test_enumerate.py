@@ -48,6 +48,9 @@ N_DEC = N_DEC_16 + N_DEC_KV8
 # The e4m3-cache tiles: 4, 2, 2, 1 KV heads a CTA (16 rows each), 32 KB stages of K and V.
 KV8_TILES = {32: "64x128_w1x4", 64: "32x128_w1x4", 128: "32x64_w1x4", 256: "16x64_w1x4"}
 
+# qmma (ENABLE_SM89_QMMA=1, an arch >= 8.9 listed): e4m3 at d = 64 and 128, 64 x 64 on 4 warps.
+QMMA_NAMES = ["fmha_v2_qmma_e4m3_d64_64x64_w4x1_sm89", "fmha_v2_qmma_e4m3_d128_64x64_w4x1_sm89"]
+
 # Tiles by head size (block_m x block_n _ warps_m x warps_n), as the rules choose them.
 DECODE_TILES = {32: ("64x64_w1x4", "1x16_w4x1", "4x16_w4x1", "8x8_w4x1"),
                 64: ("32x64_w1x4", "1x8_w4x1", "4x8_w4x1", "8x4_w4x1"),
@@ -97,15 +100,17 @@ def test_hand_counts():
     ({"TORCH_CUDA_ARCH_LIST": "10.0;12.0"}, 2 * N_HEADS, 0),  # sm_90a code runs on sm_90 only
     ({"TORCH_CUDA_ARCH_LIST": "9.0", "ENABLE_HMMA_FP32": "1"}, 3 * N_HEADS, 2 * N_WS + N_WS_FP8),
     ({"TORCH_CUDA_ARCH_LIST": "9.0a", "ENABLE_HMMA_FP32": "1"}, 3 * N_HEADS, 2 * N_WS + N_WS_FP8),
-    ({"ENABLE_SM100": "1", "ENABLE_SM89_QMMA": "1"}, 2 * N_HEADS, 2 * N_WS + N_WS_FP8),   # no such families yet
+    ({"ENABLE_SM100": "1", "ENABLE_SM89_QMMA": "1"}, 2 * N_HEADS, 2 * N_WS + N_WS_FP8),   # + qmma (QMMA_NAMES)
 ])
 def test_counts(environ, flash, ws):
     selections = select(parse(environ))
-    assert list(selections) == ["decode", "ws", "flash"]          # dispatch order
+    assert list(selections) == ["decode", "ws", "qmma", "flash"]  # dispatch order
     assert len(selections["flash"].kept) == flash
     assert len(selections["ws"].kept) == ws
     assert len(selections["decode"].kept) == N_DEC
-    assert len(names(environ)) == N_DEC + flash + ws
+    qmma = len(QMMA_NAMES) if environ.get("ENABLE_SM89_QMMA") else 0
+    assert [s.name for s in selections["qmma"].kept] == QMMA_NAMES[:qmma]
+    assert len(names(environ)) == N_DEC + flash + ws + qmma
 
 
 def test_default_kernels():
@@ -314,7 +319,8 @@ def test_setup_prints_one_line_per_family(tmp_path, flags, flash):
     lines = run.stdout.splitlines()
     assert lines[0].startswith("decode (decode family, s_q <= 16, split-KV, mma.sync or CUDA cores): 40 kernels -> ")
     assert lines[1].startswith("ws (ws family, wgmma + TMA, warp-specialised): 28 kernels -> ")
-    assert lines[2].startswith(f"flash (sm80 family, mma.sync): {flash} kernels -> ")
+    assert lines[2].startswith("qmma (sm89 family, FP8 e4m3 mma.sync (QMMA)): 0 kernels -> ")  # ENABLE_SM89_QMMA off
+    assert lines[3].startswith(f"flash (sm80 family, mma.sync): {flash} kernels -> ")
     assert "rejected" not in run.stdout
 
 
@@ -348,7 +354,9 @@ def test_setup_explains_no_ws_without_hopper(tmp_path):
 def test_setup_reports_what_the_arch_flags_built(tmp_path):
     run = run_setup(tmp_path, ENABLE_SM89_QMMA="1", ENABLE_SM100="on", ENABLE_SM120="true", SCHEDULING_MODE="0")
     assert run.returncode == 0, run.stderr
-    assert "ENABLE_SM89_QMMA=1: the sm89 family (FP8 e4m3, mma.sync QMMA) does not exist yet" in run.stdout
+    assert ("ENABLE_SM89_QMMA=1: the qmma family (FP8 e4m3, mma.sync m16n8k32) is built for the listed archs "
+            "from 8.9 on") in run.stdout
+    assert "qmma (sm89 family, FP8 e4m3 mma.sync (QMMA)): 2 kernels -> " in run.stdout
     for flag, sm in (("ENABLE_SM100", "sm_100"), ("ENABLE_SM120", "sm_120")):
         assert f"{flag}=1: flash and decode are also compiled for {sm}; no Blackwell-specific family" in run.stdout
     assert "SCHEDULING_MODE=0: ws kernels use static grid, one CTA per tile" in run.stdout

@@ -113,7 +113,7 @@ def test_siblings_are_named():
 
 
 def test_max_s_q():
-    assert {name: family.max_s_q for name, family in FAMILIES.items()} == {"decode": 16, "ws": 0, "flash": 0}
+    assert {name: family.max_s_q for name, family in FAMILIES.items()} == {"decode": 16, "ws": 0, "qmma": 0, "flash": 0}
 
 
 # --- rendering -----------------------------------------------------------------------------
@@ -191,3 +191,20 @@ def test_cpp_guards_accept_every_rendered_config(tmp_path, family, header, genco
 def test_cpp_guards_refuse_a_wrong_config(tmp_path, header, gencode, body, message):
     result = compile_probe(tmp_path, header, gencode, body + "\nstatic_assert(sizeof(T) > 0);")
     assert result.returncode != 0 and message in result.stderr, result.stderr[-3000:]
+
+
+# --- qmma ----------------------------------------------------------------------------------
+
+def test_qmma_tiles_and_masks():
+    """e4m3 at d = 64 and 128 on the 64 x 64 tile, every mask but the custom one, built with
+    ENABLE_SM89_QMMA=1 for the listed archs from 8.9 on."""
+    from generator.env import parse
+    from generator.enumerate import qmma
+    from generator.rules import broken, family_archs
+    specs = qmma(parse({"ENABLE_SM89_QMMA": "1"}))
+    assert [s.name for s in specs] == ["fmha_v2_qmma_e4m3_d64_64x64_w4x1_sm89", "fmha_v2_qmma_e4m3_d128_64x64_w4x1_sm89"]
+    assert all("custom" not in s.masks and len(s.masks) == 5 for s in specs)
+    assert qmma(parse({})) == []
+    assert [a.number for a in family_archs("qmma", parse({"TORCH_CUDA_ARCH_LIST": "8.0;8.9;9.0;12.0"}))] == [89, 90, 120]
+    assert [r.name for r in broken(specs[0], parse({"TORCH_CUDA_ARCH_LIST": "8.0;8.6"}))] == ["arch"]
+    assert constants(specs[0]) == {}

@@ -18,6 +18,10 @@ DECODE_TRAITS = ("family decode (decode::Traits) needs d = dv in {32, 64, 128, 2
                  "and either the warp path's tile (block_m rows per warp in {1, 4, 8}, block_n a multiple of "
                  "256/d (1-8 passes), warps 1-8 x 1) or the mma path's 16 rows x 8192/d keys (64 at d = 256), "
                  "warps 1x4 (an e4m3 cache: families/decode.py kv8_tile)")
+QMMA = {"family": "qmma", "sm": 89, "dtype": "e4m3", "acc": "fp32", "block_m": 64, "block_n": 64, "warps_m": 4,
+        "masks": ("padding", "causal", "sliding_window", "bidirectional_sliding_window", "chunked")}
+QMMA_TRAITS = ("family qmma (qmma::Traits) needs e4m3 inputs with fp32 accumulation, d = dv in {64, 128}, "
+               "the tile 64x64 over warps 4x1, and no custom mask")
 KV8 = {**DECODE, "block_m": 32, "block_n": 64, "warps_m": 1, "warps_n": 4, "kv_dtype": "e4m3"}  # d = 128
 WS_TRAITS = ("family ws (ws::Traits) needs fp32 accumulation, "
              "block_m 128 or 192 over warps (block_m/16)x1 and block_n 64 or 128")
@@ -74,6 +78,12 @@ CASES = {
     "masks": [
         ({"masks": ()}, DEFAULT, "a kernel must support at least one mask"),
     ],
+    "qmma_traits": [
+        ({**QMMA, "dtype": "bf16"}, DEFAULT, QMMA_TRAITS),
+        ({**QMMA, "d": 256, "dv": 256}, DEFAULT, QMMA_TRAITS),   # spills on sm_90 (qmma_sm89.h)
+        ({**QMMA, "block_m": 128}, DEFAULT, QMMA_TRAITS),
+        ({**QMMA, "masks": ("padding", "custom")}, DEFAULT, QMMA_TRAITS),
+    ],
     "kv_dtype": [
         ({"kv_dtype": "e4m3"}, DEFAULT, "a KV dtype other than the inputs' (an e4m3 cache) only in family decode, "
          "under fp16 or bf16 queries"),
@@ -105,6 +115,7 @@ def test_good_spec_breaks_nothing():
     # ws head sizes: any multiple of 8 (Traits pad shared memory to 64-column panels), dv != d too.
     for d, dv in ((40, 40), (96, 96), (104, 104), (160, 160), (192, 128), (96, 64)):
         assert broken(KernelSpec(**{**ws.__dict__, "d": d, "dv": dv}), DEFAULT) == []
+    assert broken(KernelSpec(**{**GOOD.__dict__, **QMMA}), DEFAULT) == []
     # decode over an e4m3 cache: fp16 and bf16 queries
     for dtype in ("bf16", "fp16"):
         assert broken(KernelSpec(**{**GOOD.__dict__, **KV8, "dtype": dtype}), DEFAULT) == []

@@ -6,9 +6,9 @@ here, guarded in C++.
 
 from __future__ import annotations
 
-from . import decode, flash, ws
+from . import decode, flash, qmma, ws
 
-MODULES = {"decode": decode, "ws": ws, "flash": flash}
+MODULES = {"decode": decode, "ws": ws, "qmma": qmma, "flash": flash}
 
 
 def constants(spec) -> dict:
