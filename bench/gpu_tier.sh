@@ -8,7 +8,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/fmha_gpu_tier}
 mkdir -p "$OUT"
-export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} ENABLE_HMMA_FP32=${ENABLE_HMMA_FP32:-1}
+export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} ENABLE_HMMA_FP32=${ENABLE_HMMA_FP32:-1} ENABLE_SM89_QMMA=${ENABLE_SM89_QMMA:-1}
 export PYTHONUNBUFFERED=1 NO_COLOR=1
 jobs=$(nproc)
 

@@ -16,7 +16,7 @@ from tests.gpu.matrix import PAIRS, build_cases
 from tests.gpu.perf_cases import perf_cases
 from tests.gpu.save_configs import SAVE_CONFIGS, save_kernel, save_kinds
 
-GPU_TIER_FLAGS = {"TORCH_CUDA_ARCH_LIST": "9.0", "ENABLE_HMMA_FP32": "1"}
+GPU_TIER_FLAGS = {"TORCH_CUDA_ARCH_LIST": "9.0", "ENABLE_HMMA_FP32": "1", "ENABLE_SM89_QMMA": "1"}
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +31,7 @@ def cases(manifest):
 
 
 def test_the_gpu_tier_build(manifest):
-    assert len(manifest) == 164  # test_enumerate.py counts them by hand
+    assert len(manifest) == 166  # test_enumerate.py counts them by hand (+ the 2 qmma kernels)
 
 
 def test_every_kernel_runs_every_mask_and_variant(manifest, cases):
@@ -97,12 +97,16 @@ def test_every_family_is_rechecked_in_float64(manifest):
                      ("decode", "fp16", "fp32", "mma"), ("decode", "fp16", "fp32", "mma_kve4m3"),
                      ("decode", "fp16", "fp32", "warp"),
                      ("flash", "bf16", "fp32", ""), ("flash", "fp16", "fp16", ""), ("flash", "fp16", "fp32", ""),
-                     ("ws", "bf16", "fp32", ""), ("ws", "e4m3", "fp32", ""), ("ws", "fp16", "fp32", "")]
+                     ("qmma", "e4m3", "fp32", ""), ("ws", "bf16", "fp32", ""), ("ws", "e4m3", "fp32", ""), ("ws", "fp16", "fp32", "")]
     missing = {(kind[0], kind[1], config) for kind in kinds for config in SAVE_CONFIGS
                if save_kernel(manifest, kind, config)[0] is None}
     # decode has neither MLA's dv != d nor the odd head sizes; e4m3 (d = 64, 128, 256 and MLA)
     # has no odd head size, nor a bias; dropout is flash's and ws's 16-bit 128-row tiles'
     mla_odd = ("mla_causal_varlen", "mla_paged", "odd_head_size_varlen")
+    # qmma (e4m3, d 64/128): no score modifier, no custom mask, no dropout, no MLA or odd head size
+    qmma = mla_odd + ("dropout_causal_varlen", "alibi_causal_gqa", "alibi_padding", "bias_broadcast_gqa",
+                      "bias_causal_varlen", "softcap_causal", "custom_mask_sq_lt_s", "custom_mask_varlen")
     assert missing == ({("decode", dtype, c) for dtype in ("bf16", "fp16") for c in mla_odd + ("dropout_causal_varlen",)}
                        | {("ws", "e4m3", c) for c in ("odd_head_size_varlen", "bias_broadcast_gqa", "bias_causal_varlen",
-                                                      "dropout_causal_varlen")})
+                                                      "dropout_causal_varlen")}
+                       | {("qmma", "e4m3", c) for c in qmma})

@@ -167,6 +167,8 @@ def save_kernel(kernels: list[dict], family_kind: tuple, config: str) -> tuple[d
     else:
         why = ""
     flags = configs_for(family_kind)[config]
+    if "-custom-mask" in flags:  # a mask some families lack (qmma)
+        fits, why = [k for k in fits if "custom" in k["masks"]], "with the custom mask"
     needs = {v for v, flag in VARIANT_FLAGS.items() if flag in flags}
     having = [k for k in fits if needs <= set(k["variants"])]
     if fits and not having:
