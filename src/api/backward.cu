@@ -43,8 +43,8 @@ int tile_d(const BackwardAsk& a) {
 // Softcap, ALiBi and dropout only on the 64 and 128 tiles' own head sizes (wgmma_bwd_launch.h).
 bool takes_wgmma(const BackwardAsk& a, int sm) {
     const int tile = tile_d(a);
-    const bool padded = a.d != tile || a.dv != tile;
-    return kWgmmaImage && sm == 90 && a.tma_ready && !(a.score_extras && (tile == 256 || padded));
+    return kWgmmaImage && sm == 90 && a.tma_ready &&
+           !(a.score_extras && !wgmma_bwd::serves_score_extras(/*wide=*/tile == 256, tile, a.d, a.dv));
 }
 
 // Shared memory a block may opt into (CUDA's per-arch table): 163 KB on sm_80/87, 99 KB on

@@ -22,6 +22,13 @@ inline bool tma_ready(const BwdParams& bp) {
            strides(p.v_row_stride, p.v_head_stride) && strides(bp.do_row_stride, bp.do_head_stride);
 }
 
+// Softcap, ALiBi and dropout ("score extras"): the narrow kernel at its own head size only,
+// not the wide tile nor zero-padded heads (flash-bwd serves those). The one rule, read by the
+// launch below and by the library's choice of kernel (api/backward.cu takes_wgmma).
+constexpr bool serves_score_extras(bool wide, int tile_d, int d, int dv) {
+    return !wide && d == tile_d && dv == tile_d;
+}
+
 // The three launches (flash-bwd's preprocess and postprocess around this main kernel).
 // d and dv multiples of 8 up to the tile's head size, zero-padded up to it (MainArgs::panels_k,
 // panels_v). cudaErrorInvalidValue for what it does not serve (larger heads, custom masks,
@@ -36,7 +43,8 @@ cudaError_t launch(const BwdParams& bp, cudaStream_t stream) {
     if (bp.d_o == nullptr || bp.lse == nullptr || bp.dq_accum == nullptr) return cudaErrorInvalidValue;
     if (p.dropout.threshold > 0xffffu) return cudaErrorInvalidValue;
     const bool padded = p.d != Tr::kHeadDim || p.dv != Tr::kHeadDim;
-    if ((Tr::kWide || padded) && (p.dropout.threshold != 0 || p.softcap > 0.f || p.alibi_slopes != nullptr))
+    if (!serves_score_extras(Tr::kWide, Tr::kHeadDim, p.d, p.dv) &&
+        (p.dropout.threshold != 0 || p.softcap > 0.f || p.alibi_slopes != nullptr))
         return cudaErrorInvalidValue;  // (flash-bwd serves them)
     MainArgs args;
     args.bp = bp;
