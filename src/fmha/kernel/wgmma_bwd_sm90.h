@@ -29,6 +29,7 @@
 #include "fmha/dropout.h"
 #include "fmha/kernel/flash_bwd_sm80.h"
 #include "fmha/memory/mbarrier_sm90.h"
+#include "fmha/memory/named_barrier.h"
 #include "fmha/memory/tma_sm90.h"
 #include "fmha/mma/fp8_sm90.h"
 #include "fmha/mma/warp_gemm.h"
@@ -84,7 +85,7 @@ FMHA_DEVICE void st_shared_v2(uint32_t addr, float x, float y) {
 }
 
 // Barrier over warpgroup g's 128 threads (ids 1 and 2; 0 is __syncthreads').
-FMHA_DEVICE void warpgroup_sync(int g) { asm volatile("bar.sync %0, 128;\n" ::"r"(1 + g) : "memory"); }
+FMHA_DEVICE void warpgroup_sync(int g) { memory::bar_sync<128>(1 + g); }
 
 // The main kernel's parameter: flash-bwd's and the TMA maps: Q and dO (head tiles of kBlockM
 // rows), K and V (kBlockN rows), the LSE (log2) and D rows (1D over the workspace's [b h

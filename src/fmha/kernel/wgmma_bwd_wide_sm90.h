@@ -67,12 +67,6 @@ namespace wide {
 // Named barriers (0 is __syncthreads'): P^T stored (warpgroup 0 arrives, 1 waits), dS stored
 // (1 arrives, 0 waits), and one a warpgroup for its dQ staging.
 constexpr int kBarP = 1, kBarDS = 2, kBarGroup0 = 3;
-FMHA_DEVICE void bar_sync(int id, int threads) {
-    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-FMHA_DEVICE void bar_arrive(int id, int threads) {
-    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
 
 // Byte address, in a [64 keys, 64 queries] K-major SW128 tile, of the row this lane names for
 // the 8 x 8 matrices of k slice kk of warp `warp`'s A fragment (matrix m = lane / 8: keys + 8
@@ -233,11 +227,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) wide_kernel(const __grid_cons
                 const uint32_t(&f)[4] = p_frag[0][kk];
                 mma::stmatrix_x4(wide::frag_row(spt, warp, lane, kk), f[0], f[1], f[2], f[3]);
             }
-            wide::bar_arrive(wide::kBarP, 256);
+            memory::bar_arrive<256>(wide::kBarP);
             memory::mbar_wait(bar_do, j & 1);
             issue_dv();
             // dS stored, and warpgroup 1 done with P^T and dO (its dP^T and dV waited).
-            wide::bar_sync(wide::kBarDS, 256);
+            memory::bar_sync<256>(wide::kBarDS);
             mma::wgmma_wait<0>();
             mma::fence_operands(p_frag);
             mma::fence_operands(acc_dv);
@@ -249,7 +243,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) wide_kernel(const __grid_cons
             square(desc_v, desc_do);
             poll();
             // P^T stored; warpgroup 0 is done with block j - 1, whose Q stage takes block j + 1.
-            wide::bar_sync(wide::kBarP, 256);
+            memory::bar_sync<256>(wide::kBarP);
             if (wg_tid == 0 && j >= 1 && j + 1 < blocks) load_q(j + 1);
 #pragma unroll
             for (int kk = 0; kk < Tr::kBlockM / 16; ++kk) mma::ldmatrix_x4(p_frag[0][kk], wide::frag_row(spt, warp, lane, kk));
@@ -280,7 +274,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) wide_kernel(const __grid_cons
             mma::wgmma_wait<0>();
             mma::fence_operands(p_frag);
             mma::fence_operands(acc_dv);
-            wide::bar_arrive(wide::kBarDS, 256);
+            memory::bar_arrive<256>(wide::kBarDS);
         }
 
         // dK += dS^T Q (RS), then dQ = dS K over this warpgroup's columns, one commit group a
@@ -320,10 +314,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) wide_kernel(const __grid_cons
             mma::fence_operands(ds_frag);
             mma::fence_operands(acc_dk);
             mma::fence_operands(acc_dq[c]);
-            wide::bar_sync(wide::kBarGroup0 + wg, 128);
+            memory::bar_sync<128>(wide::kBarGroup0 + wg);
             stage_dq(acc_dq[c], [&](int i, uint32_t offset) { return slot[i] + offset; }, warp, lane);
             memory::fence_proxy_async_smem();
-            wide::bar_sync(wide::kBarGroup0 + wg, 128);
+            memory::bar_sync<128>(wide::kBarGroup0 + wg);
             if (wg_tid == 0) {
 #pragma unroll
                 for (int b = 0; b < 2; ++b) {

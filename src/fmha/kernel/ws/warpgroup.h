@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "fmha/memory/mbarrier_sm90.h"
+#include "fmha/memory/named_barrier.h"
 #include "fmha/kernel/ws/traits.h"
 #include "fmha/utils.h"
 
@@ -19,12 +20,8 @@ constexpr int kPingPongThreads = 2 * kWarpgroupThreads;
 // Named barriers of the O epilogue: kWarpgroupBarrier0, every consumer thread; + 1 + c,
 // consumer c's four warps alone.
 constexpr int kWarpgroupBarrier0 = 4;
-FMHA_DEVICE void named_barrier_sync(int id) {
-    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kPingPongThreads) : "memory");
-}
-FMHA_DEVICE void named_barrier_arrive(int id) {
-    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(kPingPongThreads) : "memory");
-}
+FMHA_DEVICE void named_barrier_sync(int id) { memory::bar_sync<kPingPongThreads>(id); }
+FMHA_DEVICE void named_barrier_arrive(int id) { memory::bar_arrive<kPingPongThreads>(id); }
 
 template <int kRegs>
 FMHA_DEVICE void setmaxnreg_dec() {
@@ -47,11 +44,10 @@ struct ConsumerThread {
           row_g((tid / kWarpSize) % 4 * 16 + tid % kWarpSize / 4),
           wg_tid(tid % kWarpgroupThreads) {}
     FMHA_DEVICE void wg_barrier() const {  // this consumer warpgroup's own named barrier
-        asm volatile("bar.sync %0, %1;\n" ::"r"(kWarpgroupBarrier0 + 1 + consumer), "n"(kWarpgroupThreads) : "memory");
+        memory::bar_sync<kWarpgroupThreads>(kWarpgroupBarrier0 + 1 + consumer);
     }
     FMHA_DEVICE static void consumers_barrier() {  // every consumer thread
-        asm volatile("bar.sync %0, %1;\n" ::"n"(kWarpgroupBarrier0), "n"(Tr::kConsumerWarpgroups * kWarpgroupThreads)
-                     : "memory");
+        memory::bar_sync<kWarpgroupBarrier0, Tr::kConsumerWarpgroups * kWarpgroupThreads>();
     }
 };
 
