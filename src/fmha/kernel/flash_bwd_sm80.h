@@ -114,6 +114,20 @@ FMHA_DEVICE void store_rows(const BwdParams& bp, int batch, int head, int row, i
     bp.lse2[at2] = lse != -INFINITY ? lse * kLog2e : INFINITY;
 }
 
+// Row `row` (< q_len) of query head `head` of sequence `batch`: where it sits in O and in dO.
+template <typename Element>
+struct ODoRow {
+    const Element* o;
+    const Element* d_o;
+};
+template <typename Element>
+FMHA_DEVICE ODoRow<Element> o_do_row(const BwdParams& bp, int batch, int head, int row) {
+    const Params& p = bp.p;
+    const int64_t token = seq_q_offset(p, batch) + row;
+    return {static_cast<const Element*>(p.o) + token * p.o_row_stride + int64_t(head) * p.o_head_stride,
+            static_cast<const Element*>(bp.d_o) + token * bp.do_row_stride + int64_t(head) * bp.do_head_stride};
+}
+
 // D = rowsum(dO * O) - dLSE and the LSE in log2 units per (batch, head, row), rows_pitch rows:
 // past q_len, and where no key is visible (LSE -inf), the LSE reads +inf, so that
 // exp2(logit - LSE) is 0 without a test. A warp a row (lane l reads columns l, l + 32, ...: a
@@ -130,11 +144,8 @@ __global__ void __launch_bounds__(kPreRows * kWarpSize) preprocess_kernel(const 
     const int q_len = seq_q_len(p, batch);
     float d = 0.f;
     if (row < q_len) {
-        const int64_t token = seq_q_offset(p, batch) + row;
-        const Element* o = static_cast<const Element*>(p.o) + token * p.o_row_stride + int64_t(head) * p.o_head_stride;
-        const Element* d_o =
-            static_cast<const Element*>(bp.d_o) + token * bp.do_row_stride + int64_t(head) * bp.do_head_stride;
-        for (int c = lane; c < p.dv; c += kWarpSize) d += to_f32(o[c]) * to_f32(d_o[c]);
+        const ODoRow<Element> r = o_do_row<Element>(bp, batch, head, row);
+        for (int c = lane; c < p.dv; c += kWarpSize) d += to_f32(r.o[c]) * to_f32(r.d_o[c]);
 #pragma unroll
         for (int m = kWarpSize / 2; m > 0; m /= 2) d += __shfl_xor_sync(0xffffffffu, d, m);
     }
@@ -186,12 +197,9 @@ __global__ void __launch_bounds__(256) preprocess_vec_kernel(const __grid_consta
     const int q_len = seq_q_len(p, batch);
     float d = 0.f;
     if (row < q_len) {
-        const int64_t token = seq_q_offset(p, batch) + row;
-        const Element* o = static_cast<const Element*>(p.o) + token * p.o_row_stride + int64_t(head) * p.o_head_stride;
-        const Element* d_o =
-            static_cast<const Element*>(bp.d_o) + token * bp.do_row_stride + int64_t(head) * bp.do_head_stride;
+        const ODoRow<Element> r = o_do_row<Element>(bp, batch, head, row);
         for (int c = 8 * t; c < p.dv; c += 8 * kT)
-            d += dot8<Element>(*reinterpret_cast<const uint4*>(o + c), *reinterpret_cast<const uint4*>(d_o + c));
+            d += dot8<Element>(*reinterpret_cast<const uint4*>(r.o + c), *reinterpret_cast<const uint4*>(r.d_o + c));
     }
 #pragma unroll
     for (int m = kT / 2; m > 0; m /= 2) d += __shfl_xor_sync(0xffffffffu, d, m);  // a row's kT lanes
