@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "fmha/descale.h"
 #include "fmha/epilogue/store_o.h"
 #include "fmha/kernel/launch_checks.h"
 #include "fmha/mask/mask.h"
@@ -113,10 +114,15 @@ FMHA_DEVICE void transpose_v(uint32_t raw, uint32_t vt, int warp, int lane) {
     }
 }
 
-// FlashAttention-3's descale of (sequence b, KV head g) from Params::q/k/v_descale ([b * h_kv
-// + g]; nullptr: 1).
-FMHA_DEVICE float descale(const float* d, const Params& p, int b, int g) {
-    return d != nullptr ? __ldg(d + int64_t(b) * p.h_kv + g) : 1.f;
+// c0, c1 (n-tiles n, n + 1) += a x the B fragments of one ldmatrix.x4 at `b_addr` (rows 0-7 |
+// 8-15 of the pair x k bytes 0-15 | 16-31 of the k32 slice).
+FMHA_DEVICE void qmma_pair(float (&c0)[4], float (&c1)[4], const uint32_t (&a)[4], uint32_t b_addr) {
+    uint32_t b[4];
+    mma::ldmatrix_x4(b, b_addr);
+    const uint32_t b0[2] = {b[0], b[1]};
+    const uint32_t b1[2] = {b[2], b[3]};
+    mma::mma_e4m3_16832(c0, a, b0);
+    mma::mma_e4m3_16832(c1, a, b1);
 }
 
 template <class Tr, mask::Kind kMask>
@@ -207,14 +213,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
                 uint32_t a[4];  // rows g, g + 8 x d 32 kk + 4q .., + 16
                 mma::ldmatrix_x4(a, q_addr(0, 2 * kk));
 #pragma unroll
-                for (int np = 0; np < Tr::kNTilesS / 2; ++np) {
-                    uint32_t b[4];  // keys 0-7 | 8-15 of the pair x d 32 kk .. + 15 | + 16 .. + 31
-                    mma::ldmatrix_x4(b, ka(np * 16, 2 * kk));
-                    const uint32_t b0[2] = {b[0], b[1]};
-                    const uint32_t b1[2] = {b[2], b[3]};
-                    mma::mma_e4m3_16832(acc_s[0][2 * np], a, b0);
-                    mma::mma_e4m3_16832(acc_s[0][2 * np + 1], a, b1);
-                }
+                for (int np = 0; np < Tr::kNTilesS / 2; ++np)  // keys 16 np .., d 32 kk ..
+                    qmma_pair(acc_s[0][2 * np], acc_s[0][2 * np + 1], a, ka(np * 16, 2 * kk));
             }
             if constexpr (decltype(masked)::value) mask::apply(acc_s, rows, row0, nb * Tr::kBlockN + col0);
             float alpha[2];
@@ -226,14 +226,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
 #pragma unroll
             for (int kk = 0; kk < Tr::kPSlices; ++kk) {
 #pragma unroll
-                for (int np = 0; np < Tr::kNTilesO / 2; ++np) {
-                    uint32_t b[4];  // columns 0-7 | 8-15 of the pair x slots 32 kk .. + 15 | + 16 .. + 31
-                    mma::ldmatrix_x4(b, vt_addr(np * 16, 2 * kk));
-                    const uint32_t b0[2] = {b[0], b[1]};
-                    const uint32_t b1[2] = {b[2], b[3]};
-                    mma::mma_e4m3_16832(acc_o[0][2 * np], p_frag[kk], b0);
-                    mma::mma_e4m3_16832(acc_o[0][2 * np + 1], p_frag[kk], b1);
-                }
+                for (int np = 0; np < Tr::kNTilesO / 2; ++np)  // columns 16 np .., key slots 32 kk ..
+                    qmma_pair(acc_o[0][2 * np], acc_o[0][2 * np + 1], p_frag[kk], vt_addr(np * 16, 2 * kk));
             }
         };
 

@@ -179,12 +179,6 @@ FMHA_DEVICE void gemm_pv(float (&o)[kNTilesO][4], const uint32_t (&p)[kKSlices][
     }
 }
 
-// FlashAttention-3's descale of (sequence b, KV head g) from one of Params::k_descale or
-// v_descale ([b * h_kv + g]; nullptr: 1).
-FMHA_DEVICE float descale(const float* d, const Params& p, int b, int g) {
-    return d != nullptr ? __ldg(d + int64_t(b) * p.h_kv + g) : 1.f;
-}
-
 }  // namespace kv8
 }  // namespace decode
 }  // namespace fmha

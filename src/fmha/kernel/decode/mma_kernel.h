@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "fmha/descale.h"
 #include "fmha/kernel/decode/merge.h"
 #include "fmha/kernel/decode/mma_tile.h"
 #include "fmha/kernel/decode/shape.h"
@@ -258,7 +259,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtas)
         __syncthreads();  // q_inv (and the Q tiles, which the loop's first barrier would order too)
 #pragma unroll
         for (int hs = 0; hs < H; ++hs) {
-            const float kd = hs < t.heads ? kv8::descale(p.k_descale, p, t.b, t.g0 + hs) : 1.f;
+            const float kd = hs < t.heads ? descale(p.k_descale, p, t.b, t.g0 + hs) : 1.f;
             row_scale[hs][0] = q_inv[hs * Tr::kRows + lane / 4] * kd;
             row_scale[hs][1] = q_inv[hs * Tr::kRows + lane / 4 + 8] * kd;
         }
@@ -334,7 +335,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtas)
     if constexpr (Tr::kKvE4m3) {  // v_descale of each head slot
 #pragma unroll
         for (int hs = 0; hs < H; ++hs) {
-            const float vd = hs < t.heads ? kv8::descale(p.v_descale, p, t.b, t.g0 + hs) : 1.f;
+            const float vd = hs < t.heads ? descale(p.v_descale, p, t.b, t.g0 + hs) : 1.f;
 #pragma unroll
             for (int nt = 0; nt < Tr::kNTilesO; ++nt) {
 #pragma unroll
