@@ -274,6 +274,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtas)
     const Element* bias_rows[H][2] = {};
     const uint32_t* mask_rows[2] = {nullptr, nullptr};
     row_bounds<Tr, kMask, kMod>(lo, limit, key_pos, alibi, bias_rows, mask_rows, p, shape, t, lane);
+    const MaskEdge edge = mask_edge<Tr>(lo, limit, t, lane);
     const int col0 = t.key_begin + warp * Tr::kWarpKeys + 2 * (lane % 4);  // this lane's first key, block 0
 
     float acc_o[H][Tr::kNTilesO][4];
@@ -327,7 +328,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtas)
         if constexpr (kMod == softmax::ScoreMod::kCustomMask) {
             softmax::apply_custom_mask(acc_s, [&](int, int h) { return mask_rows[h]; }, key0, t.kv_len);
         }
-        mask_keys<Tr, kMask>(acc_s, lo, limit, key0);
+        if (block_needs_mask<Tr, kMask>(edge, key0)) mask_keys<Tr, kMask>(acc_s, lo, limit, key0);
         softmax.template update<true, Tr::kSkipRescale>(acc_s, acc_o, scale_log2);
         pv_block<Tr>(acc_o, acc_s, ops, stage);
     }

@@ -3,6 +3,7 @@
 // S = Q K^T and O += P V per head slot. decode_mma_kernel (mma_kernel.h) runs them.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 
 #include "fmha/kernel/decode/kv_e4m3.h"
@@ -133,6 +134,31 @@ FMHA_DEVICE void mask_keys(float (&acc_s)[Tr::kHeads][Tr::kNTilesS][4], const in
             }
         }
     }
+}
+
+// Where this lane's rows start needing mask_keys: keys at or past `from` (their smallest
+// limit) or, local masks, before `below` (their largest start). Rows past the sequence's
+// (zero Q, never stored) are left out, so a block inside every real row's keys skips the mask.
+struct MaskEdge {
+    int from, below;
+};
+
+template <class Tr>
+FMHA_DEVICE MaskEdge mask_edge(const int (&lo)[2], const int (&limit)[2], const MmaTile& t, int lane) {
+    MaskEdge e{INT_MAX, INT_MIN};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        if (t.row0 + lane / 4 + 8 * h < t.rows) e.from = min_int(e.from, limit[h]), e.below = max_int(e.below, lo[h]);
+    }
+    return e;
+}
+
+// Whether any lane of the warp has a real row that masks one of its keys of this block (its
+// first key key0): the mask's compares and selects then run for the whole warp, else none.
+template <class Tr, mask::Kind kMask>
+FMHA_DEVICE bool block_needs_mask(const MaskEdge& e, int key0) {
+    const bool edge = key0 + 8 * (Tr::kNTilesS - 1) + 1 >= e.from || (kMask == mask::Kind::kLocal && key0 < e.below);
+    return __any_sync(0xffffffffu, edge);
 }
 
 // This warp's ldmatrix addresses of Q and of stage 0's K and V.
