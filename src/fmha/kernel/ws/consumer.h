@@ -32,7 +32,7 @@ struct Consumer {
     static constexpr int kSliceBytesK = 32;                  // one wgmma k step inside a 128-byte row
     static constexpr int kSliceBytesV = 16 * Tr::kRowBytes;  // 16 key rows (16-bit V, MN-major)
     static constexpr int kSlicesPerPanel = Tr::kRowBytes / kSliceBytesK;
-    static constexpr int kPanelBytesVt = Tr::kDimV * Tr::kRowBytes;  // e4m3 V^T: 128 key slots of every row
+    static constexpr int kPanelBytesVt = Tr::kDimO * Tr::kRowBytes;  // e4m3 V^T: 128 key slots of every row
 
     const Params& p;
     const Smem<Tr>& smem;
@@ -103,7 +103,7 @@ struct Consumer {
             if constexpr (Tr::kFp8) {
                 const uint32_t off_v =
                     st * Tr::kSmemVt + (kk / kSlicesPerPanel) * kPanelBytesVt + (kk % kSlicesPerPanel) * kSliceBytesK;
-                mma::wgmma_rs_e4m3<Tr::kDimV>(mma::flat(acc_o), p_frag[0][kk], desc_v + (off_v >> 4), true);
+                mma::wgmma_rs_e4m3<Tr::kDimO>(mma::flat(acc_o), p_frag[0][kk], desc_v + (off_v >> 4), true);
             } else {
                 const uint32_t off_v = st * Tr::kSmemV + kk * kSliceBytesV;
                 mma::wgmma_rs<Tr::kBf16, Tr::kDimV>(mma::flat(acc_o), p_frag[0][kk], desc_v + (off_v >> 4), true);

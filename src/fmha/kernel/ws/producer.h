@@ -116,7 +116,7 @@ FMHA_DEVICE void transpose_v(const Params& p, const Smem<Tr>& smem, const Schedu
             const uint32_t phase = (kv_iter / S) & 1;
             memory::mbar_wait(smem.v_full(st), phase);
             memory::mbar_wait(smem.vt_empty(st), phase ^ 1);
-            mma::transpose_v_e4m3<Tr::kBlockN, Tr::kDimV>(smem.v + st * Tr::kSmemV, smem.vt + st * Tr::kSmemVt, warp,
+            mma::transpose_v_e4m3<Tr::kBlockN, Tr::kDimO>(smem.v + st * Tr::kSmemV, smem.vt + st * Tr::kSmemVt, warp,
                                                           Tr::kTransposeWarps, lane);
             memory::fence_proxy_async_smem();  // V^T's generic writes before the wgmma reads them
             __syncwarp();

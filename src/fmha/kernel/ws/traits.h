@@ -72,7 +72,11 @@ struct Traits {
     static constexpr int kDimQK = Config::kDimQK;
     static constexpr int kDimV = Config::kDimV;
     static constexpr int kNTilesS = kBlockN / 8;                   // n8 tiles of S per thread row pair
-    static constexpr int kNTilesO = kDimV / 8;                     // n8 tiles of the P V accumulator
+    // Columns of O that P V computes: dv in whole panels of the 16-bit ring's V; e4m3 reads
+    // V^T, whose rows are columns of V: dv in whole 64-column panels of the bf16 O it stages
+    // (d = 64: 64, not the 128 of V's 128-byte panel, whose upper half is zero fill).
+    static constexpr int kDimO = kFp8 ? round_up(kHeadDimV, 64) : kDimV;
+    static constexpr int kNTilesO = kDimO / 8;                     // n8 tiles of the P V accumulator
     static constexpr int kNTilesOut = kHeadDimV / 8;               // ... of them stored (dv columns)
     static constexpr int kKSlicesQK = (kHeadDim + kMmaK - 1) / kMmaK;  // k steps of Q K^T
     static constexpr int kKSlicesPV = kBlockN / kMmaK;                 // k steps of P V
@@ -86,9 +90,9 @@ struct Traits {
     static constexpr int kSmemQ = kBlockM * kDimQK * kElemBytes;  // [kBlockM, d]
     static constexpr int kSmemK = kBlockN * kDimQK * kElemBytes;  // [kBlockN, d], one stage
     static constexpr int kSmemV = kBlockN * kDimV * kElemBytes;   // [kBlockN, dv], one stage
-    // e4m3: V^T [dv, kBlockN] K-major, one stage: rows of whole 128-byte panels of key slots
-    // (a 64-key block fills half of each row; the QGMMA reads its k32 steps from the start).
-    static constexpr int kSmemVt = kFp8 ? kDimV * kRowBytes * ((kBlockN + kRowBytes - 1) / kRowBytes) : 0;
+    // e4m3: V^T [kDimO, kBlockN] K-major, one stage: rows of whole 128-byte panels of key
+    // slots (a 64-key block fills half of each row; the QGMMA reads its k32 steps from the start).
+    static constexpr int kSmemVt = kFp8 ? kDimO * kRowBytes * ((kBlockN + kRowBytes - 1) / kRowBytes) : 0;
     // Q full/empty; K full/empty, V full/empty per stage; tile slot full/empty x 2; O free;
     // e4m3: V^T full/empty per stage.
     static constexpr int kNumBarriers = 2 + 4 * kStages + 4 + 1 + (kFp8 ? 2 * kStages : 0);
@@ -115,7 +119,7 @@ struct Traits {
     // kernel: kOInVFor). A slab with rows past its sequence's end is stored from registers (a
     // TMA store would write the next sequence's rows), and so are the three-consumer tiles'
     // (d <= 64): there the staging measured 1 % slower.
-    static constexpr int kSmemO = kBlockM * kDimV * 2;  // O is 16-bit (e4m3 inputs: bf16)
+    static constexpr int kSmemO = kBlockM * kDimO * 2;  // O is 16-bit (e4m3 inputs: bf16)
     static constexpr int kPanelBytesO = kWarpgroupRows * kRowBytes;  // one panel of a warpgroup's slab
     static constexpr bool kOBeside = kConsumerWarpgroups == 2 && kSmemMain + kSmemO <= kMaxSmemBytes;
     static constexpr bool kOInV = kConsumerWarpgroups == 2 && !kOBeside && kSmemO <= kStages * kSmemV && !kFp8;
