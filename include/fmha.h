@@ -117,9 +117,9 @@ typedef struct fmha_problem {
                    exp(scaled logits); -inf for a row that sees no key; NULL: not written */
 
     /* E4M3 (and kv_e4m3: k_descale, v_descale) only: dequantisation factors, device fp32
-     * [b][h_kv] each (FlashAttention-3's q/k/v_descale), NULL: 1. Q K^T is scaled by
-     * q_descale * k_descale (and `scale`), O by v_descale. E4M3 strides are multiples of 16
-     * elements. */
+     * [b][h_kv] each (FlashAttention-3's q/k/v_descale), NULL: 1; positive (the kernels fold
+     * them into the softmax's scale). Q K^T is scaled by q_descale * k_descale (and `scale`), O
+     * by v_descale. E4M3 strides are multiples of 16 elements. */
     const float* q_descale;
     const float* k_descale;
     const float* v_descale;

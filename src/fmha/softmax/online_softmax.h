@@ -18,6 +18,8 @@
 
 #include <math_constants.h>
 
+#include <type_traits>
+
 #include "fmha/softmax/exp2_row.h"
 #include "fmha/softmax/sinks.h"
 #include "fmha/softmax/stats.h"
@@ -81,9 +83,16 @@ struct OnlineSoftmax {
     // kWideLogits: logits may reach 2^24 in log2 units (softmax/exp2_row.h): every row's max
     // first, then the exp2s, with a rarely taken pre-pass between (0.6 % on the H200's flash
     // kernels, NOTES §38). Without it, each row's exp2s follow its max (the rows interleave).
-    template <bool kCheckInf, bool kSkipRescale, int kNTilesS, int kNTilesO, bool kWideLogits = false>
+    // scale_log2: one for every row, or one a row ([kMmaM][2]: the e4m3-cache decode's row
+    // dequantisation folded in); positive either way.
+    FMHA_DEVICE static float row_scale(float scale_log2, int, int) { return scale_log2; }
+    FMHA_DEVICE static float row_scale(const float (&scale_log2)[kMmaM][2], int mi, int h) { return scale_log2[mi][h]; }
+
+    template <bool kCheckInf, bool kSkipRescale, int kNTilesS, int kNTilesO, bool kWideLogits = false,
+              class Scale = float>
     FMHA_DEVICE void update(float (&s)[kMmaM][kNTilesS][4], float (&o)[kMmaM][kNTilesO][4],
-                            float scale_log2) {
+                            const Scale& scale_log2) {
+        static_assert(!kWideLogits || std::is_same<Scale, float>::value, "kWideLogits: one scale for every row");
         float alpha[kMmaM][2];       // per row: exp2(scale * (m_old - m_new)), 1 when the max held
         float max_scaled[kMmaM][2];  // per row: the M its P subtracts (0 for a row without keys)
         bool grew = false, huge = false;
@@ -96,8 +105,8 @@ struct OnlineSoftmax {
                 for (int ni = 0; ni < kNTilesS; ++ni) {
                     mx = fmaxf(mx, fmaxf(s[mi][ni][2 * h], s[mi][ni][2 * h + 1]));
                 }
-                // scale_log2 > 0, so ceil(scale_log2 * max) == max of the ceilings.
-                mx = fmaxf(row_max[mi][h], ceilf(quad_max(mx) * scale_log2));
+                // The scale is > 0, so ceil(scale * max) == max of the ceilings.
+                mx = fmaxf(row_max[mi][h], ceilf(quad_max(mx) * row_scale(scale_log2, mi, h)));
                 max_scaled[mi][h] = (kCheckInf && mx == -CUDART_INF_F) ? 0.f : mx;
                 // exp2(-inf) == 0: the first block (row_max == -inf) rescales nothing.
                 const bool row_grew = mx != row_max[mi][h];
@@ -106,7 +115,7 @@ struct OnlineSoftmax {
                 huge |= is_huge(max_scaled[mi][h]);
                 row_max[mi][h] = mx;
                 if constexpr (!kWideLogits) {
-                    exp_row(s[mi], h, scale_log2, max_scaled[mi][h], alpha[mi][h], row_sum[mi][h]);
+                    exp_row(s[mi], h, row_scale(scale_log2, mi, h), max_scaled[mi][h], alpha[mi][h], row_sum[mi][h]);
                 }
             }
         }

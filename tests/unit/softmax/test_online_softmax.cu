@@ -30,10 +30,12 @@ __device__ int frag_col(int lane, int ni, int e) { return ni * 8 + 2 * (lane % 4
 
 // scores [blocks][kRows][kKeys], v [blocks * kKeys][kCols]. Per block b: p_out[b] the
 // probabilities update left in s, m_out[b] / alpha_out[b] each row's running max and rescale
-// factor. Then inv_out = finalize()'s factor and o_out = O * inv.
+// factor. Then inv_out = finalize()'s factor and o_out = O * inv. row_scales [kRows] (nullptr:
+// none): update takes one scale a row, scale_log2 * row_scales[r].
 template <bool kCheckInf, bool kSkipRescale>
 __global__ void softmax_kernel(const float* scores, const float* v, int blocks, float scale_log2, float out_scale,
-                               float* p_out, float* m_out, float* alpha_out, float* inv_out, float* o_out) {
+                               const float* row_scales, float* p_out, float* m_out, float* alpha_out, float* inv_out,
+                               float* o_out) {
     __shared__ float p_smem[kRows][kKeys];
     const int lane = threadIdx.x;
     fmha::softmax::OnlineSoftmax<kMmaM> softmax;
@@ -50,7 +52,14 @@ __global__ void softmax_kernel(const float* scores, const float* v, int blocks, 
         for (int mi = 0; mi < kMmaM; ++mi)
             for (int e = 0; e < 4; ++e) o[mi][kProbe][e] = 1.f;
 
-        softmax.template update<kCheckInf, kSkipRescale>(s, o, scale_log2);
+        if (row_scales != nullptr) {
+            float scale[kMmaM][2];
+            for (int mi = 0; mi < kMmaM; ++mi)
+                for (int h = 0; h < 2; ++h) scale[mi][h] = scale_log2 * row_scales[frag_row(lane, mi, h)];
+            softmax.template update<kCheckInf, kSkipRescale>(s, o, scale);
+        } else {
+            softmax.template update<kCheckInf, kSkipRescale>(s, o, scale_log2);
+        }
 
         for (int mi = 0; mi < kMmaM; ++mi) {
             for (int h = 0; h < 2; ++h) {
@@ -104,6 +113,7 @@ struct Problem {
     float scale_log2, out_scale;
     std::vector<float> scores;  // [blocks][kRows][kKeys]
     std::vector<float> v;       // [blocks * kKeys][kCols]
+    std::vector<float> row_scales = {};  // [kRows], or empty: one scale for every row
 };
 
 struct Result {
@@ -112,14 +122,16 @@ struct Result {
 };
 
 template <bool kCheckInf, bool kSkip>
-void launch(const Problem& pr, float* const* d_out, const float* d_scores, const float* d_v) {
-    softmax_kernel<kCheckInf, kSkip><<<1, 32>>>(d_scores, d_v, pr.blocks, pr.scale_log2, pr.out_scale, d_out[0],
-                                                d_out[1], d_out[2], d_out[3], d_out[4]);
+void launch(const Problem& pr, float* const* d_out, const float* d_scores, const float* d_v, const float* d_rows) {
+    softmax_kernel<kCheckInf, kSkip><<<1, 32>>>(d_scores, d_v, pr.blocks, pr.scale_log2, pr.out_scale, d_rows,
+                                                d_out[0], d_out[1], d_out[2], d_out[3], d_out[4]);
 }
 
 void run(const Variant& variant, const Problem& pr, Result* res) {
-    unit::DeviceBuffer<float> scores, v, p, m, alpha, inv, o;
+    unit::DeviceBuffer<float> scores, v, rows, p, m, alpha, inv, o;
     CUDA_ASSERT(scores.upload(pr.scores));
+    if (!pr.row_scales.empty()) CUDA_ASSERT(rows.upload(pr.row_scales));
+    const float* d_rows = pr.row_scales.empty() ? nullptr : rows.get();
     CUDA_ASSERT(v.upload(pr.v));
     CUDA_ASSERT(p.alloc(pr.scores.size()));
     CUDA_ASSERT(m.alloc(pr.blocks * kRows));
@@ -128,11 +140,11 @@ void run(const Variant& variant, const Problem& pr, Result* res) {
     CUDA_ASSERT(o.alloc(kRows * kCols));
     float* const outs[] = {p.get(), m.get(), alpha.get(), inv.get(), o.get()};
     if (variant.check_inf) {
-        variant.skip_rescale ? launch<true, true>(pr, outs, scores.get(), v.get())
-                             : launch<true, false>(pr, outs, scores.get(), v.get());
+        variant.skip_rescale ? launch<true, true>(pr, outs, scores.get(), v.get(), d_rows)
+                             : launch<true, false>(pr, outs, scores.get(), v.get(), d_rows);
     } else {
-        variant.skip_rescale ? launch<false, true>(pr, outs, scores.get(), v.get())
-                             : launch<false, false>(pr, outs, scores.get(), v.get());
+        variant.skip_rescale ? launch<false, true>(pr, outs, scores.get(), v.get(), d_rows)
+                             : launch<false, false>(pr, outs, scores.get(), v.get(), d_rows);
     }
     CUDA_ASSERT_LAUNCH();
     CUDA_ASSERT(p.download(&res->p));
@@ -320,6 +332,33 @@ TEST_F(OnlineSoftmax, RescaleSkipIsInvisibleInTheResult) {
     EXPECT_LT(skip.alpha[2 * kRows + 5], 1.f) << "row 5's max grew in block 2";
     for (size_t i = 0; i < skip.o.size(); ++i) ASSERT_EQ(skip.o[i], always.o[i]) << "O element " << i;
     expect_matches_reference(pr, skip);
+}
+
+// One scale a row (the e4m3-cache decode folds each row's dequantisation into it): with
+// power-of-two row scales, the same bits as scaling each row's scores first, masked keys too.
+TEST_F(OnlineSoftmax, AScaleARowIsTheRowsScoresScaled) {
+    Problem folded = drifting_problem(3, 41);
+    folded.row_scales.resize(kRows);
+    for (int r = 0; r < kRows; ++r) folded.row_scales[r] = std::ldexp(1.f, r % 5 - 2);
+    score(folded, 0, 3, 2) = -kInf;
+    for (int k = 0; k < kKeys; ++k) score(folded, 0, 6, k) = -kInf;  // row 6: no key in block 0
+    Problem scaled = folded;
+    scaled.row_scales.clear();
+    for (int b = 0; b < scaled.blocks; ++b)
+        for (int r = 0; r < kRows; ++r)
+            for (int k = 0; k < kKeys; ++k) score(scaled, b, r, k) *= folded.row_scales[r];
+    for (bool skip : {false, true}) {
+        SCOPED_TRACE(skip ? "skip_rescale" : "always rescale");
+        Result a, b;
+        ASSERT_NO_FATAL_FAILURE(run(Variant{"", true, skip}, folded, &a));
+        ASSERT_NO_FATAL_FAILURE(run(Variant{"", true, skip}, scaled, &b));
+        for (size_t i = 0; i < a.p.size(); ++i) ASSERT_EQ(a.p[i], b.p[i]) << "P element " << i;
+        for (size_t i = 0; i < a.m.size(); ++i) ASSERT_EQ(a.m[i], b.m[i]) << "running max " << i;
+        for (size_t i = 0; i < a.alpha.size(); ++i) ASSERT_EQ(a.alpha[i], b.alpha[i]) << "rescale factor " << i;
+        for (size_t i = 0; i < a.inv.size(); ++i) ASSERT_EQ(a.inv[i], b.inv[i]) << "out_scale / l, row " << i;
+        for (size_t i = 0; i < a.o.size(); ++i) ASSERT_EQ(a.o[i], b.o[i]) << "O element " << i;
+        expect_matches_reference(scaled, a);
+    }
 }
 
 }  // namespace

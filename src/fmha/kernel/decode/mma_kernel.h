@@ -289,6 +289,17 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtas)
     softmax::OnlineSoftmax<H> softmax;
     softmax.init();
     const float scale_log2 = p.scale_bmm1 * kLog2e;
+    // e4m3 K without a score modifier: each row's scale goes into its softmax scale (one FMUL
+    // a score less; the modifiers take raw scores, so with one S is scaled first).
+    constexpr bool kFoldRowScale = Tr::kKvE4m3 && kMod == softmax::ScoreMod::kNone;
+    [[maybe_unused]] float row_scale_log2[H][2];
+    if constexpr (kFoldRowScale) {
+#pragma unroll
+        for (int hs = 0; hs < H; ++hs) {
+            row_scale_log2[hs][0] = scale_log2 * row_scale[hs][0];
+            row_scale_log2[hs][1] = scale_log2 * row_scale[hs][1];
+        }
+    }
 
     for (int j = 0; j < n_blocks; ++j) {
         memory::cp_async_wait<Tr::kStages - 2>();
@@ -298,7 +309,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtas)
         const uint32_t stage = static_cast<uint32_t>(j % Tr::kStages);
         float acc_s[H][Tr::kNTilesS][4];
         qk_block<Tr>(acc_s, ops, stage);
-        if constexpr (Tr::kKvE4m3) {
+        if constexpr (Tr::kKvE4m3 && !kFoldRowScale) {
 #pragma unroll
             for (int hs = 0; hs < H; ++hs) {
 #pragma unroll
@@ -329,7 +340,8 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtas)
             softmax::apply_custom_mask(acc_s, [&](int, int h) { return mask_rows[h]; }, key0, t.kv_len);
         }
         if (block_needs_mask<Tr, kMask>(edge, key0)) mask_keys<Tr, kMask>(acc_s, lo, limit, key0);
-        softmax.template update<true, Tr::kSkipRescale>(acc_s, acc_o, scale_log2);
+        if constexpr (kFoldRowScale) softmax.template update<true, Tr::kSkipRescale>(acc_s, acc_o, row_scale_log2);
+        else softmax.template update<true, Tr::kSkipRescale>(acc_s, acc_o, scale_log2);
         pv_block<Tr>(acc_o, acc_s, ops, stage);
     }
 
