@@ -27,9 +27,11 @@ from bench.suites import Problem  # noqa: E402
 from tests.gpu import driver  # noqa: E402  (fmha.exe's output parser)
 
 HEADS, KV_HEADS = 32, 8
-# (d, b, s_kv): the bar's region (b >= 8, s_kv >= 16k) at d = 128, then d = 64 and 256.
-PROBLEMS = ([(128, b, s) for b in (8, 16, 64) for s in (16384, 32768, 65536)]
-            + [(64, 16, 32768), (256, 16, 32768), (128, 1, 65536), (128, 8, 4096)])
+# (d, b, s_kv): the bar's region (b >= 8, s_kv >= 16k) at d = 64 and 128 whole, at d = 32 and
+# 256 its corners; then two problems outside it (one sequence, a short cache).
+PROBLEMS = ([(d, b, s) for d in (64, 128) for b in (8, 16, 64) for s in (16384, 32768, 65536)]
+            + [(d, b, s) for d in (32, 256) for b in (8, 16) for s in (16384, 65536)]
+            + [(128, 1, 65536), (128, 8, 4096)])
 RUNS, WARM_UP = 20, 10
 
 
