@@ -88,11 +88,14 @@ struct OnlineSoftmax {
     FMHA_DEVICE static float row_scale(float scale_log2, int, int) { return scale_log2; }
     FMHA_DEVICE static float row_scale(const float (&scale_log2)[kMmaM][2], int mi, int h) { return scale_log2[mi][h]; }
 
+    // kHalves 1: the rows g + 8 of every m-tile are padding (a decode tile of at most 8 query
+    // rows): their P is 0 and nothing else of them is computed (their max stays -inf, their sum 0).
     template <bool kCheckInf, bool kSkipRescale, int kNTilesS, int kNTilesO, bool kWideLogits = false,
-              class Scale = float>
+              int kHalves = 2, class Scale = float>
     FMHA_DEVICE void update(float (&s)[kMmaM][kNTilesS][4], float (&o)[kMmaM][kNTilesO][4],
                             const Scale& scale_log2) {
         static_assert(!kWideLogits || std::is_same<Scale, float>::value, "kWideLogits: one scale for every row");
+        static_assert(kHalves == 2 || (kHalves == 1 && !kWideLogits), "kHalves: 2, or 1 without kWideLogits");
         float alpha[kMmaM][2];       // per row: exp2(scale * (m_old - m_new)), 1 when the max held
         float max_scaled[kMmaM][2];  // per row: the M its P subtracts (0 for a row without keys)
         bool grew = false, huge = false;
@@ -100,6 +103,12 @@ struct OnlineSoftmax {
         for (int mi = 0; mi < kMmaM; ++mi) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
+                if (h >= kHalves) {
+                    alpha[mi][h] = 1.f;
+#pragma unroll
+                    for (int ni = 0; ni < kNTilesS; ++ni) s[mi][ni][2 * h] = s[mi][ni][2 * h + 1] = 0.f;
+                    continue;
+                }
                 float mx = -CUDART_INF_F;
 #pragma unroll
                 for (int ni = 0; ni < kNTilesS; ++ni) {

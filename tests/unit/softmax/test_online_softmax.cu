@@ -32,7 +32,7 @@ __device__ int frag_col(int lane, int ni, int e) { return ni * 8 + 2 * (lane % 4
 // probabilities update left in s, m_out[b] / alpha_out[b] each row's running max and rescale
 // factor. Then inv_out = finalize()'s factor and o_out = O * inv. row_scales [kRows] (nullptr:
 // none): update takes one scale a row, scale_log2 * row_scales[r].
-template <bool kCheckInf, bool kSkipRescale>
+template <bool kCheckInf, bool kSkipRescale, int kHalves>
 __global__ void softmax_kernel(const float* scores, const float* v, int blocks, float scale_log2, float out_scale,
                                const float* row_scales, float* p_out, float* m_out, float* alpha_out, float* inv_out,
                                float* o_out) {
@@ -56,9 +56,9 @@ __global__ void softmax_kernel(const float* scores, const float* v, int blocks, 
             float scale[kMmaM][2];
             for (int mi = 0; mi < kMmaM; ++mi)
                 for (int h = 0; h < 2; ++h) scale[mi][h] = scale_log2 * row_scales[frag_row(lane, mi, h)];
-            softmax.template update<kCheckInf, kSkipRescale>(s, o, scale);
+            softmax.template update<kCheckInf, kSkipRescale, kNTilesS, kNTilesV + 1, false, kHalves>(s, o, scale);
         } else {
-            softmax.template update<kCheckInf, kSkipRescale>(s, o, scale_log2);
+            softmax.template update<kCheckInf, kSkipRescale, kNTilesS, kNTilesV + 1, false, kHalves>(s, o, scale_log2);
         }
 
         for (int mi = 0; mi < kMmaM; ++mi) {
@@ -104,6 +104,7 @@ __global__ void softmax_kernel(const float* scores, const float* v, int blocks, 
 struct Variant {
     const char* name;
     bool check_inf, skip_rescale;
+    int halves = 2;  // update's kHalves (1: with kCheckInf only)
 };
 
 void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
@@ -121,9 +122,9 @@ struct Result {
     std::vector<float> inv, o;       // [kRows], [kRows][kCols]
 };
 
-template <bool kCheckInf, bool kSkip>
+template <bool kCheckInf, bool kSkip, int kHalves = 2>
 void launch(const Problem& pr, float* const* d_out, const float* d_scores, const float* d_v, const float* d_rows) {
-    softmax_kernel<kCheckInf, kSkip><<<1, 32>>>(d_scores, d_v, pr.blocks, pr.scale_log2, pr.out_scale, d_rows,
+    softmax_kernel<kCheckInf, kSkip, kHalves><<<1, 32>>>(d_scores, d_v, pr.blocks, pr.scale_log2, pr.out_scale, d_rows,
                                                 d_out[0], d_out[1], d_out[2], d_out[3], d_out[4]);
 }
 
@@ -139,7 +140,10 @@ void run(const Variant& variant, const Problem& pr, Result* res) {
     CUDA_ASSERT(inv.alloc(kRows));
     CUDA_ASSERT(o.alloc(kRows * kCols));
     float* const outs[] = {p.get(), m.get(), alpha.get(), inv.get(), o.get()};
-    if (variant.check_inf) {
+    if (variant.halves == 1) {
+        variant.skip_rescale ? launch<true, true, 1>(pr, outs, scores.get(), v.get(), d_rows)
+                             : launch<true, false, 1>(pr, outs, scores.get(), v.get(), d_rows);
+    } else if (variant.check_inf) {
         variant.skip_rescale ? launch<true, true>(pr, outs, scores.get(), v.get(), d_rows)
                              : launch<true, false>(pr, outs, scores.get(), v.get(), d_rows);
     } else {
@@ -358,6 +362,38 @@ TEST_F(OnlineSoftmax, AScaleARowIsTheRowsScoresScaled) {
         for (size_t i = 0; i < a.inv.size(); ++i) ASSERT_EQ(a.inv[i], b.inv[i]) << "out_scale / l, row " << i;
         for (size_t i = 0; i < a.o.size(); ++i) ASSERT_EQ(a.o[i], b.o[i]) << "O element " << i;
         expect_matches_reference(scaled, a);
+    }
+}
+
+// kHalves 1 (a decode tile of at most 8 query rows): rows g of every m-tile come out as with
+// both halves, bit for bit; rows g + 8 have P = 0, M = -inf, alpha = 1 and O = 0.
+TEST_F(OnlineSoftmax, OneHalfLeavesEachMTilesRowsFrom8Out) {
+    Problem pr = drifting_problem(3, 51);
+    for (bool skip : {false, true}) {
+        SCOPED_TRACE(skip ? "skip_rescale" : "always rescale");
+        Result both, one;
+        ASSERT_NO_FATAL_FAILURE(run(Variant{"", true, skip}, pr, &both));
+        ASSERT_NO_FATAL_FAILURE(run(Variant{"", true, skip, 1}, pr, &one));
+        for (int b = 0; b < pr.blocks; ++b) {
+            for (int r = 0; r < kRows; ++r) {
+                const int i = b * kRows + r;
+                if (r % 16 < 8) {
+                    ASSERT_EQ(one.m[i], both.m[i]) << "running max, block " << b << " row " << r;
+                    ASSERT_EQ(one.alpha[i], both.alpha[i]) << "rescale factor, block " << b << " row " << r;
+                    for (int k = 0; k < kKeys; ++k) ASSERT_EQ(one.p[i * kKeys + k], both.p[i * kKeys + k]);
+                } else {
+                    ASSERT_EQ(one.m[i], -kInf) << "block " << b << " row " << r;
+                    ASSERT_EQ(one.alpha[i], 1.f) << "block " << b << " row " << r;
+                    for (int k = 0; k < kKeys; ++k) ASSERT_EQ(one.p[i * kKeys + k], 0.f);
+                }
+            }
+        }
+        for (int r = 0; r < kRows; ++r) {
+            for (int c = 0; c < kCols; ++c) {
+                const float want = r % 16 < 8 ? both.o[r * kCols + c] : 0.f;
+                ASSERT_EQ(one.o[r * kCols + c], want) << "O, row " << r << " column " << c;
+            }
+        }
     }
 }
 

@@ -39,13 +39,18 @@ const MmaSetup& mma_setup() {
         const void* padding = mma_fn<Tr, mask::Kind::kPadding, softmax::ScoreMod::kNone>();
         s.sm90 = kernel::compiled_for_sm90(padding);
         const bool clusters = Tr::kFusedMerge && s.sm90;
-        kernel::for_each_variant([&](auto kind, auto mod) {
-            const void* fn = mma_fn<Tr, decltype(kind)::value, decltype(mod)::value>();
+        const auto set_up = [&](const void* fn) {
             if (s.err == cudaSuccess && Tr::kSoloSmemBytes > 48 * 1024)
                 s.err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::kSoloSmemBytes);
             if (s.err == cudaSuccess)
                 s.err = cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
                                              cudaSharedmemCarveoutMaxShared);
+        };
+        kernel::for_each_variant([&](auto kind, auto mod) {
+            constexpr mask::Kind kKind = decltype(kind)::value;
+            constexpr softmax::ScoreMod kMod = decltype(mod)::value;
+            set_up(mma_fn<Tr, kKind, kMod>());
+            if constexpr (Tr::kKvE4m3) set_up(reinterpret_cast<const void*>(&decode_mma_kernel<Tr, kKind, kMod, true>));
         });
         if (s.err == cudaSuccess)
             s.err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&s.ctas_per_sm, padding, Tr::kThreads, Tr::kSoloSmemBytes);
@@ -217,16 +222,21 @@ cudaError_t launch_tile(const Params& p, cudaStream_t stream) {
             [&](auto kind, auto mod) {
                 constexpr mask::Kind kKind = decltype(kind)::value;
                 constexpr softmax::ScoreMod kMod = decltype(mod)::value;
-                if (plan.clustered) {
-                    return kernel::launch_clusters(&decode_mma_kernel<Tr, kKind, kMod>, blocks, Tr::kThreads, smem,
-                                                   splits, stream, p, splits);
+                const auto run = [&](auto half) {
+                    constexpr auto fn = &decode_mma_kernel<Tr, kKind, kMod, decltype(half)::value>;
+                    if (plan.clustered) {
+                        return kernel::launch_clusters(fn, blocks, Tr::kThreads, smem, splits, stream, p, splits);
+                    }
+                    if (plan.dependent) {
+                        return kernel::launch_dependent(fn, blocks, Tr::kThreads, smem, stream, p, splits);
+                    }
+                    fn<<<blocks, Tr::kThreads, smem, stream>>>(p, splits);
+                    return cudaSuccess;
+                };
+                if constexpr (Tr::kKvE4m3) {
+                    if (half_rows<Tr>(p)) return run(std::true_type{});
                 }
-                if (plan.dependent) {
-                    return kernel::launch_dependent(&decode_mma_kernel<Tr, kKind, kMod>, blocks, Tr::kThreads, smem,
-                                                    stream, p, splits);
-                }
-                decode_mma_kernel<Tr, kKind, kMod><<<blocks, Tr::kThreads, smem, stream>>>(p, splits);
-                return cudaSuccess;
+                return run(std::false_type{});
             },
             cudaSuccess);
         if (e != cudaSuccess) return e;

@@ -192,7 +192,9 @@ FMHA_DEVICE void merge_last_split(const Params& p, const Shape& shape, const Mma
     }
 }
 
-template <class Tr, mask::Kind kMask, softmax::ScoreMod kMod = softmax::ScoreMod::kNone>
+// kHalf: every tile has at most 8 query rows (rows_fit_half), so each lane's second row (g + 8)
+// is padding and its softmax is skipped.
+template <class Tr, mask::Kind kMask, softmax::ScoreMod kMod = softmax::ScoreMod::kNone, bool kHalf = false>
 __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtas)
     decode_mma_kernel(const __grid_constant__ Params p, int splits) {
     using Element = typename Tr::Element;
@@ -339,9 +341,15 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtas)
         if constexpr (kMod == softmax::ScoreMod::kCustomMask) {
             softmax::apply_custom_mask(acc_s, [&](int, int h) { return mask_rows[h]; }, key0, t.kv_len);
         }
-        if (block_needs_mask<Tr, kMask>(edge, key0)) mask_keys<Tr, kMask>(acc_s, lo, limit, key0);
-        if constexpr (kFoldRowScale) softmax.template update<true, Tr::kSkipRescale>(acc_s, acc_o, row_scale_log2);
-        else softmax.template update<true, Tr::kSkipRescale>(acc_s, acc_o, scale_log2);
+        constexpr int kHalves = kHalf ? 1 : 2;
+        if (block_needs_mask<Tr, kMask>(edge, key0)) mask_keys<Tr, kMask, kHalves>(acc_s, lo, limit, key0);
+        if constexpr (kFoldRowScale) {
+            softmax.template update<true, Tr::kSkipRescale, Tr::kNTilesS, Tr::kNTilesO, false, kHalves>(acc_s, acc_o,
+                                                                                                      row_scale_log2);
+        } else {
+            softmax.template update<true, Tr::kSkipRescale, Tr::kNTilesS, Tr::kNTilesO, false, kHalves>(acc_s, acc_o,
+                                                                                                      scale_log2);
+        }
         pv_block<Tr>(acc_o, acc_s, ops, stage);
     }
 

@@ -117,11 +117,11 @@ FMHA_DEVICE void row_bounds(int (&lo)[2], int (&limit)[2], int (&key_pos)[2], fl
 
 // -inf for the keys outside [lo[h], limit[h]) of this lane's rows (row_bounds), on one
 // block's S (this lane's first key key0).
-template <class Tr, mask::Kind kMask>
+template <class Tr, mask::Kind kMask, int kHalves = 2>
 FMHA_DEVICE void mask_keys(float (&acc_s)[Tr::kHeads][Tr::kNTilesS][4], const int (&lo)[2], const int (&limit)[2],
                            int key0) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
+    for (int h = 0; h < kHalves; ++h) {
 #pragma unroll
         for (int ni = 0; ni < Tr::kNTilesS; ++ni) {
 #pragma unroll

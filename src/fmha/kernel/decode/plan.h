@@ -94,6 +94,15 @@ inline bool quad_fits(const Params& p, int num_sms, int one_head_ctas_per_sm, in
            4 * units <= kMmaQuadMaxFillQuarters * slots && mask::key_span_max(p) <= kMmaQuadMaxKeys;
 }
 
+// Mma path: whether every tile's packed query rows (a KV head's query heads times s_q) fit the
+// first 8 rows of its m-tile, so each lane's second row (g + 8) is padding and the kernel
+// skips its softmax (decode_mma_kernel's kHalf). The e4m3-cache tiles only: their softmax
+// bounds them (bench/NOTES.md §83).
+template <class Tr>
+inline bool half_rows(const Params& p) {
+    return Tr::kKvE4m3 && int64_t(p.h / p.h_kv) * p.s_q_max <= Tr::kRows / 2;
+}
+
 // The mma path's per-process setup, once per instantiation (launch.h's mma_setup): shared
 // memory beyond 48 KB for the mask x score modifier variants and the resident CTAs per SM that
 // choose_splits_mma fills (at kSoloSmemBytes).
