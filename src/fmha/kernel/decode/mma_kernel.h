@@ -192,7 +192,7 @@ FMHA_DEVICE void merge_last_split(const Params& p, const Shape& shape, const Mma
     }
 }
 
-// kHalf: every tile has at most 8 query rows (rows_fit_half), so each lane's second row (g + 8)
+// kHalf: every tile has at most 8 query rows (half_rows, plan.h), so each lane's second row (g + 8)
 // is padding and its softmax is skipped.
 template <class Tr, mask::Kind kMask, softmax::ScoreMod kMod = softmax::ScoreMod::kNone, bool kHalf = false>
 __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtas)
