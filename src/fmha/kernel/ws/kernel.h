@@ -6,6 +6,7 @@
 // register numbers) moved ptxas' schedule and cost d = 64 2.5 % (bench/NOTES.md §39, §40).
 #pragma once
 
+#include "fmha/descale.h"
 #include "fmha/dropout.h"
 #include "fmha/epilogue/store_o_sm90.h"
 #include "fmha/kernel/ws/consumer.h"
@@ -75,10 +76,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         // they did before, and compile to the same SASS.)
         float fp8_qk = 1.f, fp8_v = 1.f;
         if constexpr (Tr::kFp8) {
-            const int64_t at = int64_t(w.batch) * p.h_kv + w.kv_head;
-            fp8_qk = (p.q_descale != nullptr ? p.q_descale[at] : 1.f) *
-                     (p.k_descale != nullptr ? p.k_descale[at] : 1.f);
-            fp8_v = p.v_descale != nullptr ? p.v_descale[at] : 1.f;
+            fp8_qk = descale(p.q_descale, p, w.batch, w.kv_head) * descale(p.k_descale, p, w.batch, w.kv_head);
+            fp8_v = descale(p.v_descale, p, w.batch, w.kv_head);
         }
 
         // ALiBi: the tile's head's slope in raw-score units (the softmax scales by scale_bmm1).
