@@ -36,6 +36,7 @@
 #include "fmha/dropout.h"
 #include "fmha/epilogue/store_o.h"
 #include "fmha/kernel/launch_checks.h"
+#include "fmha/kernel/row_tile.h"
 #include "fmha/mask/mask.h"
 #include "fmha/memory/gmem_tile.h"
 #include "fmha/memory/smem_layout.h"
@@ -120,26 +121,19 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
     const int tid = threadIdx.x;
     const int lane = tid % kWarpSize;
     const int warp = tid / kWarpSize;
-    const sched::Tile tile = sched::static_tile<kMask == mask::Kind::kCausal>();
+    kernel::RowTile t = kernel::row_tile<Tr::kBlockM, kMask == mask::Kind::kCausal>(p);
+    if (t.m0 >= t.q_len) return;
+    t.locate<Tr::kBlockM>(p);
 
-    const int q_len = seq_q_len(p, tile.batch);
-    const int m0 = tile.m_block * Tr::kBlockM;
-    if (m0 >= q_len) return;
-    const int kv_len = seq_kv_len(p, tile.batch);
-    const int q_off = seq_q_offset(p, tile.batch);
-    const int kv_head = tile.head / (p.h / p.h_kv);
-    const int q_rows = min_int(q_len - m0, Tr::kBlockM);
-
-    const Element* q = static_cast<const Element*>(p.q) + static_cast<int64_t>(q_off + m0) * p.q_row_stride +
-                       static_cast<int64_t>(tile.head) * p.q_head_stride;
-    const auto k_rows = memory::key_rows<Element>(p, tile.batch, kv_head);
-    const auto v_rows = memory::value_rows<Element>(p, tile.batch, kv_head);
-    Element* o = static_cast<Element*>(p.o) + static_cast<int64_t>(q_off + m0) * p.o_row_stride +
-                 static_cast<int64_t>(tile.head) * p.o_head_stride;
+    const Element* q = t.q<Element>(p);
+    const auto k_rows = memory::key_rows<Element>(p, t.tile.batch, t.kv_head);
+    const auto v_rows = memory::value_rows<Element>(p, t.tile.batch, t.kv_head);
+    Element* o = static_cast<Element*>(p.o) + static_cast<int64_t>(t.q_off + t.m0) * p.o_row_stride +
+                 static_cast<int64_t>(t.tile.head) * p.o_head_stride;
 
     // Key blocks some row of this tile sees, and those every row sees whole (no mask).
-    const auto rows = mask::Rows<kMask>::make(p, q_len, kv_len);
-    const mask::Blocks blk = mask::blocks(rows, m0, m0 + q_rows - 1, Tr::kBlockN);
+    const auto rows = mask::Rows<kMask>::make(p, t.q_len, t.kv_len);
+    const mask::Blocks blk = mask::blocks(rows, t.m0, t.m0 + t.q_rows - 1, Tr::kBlockN);
 
     const uint32_t smem_q = smem_u32(smem);
     const uint32_t smem_k = smem_q + Tr::kSmemQ;                  // kStages x [kBlockN, d]
@@ -167,24 +161,24 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
         const float scale_log2 = p.scale_bmm1 * kLog2e;
         // A custom mask may hide any key: every block takes the masked path of the softmax.
         constexpr bool kHidesKeys = softmax::hides_keys(kMod);
-        const int row0 = m0 + warp * Tr::kWarpRows + lane / 4;  // this lane's first query row
+        const int row0 = t.m0 + warp * Tr::kWarpRows + lane / 4;  // this lane's first query row
         const int col0 = 2 * (lane % 4);                        // this lane's first key in an n-tile
         // ALiBi: the head's slope in raw-score units (the softmax scales by scale_bmm1 later).
         const float alibi_slope =
-            kMod == softmax::ScoreMod::kAlibi ? __fdividef(p.alibi_slopes[tile.head], p.scale_bmm1) : 0.f;
+            kMod == softmax::ScoreMod::kAlibi ? __fdividef(p.alibi_slopes[t.tile.head], p.scale_bmm1) : 0.f;
         // Key block nb's rows; only the top block can hold the key tail (zero-filled), and
         // the blocks below it are whole (a local mask's first block starts at key >= 0).
         const auto load_k = [&](uint32_t dst, int nb, auto check_rows) {
             const int n0 = nb * Tr::kBlockN;
-            Tr::LoaderK::template load_keys<decltype(check_rows)::value, memory::PagedCopies::kCall>(dst, p, k_rows, n0, kv_len - n0, tid);
+            Tr::LoaderK::template load_keys<decltype(check_rows)::value, memory::PagedCopies::kCall>(dst, p, k_rows, n0, t.kv_len - n0, tid);
         };
         const auto load_v = [&](uint32_t dst, int nb, auto check_rows) {
             const int n0 = nb * Tr::kBlockN;
-            Tr::LoaderV::template load_keys<decltype(check_rows)::value, memory::PagedCopies::kCall>(dst, p, v_rows, n0, kv_len - n0, tid);
+            Tr::LoaderV::template load_keys<decltype(check_rows)::value, memory::PagedCopies::kCall>(dst, p, v_rows, n0, t.kv_len - n0, tid);
         };
         const int top = blk.end - 1;
 
-        Tr::LoaderQ::template load<true>(smem_q, q, p.q_row_stride, q_rows, tid);
+        Tr::LoaderQ::template load<true>(smem_q, q, p.q_row_stride, t.q_rows, tid);
         load_k(smem_k, top, std::true_type{});
         if constexpr (Tr::kStages == 2) load_v(smem_v, top, std::true_type{});
         memory::cp_async_commit();
@@ -214,18 +208,18 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
                     acc_s,
                     [&](int mi, int h) {
                         const int r = row0 + 16 * mi + 8 * h;
-                        return r < q_len ? softmax::bias_row<Element>(p, tile.batch, tile.head, r) : nullptr;
+                        return r < t.q_len ? softmax::bias_row<Element>(p, t.tile.batch, t.tile.head, r) : nullptr;
                     },
-                    nb * Tr::kBlockN + col0, kv_len, __frcp_rn(p.scale_bmm1));
+                    nb * Tr::kBlockN + col0, t.kv_len, __frcp_rn(p.scale_bmm1));
             }
             if constexpr (kMod == softmax::ScoreMod::kCustomMask) {
                 softmax::apply_custom_mask(
                     acc_s,
                     [&](int mi, int h) {
                         const int r = row0 + 16 * mi + 8 * h;
-                        return r < q_len ? softmax::custom_mask_row(p, tile.batch, r) : nullptr;
+                        return r < t.q_len ? softmax::custom_mask_row(p, t.tile.batch, r) : nullptr;
                     },
-                    nb * Tr::kBlockN + col0, kv_len);
+                    nb * Tr::kBlockN + col0, t.kv_len);
             }
             if constexpr (decltype(masked)::value || kHidesKeys) {
                 mask::apply(acc_s, rows, row0, nb * Tr::kBlockN + col0);
@@ -240,7 +234,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
             if constexpr (kDropout) {
                 // A lane's rows row0 + 16 mi + {0, 8} and keys col0 + {0, 1, 8, 9} of a k16 slice
                 // are one group of the mask: one Philox call each.
-                const uint32_t bh = uint32_t(tile.batch) * uint32_t(p.h) + uint32_t(tile.head);
+                const uint32_t bh = uint32_t(t.tile.batch) * uint32_t(p.h) + uint32_t(t.tile.head);
 #pragma unroll
                 for (int mi = 0; mi < Tr::kMmaM; ++mi) {
 #pragma unroll
@@ -295,10 +289,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
     }
 
     float inv[Tr::kMmaM][2];
-    softmax.finalize(inv, p.scale_softmax * p.scale_bmm2 * (kDropout ? p.dropout.rescale : 1.f), p, tile.head);
-    softmax.store_lse(p, tile.batch, tile.head, m0 + warp * Tr::kWarpRows + lane / 4, q_len, lane);
+    softmax.finalize(inv, p.scale_softmax * p.scale_bmm2 * (kDropout ? p.dropout.rescale : 1.f), p, t.tile.head);
+    softmax.store_lse(p, t.tile.batch, t.tile.head, t.m0 + warp * Tr::kWarpRows + lane / 4, t.q_len, lane);
     epilogue::store_o<typename Tr::LayoutO, Tr::kHeadDimV / kElemsPerChunk, Tr::kThreads>(
-        acc_o, inv, smem, warp * Tr::kWarpRows, lane, o, p.o_row_stride, q_rows, tid);
+        acc_o, inv, smem, warp * Tr::kWarpRows, lane, o, p.o_row_stride, t.q_rows, tid);
 }
 
 // The __global__ for a mask, as the registry's EntryFn returns it.

@@ -28,6 +28,7 @@
 #include "fmha/descale.h"
 #include "fmha/epilogue/store_o.h"
 #include "fmha/kernel/launch_checks.h"
+#include "fmha/kernel/row_tile.h"
 #include "fmha/mask/mask.h"
 #include "fmha/memory/gmem_tile.h"
 #include "fmha/memory/smem_layout.h"
@@ -134,23 +135,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
     const int tid = threadIdx.x;
     const int lane = tid % kWarpSize;
     const int warp = tid / kWarpSize;
-    const sched::Tile tile = sched::static_tile<kMask == mask::Kind::kCausal>();
+    kernel::RowTile t = kernel::row_tile<Tr::kBlockM, kMask == mask::Kind::kCausal>(p);
+    if (t.m0 >= t.q_len) return;
+    t.locate<Tr::kBlockM>(p);
 
-    const int q_len = seq_q_len(p, tile.batch);
-    const int m0 = tile.m_block * Tr::kBlockM;
-    if (m0 >= q_len) return;
-    const int kv_len = seq_kv_len(p, tile.batch);
-    const int q_off = seq_q_offset(p, tile.batch);
-    const int kv_head = tile.head / (p.h / p.h_kv);
-    const int q_rows = min_int(q_len - m0, Tr::kBlockM);
+    const Element* q = t.q<Element>(p);
+    const auto k_rows = memory::key_rows<Element>(p, t.tile.batch, t.kv_head);
+    const auto v_rows = memory::value_rows<Element>(p, t.tile.batch, t.kv_head);
 
-    const Element* q = static_cast<const Element*>(p.q) + static_cast<int64_t>(q_off + m0) * p.q_row_stride +
-                       static_cast<int64_t>(tile.head) * p.q_head_stride;
-    const auto k_rows = memory::key_rows<Element>(p, tile.batch, kv_head);
-    const auto v_rows = memory::value_rows<Element>(p, tile.batch, kv_head);
-
-    const auto rows = mask::Rows<kMask>::make(p, q_len, kv_len);
-    const mask::Blocks blk = mask::blocks(rows, m0, m0 + q_rows - 1, Tr::kBlockN);
+    const auto rows = mask::Rows<kMask>::make(p, t.q_len, t.kv_len);
+    const mask::Blocks blk = mask::blocks(rows, t.m0, t.m0 + t.q_rows - 1, Tr::kBlockN);
 
     const uint32_t smem_q = smem_u32(smem);
     const uint32_t smem_k = smem_q + Tr::kSmemQ;             // 2 x [kBlockN, d]
@@ -173,19 +167,19 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
     softmax.init();
 
     if (blk.count() > 0) {
-        const float scale_log2 = p.scale_bmm1 * kLog2e * descale(p.q_descale, p, tile.batch, kv_head) *
-                                 descale(p.k_descale, p, tile.batch, kv_head);
-        const int row0 = m0 + warp * 16 + lane / 4;  // this lane's first query row
+        const float scale_log2 = p.scale_bmm1 * kLog2e * descale(p.q_descale, p, t.tile.batch, t.kv_head) *
+                                 descale(p.k_descale, p, t.tile.batch, t.kv_head);
+        const int row0 = t.m0 + warp * 16 + lane / 4;  // this lane's first query row
         const int col0 = 2 * (lane % 4);             // this lane's first key in an n-tile
         const auto load_kv = [&](int stage, int nb, auto check_rows) {
             const int n0 = nb * Tr::kBlockN;
             Tr::LoaderK::template load_keys<decltype(check_rows)::value, memory::PagedCopies::kCall>(
-                smem_k + stage * Tr::kSmemK, p, k_rows, n0, kv_len - n0, tid);
+                smem_k + stage * Tr::kSmemK, p, k_rows, n0, t.kv_len - n0, tid);
             Tr::LoaderV::template load_keys<decltype(check_rows)::value, memory::PagedCopies::kCall>(
-                smem_v + stage * Tr::kSmemV, p, v_rows, n0, kv_len - n0, tid);
+                smem_v + stage * Tr::kSmemV, p, v_rows, n0, t.kv_len - n0, tid);
         };
         const int top = blk.end - 1;
-        Tr::LoaderQ::template load<true>(smem_q, q, p.q_row_stride, q_rows, tid);
+        Tr::LoaderQ::template load<true>(smem_q, q, p.q_row_stride, t.q_rows, tid);
         load_kv(0, top, std::true_type{});
         memory::cp_async_commit();
 
@@ -242,16 +236,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
     }
 
     float inv[2];
-    softmax.finalize(inv, p.scale_softmax * p.scale_bmm2 * descale(p.v_descale, p, tile.batch, kv_head), p,
-                     tile.head);
-    softmax.store_lse(p, tile.batch, tile.head, m0 + warp * 16 + lane / 4, q_len, lane);
+    softmax.finalize(inv, p.scale_softmax * p.scale_bmm2 * descale(p.v_descale, p, t.tile.batch, t.kv_head), p,
+                     t.tile.head);
+    softmax.store_lse(p, t.tile.batch, t.tile.head, t.m0 + warp * 16 + lane / 4, t.q_len, lane);
     if (p.o_e4m3) {  // O rounded to e4m3 (saturating) from registers; o strides in e4m3 elements
-        uint8_t* o = static_cast<uint8_t*>(p.o) + static_cast<int64_t>(q_off + m0) * p.o_row_stride +
-                     static_cast<int64_t>(tile.head) * p.o_head_stride;
+        uint8_t* o = static_cast<uint8_t*>(p.o) + static_cast<int64_t>(t.q_off + t.m0) * p.o_row_stride +
+                     static_cast<int64_t>(t.tile.head) * p.o_head_stride;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int r = warp * 16 + lane / 4 + 8 * h;
-            if (r >= q_rows) continue;
+            if (r >= t.q_rows) continue;
 #pragma unroll
             for (int nt = 0; nt < Tr::kNTilesO; ++nt) {
                 const __nv_fp8x2_storage_t v = __nv_cvt_float2_to_fp8x2(
@@ -261,11 +255,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) fwd_kernel(const __grid_const
             }
         }
     } else {
-        __nv_bfloat16* o = static_cast<__nv_bfloat16*>(p.o) + static_cast<int64_t>(q_off + m0) * p.o_row_stride +
-                           static_cast<int64_t>(tile.head) * p.o_head_stride;
+        __nv_bfloat16* o = static_cast<__nv_bfloat16*>(p.o) + static_cast<int64_t>(t.q_off + t.m0) * p.o_row_stride +
+                           static_cast<int64_t>(t.tile.head) * p.o_head_stride;
         const float(&inv1)[1][2] = *reinterpret_cast<const float(*)[1][2]>(&inv);
         epilogue::store_o<typename Tr::LayoutO, Tr::kHeadDimV / kElemsPerChunk, Tr::kThreads>(
-            acc_o, inv1, smem, warp * 16, lane, o, p.o_row_stride, q_rows, tid);
+            acc_o, inv1, smem, warp * 16, lane, o, p.o_row_stride, t.q_rows, tid);
     }
 }
 
