@@ -276,7 +276,7 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtas)
     const Element* bias_rows[H][2] = {};
     const uint32_t* mask_rows[2] = {nullptr, nullptr};
     row_bounds<Tr, kMask, kMod>(lo, limit, key_pos, alibi, bias_rows, mask_rows, p, shape, t, lane);
-    const MaskEdge edge = mask_edge<Tr>(lo, limit, t, lane);
+    const MaskEdge edge = mask_edge(lo, limit, t, lane);
     const int col0 = t.key_begin + warp * Tr::kWarpKeys + 2 * (lane % 4);  // this lane's first key, block 0
 
     float acc_o[H][Tr::kNTilesO][4];

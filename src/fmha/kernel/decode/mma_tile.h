@@ -143,7 +143,6 @@ struct MaskEdge {
     int from, below;
 };
 
-template <class Tr>
 FMHA_DEVICE MaskEdge mask_edge(const int (&lo)[2], const int (&limit)[2], const MmaTile& t, int lane) {
     MaskEdge e{INT_MAX, INT_MIN};
 #pragma unroll
