@@ -160,6 +160,7 @@ void print_kernel_table(std::FILE* out) {
 }
 
 std::string tile_that_runs(const KernelMeta& kernel, const Params& params) { return api::tile_that_runs(kernel, params); }
+int block_n_that_runs(const KernelMeta& kernel, const Params& params) { return api::block_n_that_runs(kernel, params); }
 
 const KernelMeta* find_forced_kernel(const Problem& p) {
     if (p.kernel_name.empty()) return nullptr;

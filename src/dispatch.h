@@ -27,5 +27,7 @@ const KernelMeta& select_kernel(const Problem& p, const KernelMeta* forced, int 
 // The kernel a launch of `kernel` runs for this problem: its own name, or the sibling its
 // TileFn picks (KernelMeta::siblings). Needs the device where the row has siblings.
 std::string tile_that_runs(const KernelMeta& kernel, const Params& params);
+// ... and that tile's key block (e4m3: the reference rounds P on its running max's grid).
+int block_n_that_runs(const KernelMeta& kernel, const Params& params);
 
 }  // namespace fmha

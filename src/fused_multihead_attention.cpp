@@ -207,8 +207,9 @@ ReferenceRun time_reference(const Problem& p, const SeqLens& lens, const DeviceT
     if (p.save_softmax) r.lse = DeviceBuffer<float>(t.lse.size());  // [b, h, s_q_max] as the kernel's
     CUDA_CHECK(prepare_reference(t.logical, p.dtype, p.kv_dtype));
     r.ms = time_on_stream(stream, [&] {
-        // e4m3: P is rounded on the grid of the exact running max of the kernel's key blocks.
-        const int p_block_keys = p.dtype == DataType::kE4m3 ? kernel.block_n : 0;
+        // e4m3: P is rounded on the grid of the exact running max of the key blocks of the
+        // tile that runs (the row's or its sibling's).
+        const int p_block_keys = p.dtype == DataType::kE4m3 ? block_n_that_runs(kernel, t.params) : 0;
         CUDA_CHECK(run_reference(t.logical, p.dtype, p.kv_dtype, p_block_keys, r.o.get(), r.amb.get(), r.lse.get(),
                                  stream));
     });

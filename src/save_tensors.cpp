@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "check.h"
+#include "dispatch.h"
 #include "npy.h"
 
 namespace fmha {
@@ -192,7 +193,7 @@ void save_tensors(const Problem& p, const SeqLens& lens, const DeviceTensors& t,
         .add("paged_kv", p.layout == Layout::kPagedKv)
         .add("tokens_per_block", p.layout == Layout::kPagedKv ? p.tokens_per_block : 0)
         // e4m3: the key block whose exact running max sets P's rounding grid (reference.h).
-        .add("p_block_keys", p.dtype == DataType::kE4m3 ? kernel.block_n : 0)
+        .add("p_block_keys", p.dtype == DataType::kE4m3 ? block_n_that_runs(kernel, t.params) : 0)
         .add("bwd", p.bwd);  // -bwd: do.npy, dq.npy, dk.npy, dv.npy and their _ref files follow
     if (p.sliding_window_size > 0) meta.add("sliding_window_size", p.sliding_window_size);
     else meta.null("sliding_window_size");

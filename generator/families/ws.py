@@ -18,10 +18,10 @@ HEAD_SIZES = (32, 40, 64, 72, 80, 96, 104, 128, 160, 192, 256)
 DTYPES = (("fp16", "fp32"), ("bf16", "fp32"))
 # FP8 (e4m3 Q, K, V; QGMMA; V made K-major in shared memory by the producer warpgroup; O in
 # bf16): the head sizes served so far (bench/NOTES.md §53), and MLA's (192, 128) from
-# enumerate.MLA_HEAD_SIZES, on two consumer warpgroups (fp8_tile: 128 x 128 at d = 64, 128 and
-# MLA, 128 x 64 at d = 256). Head tiles are whole 128-byte panels: d = 64 pads V to one, so its
-# P V runs N = 128 over 64 zero columns, and MLA's d = 192 pads Q and K to 256 columns (first
-# versions).
+# enumerate.MLA_HEAD_SIZES, on two consumer warpgroups (fp8_tile: 128 x 128, with a 128 x 64
+# sibling at d = 256). Head tiles are whole 128-byte panels: d = 64 pads V to one (P V still
+# runs over its 64 columns only, ws::Traits::kDimO), and MLA's d = 192 pads Q and K to 256
+# columns.
 FP8_DTYPES = (("e4m3", "fp32"),)
 FP8_HEAD_SIZES = (64, 128, 256)
 
@@ -39,6 +39,9 @@ SMEM_LIMIT = 227 * 1024
 # mbarriers and the persistent tile slots (Traits static_asserts that they fit).
 SMEM_RESERVE = 7 * 1024
 SMEM_BUDGET = SMEM_LIMIT - SMEM_RESERVE
+# The e4m3 tiles' reserve: the 1024-byte alignment, the mbarriers and the tile slots (about
+# 1.4 KB), with no O staging beside (they store O from registers).
+FP8_SMEM_RESERVE = 2 * 1024
 ELEMENT_BYTES = 2
 KV_STAGES = 2   # Traits' default kStages (3 measured no better)
 
@@ -82,9 +85,13 @@ def tile(d: int, dv: int | None = None) -> tuple:
 
 def fp8_tile(d: int, dv: int | None = None) -> tuple:
     """tile() for e4m3: always two consumer warpgroups (the producer warpgroup's other warps
-    transpose V, which the three-consumer tile's 32 producer registers cannot carry)."""
+    transpose V, which the three-consumer tile's 32 producer registers cannot carry), on
+    128-key blocks wherever they fit at one byte an element (fp8_fits: d = 256 too, whose
+    consumers then take 240 registers, lean_producer; bench/NOTES.md §86)."""
     block_m, block_n, warps_m, warps_n = tile(d, dv)
-    return (128, block_n, 8, 1) if block_m != 128 else (block_m, block_n, warps_m, warps_n)
+    if fp8_fits(128, 128, d, dv or d):
+        block_n = 128
+    return (128, block_n, 8, 1)
 
 
 def tiles_fit(block_m: int, block_n: int, d: int, dv: int) -> bool:
@@ -92,6 +99,15 @@ def tiles_fit(block_m: int, block_n: int, d: int, dv: int) -> bool:
     q = block_m * panels(d) * ELEMENT_BYTES
     kv = KV_STAGES * block_n * (panels(d) + panels(dv)) * ELEMENT_BYTES
     return q + kv <= SMEM_BUDGET
+
+
+def fp8_fits(block_m: int, block_n: int, d: int, dv: int) -> bool:
+    """Whether an e4m3 tile fits: Q and KV_STAGES stages of K, V and V^T at one byte an
+    element, beside FP8_SMEM_RESERVE (no O staging: e4m3 tiles store O from registers)."""
+    q = block_m * panels(d, "e4m3")
+    vt = -(-dv // PANEL_COLS) * PANEL_COLS * 128 * -(-block_n // 128)
+    kv = KV_STAGES * (block_n * (panels(d, "e4m3") + panels(dv, "e4m3")) + vt)
+    return q + kv <= SMEM_LIMIT - FP8_SMEM_RESERVE
 
 
 def traits_ok(spec) -> bool:
@@ -118,18 +134,29 @@ VARIANT_EXCLUSIONS = {
 }
 
 
-# The 192-row tiles' sibling, Short: the same kernel on 128 rows (two consumer warpgroups),
-# which the launch runs for causal problems of at most 1024 keys (ws/launch.h runs_short;
-# bench/NOTES.md §55, §57). ws::Traits derives it from the row's (Traits::Short).
+# A tile's sibling, Short, which the launch runs instead for short problems (ws/launch.h
+# runs_short; ws::Traits derives the same tile, Traits::Short):
+#   - a 192-row tile's is 128 rows (two consumer warpgroups), for causal problems of at most
+#     1024 keys (bench/NOTES.md §55, §57);
+#   - an e4m3 tile of 128 keys with dv > 128 (lean_producer) has 128 x 64, for every problem of
+#     at most 1024 keys, and for the paged KV caches and softcapping its kernel lacks (§86).
 SHORT_SIBLING_BLOCK_M = 192
+
+
+def lean_producer(spec) -> bool:
+    """ws::Traits::kLeanProducer: e4m3 on 128-key blocks with dv > 128, whose consumers take 240
+    registers and leave the producer warpgroup 24."""
+    return spec.dtype == "e4m3" and spec.block_n == 128 and spec.dv > 128
 
 
 def siblings(spec) -> dict:
     """The tiles a launch of `spec` may run instead of its own, by the Traits' name for them:
-    {"Short": (block_m, block_n, warps_m, warps_n)}; empty for the 128-row tiles."""
-    if spec.block_m != SHORT_SIBLING_BLOCK_M:
-        return {}
-    return {"Short": (128, spec.block_n, 128 // 16, spec.warps_n)}
+    {"Short": (block_m, block_n, warps_m, warps_n)}; empty for a tile without one."""
+    if spec.block_m == SHORT_SIBLING_BLOCK_M:
+        return {"Short": (128, spec.block_n, 128 // 16, spec.warps_n)}
+    if lean_producer(spec):
+        return {"Short": (128, 64, 128 // 16, spec.warps_n)}
+    return {}
 
 
 def sibling_names(spec) -> tuple:

@@ -94,5 +94,15 @@ std::string tile_that_runs(const KernelMeta& kernel, const Params& params) {
     return siblings.substr(begin, siblings.find(',', begin) - begin);
 }
 
+int block_n_that_runs(const KernelMeta& kernel, const Params& params) {
+    // A kernel name ends in _<block_m>x<block_n>_w<warps_m>x<warps_n>_sm<arch> (generator/spec.py).
+    const std::string tile = tile_that_runs(kernel, params);
+    const size_t w = tile.rfind("_w");
+    const size_t x = w == std::string::npos ? std::string::npos : tile.rfind('x', w);
+    if (x == std::string::npos) return kernel.block_n;
+    const int block_n = std::atoi(tile.c_str() + x + 1);
+    return block_n > 0 ? block_n : kernel.block_n;
+}
+
 }  // namespace api
 }  // namespace fmha

@@ -63,6 +63,8 @@ int select(const Request& r, int sm);
 // The kernel a launch of `kernel` runs for this problem: its own name, or the sibling its
 // TileFn picks (KernelMeta::siblings).
 std::string tile_that_runs(const KernelMeta& kernel, const Params& params);
+// ... and its key block (block_n), which sets an e4m3 kernel's P rounding grid (reference.h).
+int block_n_that_runs(const KernelMeta& kernel, const Params& params);
 
 // Comma-separated labels of a mask bitmask, e.g. "padding,causal".
 std::string masks_text(uint32_t masks);

@@ -91,6 +91,29 @@ template <typename T>
 constexpr bool kIsSupportedElement =
     std::is_same<T, __half>::value || std::is_same<T, __nv_bfloat16>::value;
 
+// The lane index, opaque to the compiler: values derived from it are computed where they are
+// used instead of hoisted out of a persistent kernel's loops, where they held registers that a
+// tight budget then spilled (epilogue/store_o_sm90.h, mma/fp8_sm90.h).
+FMHA_DEVICE int opaque_lane_id() {
+    int lane;
+    asm volatile("mov.u32 %0, %%laneid;\n" : "=r"(lane));
+    return lane;
+}
+
+// gridDim.x, read where this is called (not hoisted: see opaque_lane_id).
+FMHA_DEVICE int opaque_grid_size() {
+    int n;
+    asm volatile("mov.u32 %0, %%nctaid.x;\n" : "=r"(n));
+    return n;
+}
+
+// x, which the compiler must treat as a new value where this is called: what it derives from
+// x is then not hoisted out of the enclosing loop (register budgets of a few dozen).
+FMHA_DEVICE int opaque_int(int x) {
+    asm volatile("" : "+r"(x));
+    return x;
+}
+
 // exp2 on the special-function unit; ex2.approx(-inf) == +0, which the softmax uses
 // for masked scores and for the very first rescale.
 FMHA_DEVICE float fast_exp2(float x) {

@@ -238,7 +238,24 @@ def cases_for(kernel: dict, index: int) -> list[Case]:
     small = Shape(2, 160)
     for ni, (tag, flags) in enumerate(numerics_for(kernel)):
         cases.append(Case(kernel, numerics_mask(masks, ni, flags), *next_pair(small), small, tuple(flags), tag))
-    return cases + paged_cases(kernel, index, brief=False)
+    return cases + own_tile_cases(kernel, masks, next_pair) + paged_cases(kernel, index, brief=False)
+
+
+# A ws row with a sibling (Short) runs it for problems of at most 1024 keys (ws/launch.h
+# runs_short), so most of the table above tests the sibling: each mask and each variant once
+# more past that, var-len, on the row's own tile.
+OWN_TILE_SHAPE = Shape(2, 1500, min_s=1100)
+OWN_TILE_SMALL = Shape(1, 1100)
+
+
+def own_tile_cases(kernel: dict, masks: list, next_pair) -> list[Case]:
+    if kernel["family"] != "ws" or not kernel.get("siblings"):
+        return []
+    cases = [Case(kernel, mask, *next_pair(OWN_TILE_SHAPE), OWN_TILE_SHAPE) for mask in masks]
+    for ni, (tag, flags) in enumerate(numerics_for(kernel)):
+        cases.append(Case(kernel, numerics_mask(masks, ni, flags), *next_pair(OWN_TILE_SMALL), OWN_TILE_SMALL,
+                          tuple(flags), tag))
+    return cases
 
 
 def with_outputs(kernel: dict, cases: list[Case]) -> list[Case]:

@@ -80,11 +80,10 @@ FMHA_DEVICE void stage_o_rows(const float (&o)[1][kNTilesO][4], const float (&in
     static_assert(kNTilesO % 8 == 0, "whole 64-column panels");
     // The lane's chunk in the pair (nt even) is nt % 8 + lane / 16, so its swizzled chunk is
     // (nt % 8) ^ swz: four addresses serve every panel (the panel offset is an immediate).
-    // The lane index is read here, opaque to the compiler: the addresses are loop-invariant in a
+    // The lane index is read here (opaque_lane_id): the addresses are loop-invariant in a
     // persistent kernel, and hoisted out of its tile loop they held 4 registers through the
     // main loop, which spilled at d = 256.
-    int lane_now;
-    asm volatile("mov.u32 %0, %%laneid;\n" : "=r"(lane_now));
+    const int lane_now = opaque_lane_id();
     const int row = warp * 16 + (lane_now / 8 % 2) * 8 + lane_now % 8;  // the matrix row this lane addresses
     const int swz = (lane_now / 16) ^ (lane_now % 8);
     uint32_t addr4[4];

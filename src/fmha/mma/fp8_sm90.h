@@ -91,26 +91,45 @@ FMHA_HOST_DEVICE constexpr uint32_t sw128_offset(int row, int col, int rows) {
 
 // V^T of one stage: raw [kBlockN keys, kDimV] into vt [kDimV, kBlockN slots], slots in
 // key_of_slot order (layouts above). Whole warps share it: warp `warp` of `warps` takes every
-// warps-th step of 16 keys x 32 d. The caller fences (fence.proxy.async) and synchronises
-// before a wgmma reads vt.
+// warps-th unit of two 16-key steps of one 32-column block of d. A lane's SW128 swizzle term
+// depends on its own row bits and the step's constants only, so both addresses are a per-lane
+// base plus compile-time or per-unit offsets (the first version recomputed sw128_offset per
+// step: four fifths of the transposing warps' instructions were address arithmetic, and the
+// consumers waited on V^T, bench/NOTES.md §86). The caller fences (fence.proxy.async) and
+// synchronises before a wgmma reads vt.
 template <int kBlockN, int kDimV>
-FMHA_DEVICE void transpose_v_e4m3(uint32_t raw, uint32_t vt, int warp, int warps, int lane) {
-    static_assert(kBlockN % 16 == 0 && kDimV % 32 == 0, "whole 16-key, 32-column steps");
-    constexpr int kKeyGroups = kBlockN / 16;
-    constexpr int kSteps = kKeyGroups * (kDimV / 32);
-    const int m = lane >> 3;  // the matrix this lane addresses: keys + 8 * (m & 1), d + 16 * (m >> 1)
-    for (int step = warp; step < kSteps; step += warps) {
-        const int kg = step % kKeyGroups, d0 = 32 * (step / kKeyGroups);
-        const int key = 16 * kg + 8 * (m & 1) + (lane & 7);
-        uint32_t r[4];
-        ldmatrix_x4_trans(r, raw + sw128_offset(key, d0 + 16 * (m >> 1), kBlockN));
-        // r[0], r[1]: keys 0-7, 8-15 of d0 .. d0 + 15; r[2], r[3]: of d0 + 16 .. d0 + 31.
-        const uint32_t w0 = __byte_perm(r[0], r[1], 0x6420);  // row d0 + 2 (lane / 4)
-        const uint32_t w1 = __byte_perm(r[0], r[1], 0x7531);  // row d0 + 2 (lane / 4) + 1
-        const uint32_t w2 = __byte_perm(r[2], r[3], 0x6420);  // row d0 + 16 + 2 (lane / 4)
-        const uint32_t w3 = __byte_perm(r[2], r[3], 0x7531);
-        const int row = d0 + 16 * (m >> 1) + 2 * (lane & 7) + (m & 1);
-        stmatrix_x4(vt + sw128_offset(row, 16 * kg, kDimV), w0, w1, w2, w3);
+FMHA_DEVICE void transpose_v_e4m3(uint32_t raw, uint32_t vt, int warp, int warps) {
+    static_assert(kBlockN % 32 == 0 && kDimV % 32 == 0, "whole pairs of 16-key steps, 32-column blocks");
+    constexpr uint32_t kPairs = kBlockN / 32;           // units of two key steps in one 32-column block
+    constexpr uint32_t kUnits = kPairs * (kDimV / 32);
+    // (opaque_lane_id: the lane's addresses are not hoisted into the caller's tile loop, whose
+    // 24 registers at d = 256 then spilled its counters.)
+    const uint32_t lane = uint32_t(opaque_lane_id());
+    const uint32_t m = lane >> 3, r7 = lane & 7;
+    // ldmatrix: this lane addresses key 16 kg + 8 (m & 1) + r7 at column 32 db + 16 (m >> 1), whose
+    // 16-byte chunk 2 (db % 4) + (m >> 1) swizzles with r7 (the key's low bits).
+    const uint32_t ld_lane = raw + (8 * (m & 1) + r7) * 128 + (((m >> 1) ^ (r7 & 1)) << 4);
+    const uint32_t ld_c = r7 >> 1;
+    // stmatrix: row 32 db + 16 (m >> 1) + 2 r7 + (m & 1) of V^T, chunk kg % 8 swizzled by the
+    // row's low bits.
+    const uint32_t st_row = 16 * (m >> 1) + 2 * r7 + (m & 1);
+    const uint32_t st_lane = vt + st_row * 128;
+    const uint32_t st_x = (st_row & 7) << 4;
+    for (uint32_t u = uint32_t(warp); u < kUnits; u += uint32_t(warps)) {
+        const uint32_t db = u / kPairs, kg0 = 2 * (u % kPairs);
+        const uint32_t ld = ld_lane + (db / 4) * (kBlockN * 128) + ((((db % 4) ^ ld_c)) << 5) + kg0 * (16 * 128);
+        const uint32_t st = st_lane + db * (32 * 128) + (kg0 / 8) * (kDimV * 128);
+#pragma unroll
+        for (uint32_t j = 0; j < 2; ++j) {
+            uint32_t r[4];
+            ldmatrix_x4_trans(r, ld + j * (16 * 128));
+            // r[0], r[1]: keys 0-7, 8-15 of d 32 db .. + 15; r[2], r[3]: of the next 16 d.
+            const uint32_t w0 = __byte_perm(r[0], r[1], 0x6420);  // row 32 db + 2 (lane / 4)
+            const uint32_t w1 = __byte_perm(r[0], r[1], 0x7531);  // ... + 1
+            const uint32_t w2 = __byte_perm(r[2], r[3], 0x6420);  // row 32 db + 16 + 2 (lane / 4)
+            const uint32_t w3 = __byte_perm(r[2], r[3], 0x7531);
+            stmatrix_x4(st + ((((kg0 + j) % 8) << 4) ^ st_x), w0, w1, w2, w3);
+        }
     }
 }
 

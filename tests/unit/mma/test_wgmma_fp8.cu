@@ -82,8 +82,7 @@ __global__ void pv_kernel(const float* p, const uint8_t* v, float* o, uint8_t* v
     uint8_t* vt = smem + kKeys * kD;
     fill_sw128(raw, v, kKeys, kD);
     __syncthreads();
-    fmha::mma::transpose_v_e4m3<kKeys, kD>(fmha::smem_u32(raw), fmha::smem_u32(vt), threadIdx.x / 32, 4,
-                                           threadIdx.x % 32);
+    fmha::mma::transpose_v_e4m3<kKeys, kD>(fmha::smem_u32(raw), fmha::smem_u32(vt), threadIdx.x / 32, 4);
     fmha::memory::fence_proxy_async_smem();
     __syncthreads();
     for (int i = threadIdx.x; i < kD * kKeys; i += blockDim.x) vt_out[i] = vt[sw128_offset(i / kKeys, i % kKeys, kD)];

@@ -64,6 +64,7 @@ cudaError_t launch_with_extents(const Params& p, int64_t q_tokens, int64_t kv_to
     }
     if (p.wide_logits) return cudaErrorInvalidValue;  // one FFMA a score: no kVariantWideLogits
     if (Tr::kPersistent && p.tile_counter == nullptr) return cudaErrorInvalidValue;
+    if (!Tr::kHasPaged && p.kv_block_table != nullptr) return cudaErrorInvalidValue;
     int num_sms = 0;
     if (Tr::kPersistent) {
         const cudaError_t err = kernel::sm_count(p, &num_sms);
@@ -134,13 +135,18 @@ cudaError_t launch_with_extents(const Params& p, int64_t q_tokens, int64_t kv_to
     return cudaGetLastError();
 }
 
-// Causal problems of at most this many keys run a 192-row tile's 128-row sibling (Tr::Short):
-// 0.89x the time at s = 512 and 1k, d = 64, and 1.07x at 2k (bench/NOTES.md §55, §57).
+// Problems of at most this many keys run the tile's sibling (Tr::Short): causal ones on a
+// 192-row tile, 0.89x the time at s = 512 and 1k, d = 64, and 1.07x at 2k (bench/NOTES.md §55,
+// §57); all of them on a kLeanProducer tile, 0.82x at s = 512 and 0.97x at 1k (§86).
 constexpr int kShortMaxKeys = 1024;
 
 template <class Tr>
 bool runs_short(const Params& p) {
-    if constexpr (Tr::kHasShort) return p.mask == MaskType::kCausal && p.s_kv_max <= kShortMaxKeys;
+    if constexpr (Tr::kLeanProducer) {  // ... and what its kernel lacks: a paged cache, softcapping
+        return p.s_kv_max <= kShortMaxKeys || p.kv_block_table != nullptr || p.softcap > 0.f;
+    } else if constexpr (Tr::kHasShort) {
+        return p.mask == MaskType::kCausal && p.s_kv_max <= kShortMaxKeys;
+    }
     return false;
 }
 
@@ -154,13 +160,13 @@ int sibling_index(const Params& p) {
 template <class Tr>
 cudaError_t launch(const Params& p, cudaStream_t stream) {
     if (p.q_tokens < 1 || p.kv_tokens < 1) return cudaErrorInvalidValue;
-    if constexpr (Tr::kHasShort && !Tr::kHasDropout) {  // dropout: on the sibling, whatever the mask
+    if constexpr (Tr::kHasShort && !Tr::kHasDropout && Tr::Short::kHasDropout) {  // dropout: on the sibling
         if (p.dropout.threshold != 0)
             return launch_with_extents<typename Tr::Short, false, true>(p, p.q_tokens, p.kv_tokens, stream);
     }
     if constexpr (Tr::kHasShort) {
-        if (runs_short<Tr>(p)) {
-            return launch_with_extents<typename Tr::Short, true>(p, p.q_tokens, p.kv_tokens, stream);
+        if (runs_short<Tr>(p)) {  // a 192-row tile's sibling runs its causal problems only
+            return launch_with_extents<typename Tr::Short, !Tr::kLeanProducer>(p, p.q_tokens, p.kv_tokens, stream);
         }
     }
     return launch_with_extents<Tr>(p, p.q_tokens, p.kv_tokens, stream);

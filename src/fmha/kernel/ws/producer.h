@@ -35,8 +35,11 @@ FMHA_DEVICE void produce(const Params& p, const TmaMaps& maps, const Smem<Tr>& s
     int kv_iter = 0, q_iter = 0;
     int t = blockIdx.x;
     for (int tile_iter = 0;; ++tile_iter) {
-        const TileWork w =
-            t < sched.num_tiles ? tile_work<Tr, kMask>(p, t, sched.m_blocks, sched.section) : TileWork{};
+        // (kLeanProducer: the section passes through an opaque copy, so that the products the
+        // tile's order derives from it are not hoisted out of this loop, where they spilled.)
+        const int section = Tr::kLeanProducer ? opaque_int(sched.section) : sched.section;
+        const TileWork w = t < sched.num_tiles ? tile_work<Tr, kMask>(p, t, sched.m_blocks, section)
+                                               : Tr::kFp8 ? kNoTileWork : TileWork{};
         if constexpr (Tr::kPersistent) {
             const int slot = tile_iter & 1;
             memory::mbar_wait(smem.tile_empty(slot), ((tile_iter >> 1) & 1) ^ 1);
@@ -90,10 +93,16 @@ FMHA_DEVICE void produce(const Params& p, const TmaMaps& maps, const Smem<Tr>& s
             int drawn = 0;
             if (leader) {
                 drawn = atomicAdd(p.tile_counter, 1);
-                if (drawn == sched.num_tiles - 1) atomicExch(p.tile_counter, 0);
+                // (Both forms say the same; num_tiles - 1 is one more value held, which a
+                // kLeanProducer tile's 24 registers spilled. The others keep the form their
+                // SASS was measured with.)
+                const bool last = Tr::kLeanProducer ? drawn + 1 == sched.num_tiles : drawn == sched.num_tiles - 1;
+                if (last) atomicExch(p.tile_counter, 0);
             }
             if constexpr (kPaged) drawn = __shfl_sync(0xffffffffu, drawn, 0);
-            t = static_cast<int>(gridDim.x) + drawn;
+            // (kLeanProducer: the grid size read here, opaque to the compiler; hoisted, the 24
+            // registers spilled it.)
+            t = (Tr::kLeanProducer ? opaque_grid_size() : static_cast<int>(gridDim.x)) + drawn;
         } else {
             t = sched.num_tiles;
         }
@@ -105,19 +114,19 @@ FMHA_DEVICE void produce(const Params& p, const TmaMaps& maps, const Smem<Tr>& s
 // into its K-major copy (mma/fp8_sm90.h), which the consumers' P V reads; then V's stage is
 // free for the next copy.
 template <class Tr, mask::Kind kMask>
-FMHA_DEVICE void transpose_v(const Params& p, const Smem<Tr>& smem, const Schedule& sched, int warp, int lane) {
+FMHA_DEVICE void transpose_v(const Params& p, const Smem<Tr>& smem, int warp, int lane) {
     constexpr int S = Tr::kStages;
     int kv_iter = 0;
     for (int tile_iter = 0;; ++tile_iter) {
-        TileWork w;
-        if (next_tile<Tr, kMask>(p, smem, sched, tile_iter, w) >= sched.num_tiles) break;
-        for (int it = 0; it < w.n_blocks; ++it, ++kv_iter) {
+        const int n_blocks = next_tile_blocks<Tr, kMask>(p, smem, tile_iter);
+        if (n_blocks < 0) break;
+        for (int it = 0; it < n_blocks; ++it, ++kv_iter) {
             const int st = kv_iter % S;
             const uint32_t phase = (kv_iter / S) & 1;
             memory::mbar_wait(smem.v_full(st), phase);
             memory::mbar_wait(smem.vt_empty(st), phase ^ 1);
             mma::transpose_v_e4m3<Tr::kBlockN, Tr::kDimO>(smem.v + st * Tr::kSmemV, smem.vt + st * Tr::kSmemVt, warp,
-                                                          Tr::kTransposeWarps, lane);
+                                                          Tr::kTransposeWarps);
             memory::fence_proxy_async_smem();  // V^T's generic writes before the wgmma reads them
             __syncwarp();
             if (lane == 0) {
@@ -132,23 +141,28 @@ FMHA_DEVICE void transpose_v(const Params& p, const Smem<Tr>& smem, const Schedu
 // Traits::kSeparatePaged tiles, whose paged loop is a kernel of its own); e4m3: its other
 // warps transpose V.
 template <class Tr, mask::Kind kMask, bool kStageOverV, bool kPagedOnly>
-FMHA_DEVICE void producer(const Params& p, const TmaMaps& maps, const Smem<Tr>& smem, const Schedule& sched,
+FMHA_DEVICE void producer(const Params& p, const TmaMaps& maps, const Smem<Tr>& smem, const Schedule& prologue,
                           int tid) {
     setmaxnreg_dec<Tr::kProducerRegs>();
     if constexpr (Tr::kFp8) {
         if (tid >= kWarpSize) {
-            transpose_v<Tr, kMask>(p, smem, sched, tid / kWarpSize - 1, tid % kWarpSize);
+            transpose_v<Tr, kMask>(p, smem, tid / kWarpSize - 1, tid % kWarpSize);
             return;
         }
     }
+    // kLeanProducer: a Schedule of its own, from the parameters read afresh (opaque_int), so that
+    // the kernel's prologue does not hold one through the 24 registers, where it spilled.
+    const Schedule sched = Tr::kLeanProducer ? schedule<Tr>(p, opaque_int(p.s_q_max)) : prologue;
     if constexpr (Tr::kSeparatePaged) {
         if constexpr (kPagedOnly) {
             if (tid < kWarpSize) produce<Tr, kMask, kStageOverV, true>(p, maps, smem, sched, tid);
         } else if (tid == 0) {
             produce<Tr, kMask, kStageOverV, false>(p, maps, smem, sched, tid);
         }
-    } else if (p.kv_block_table != nullptr) {
-        if (tid < kWarpSize) produce<Tr, kMask, kStageOverV, true>(p, maps, smem, sched, tid);
+    } else if (Tr::kHasPaged && p.kv_block_table != nullptr) {
+        if constexpr (Tr::kHasPaged) {
+            if (tid < kWarpSize) produce<Tr, kMask, kStageOverV, true>(p, maps, smem, sched, tid);
+        }
     } else if (tid == 0) {
         produce<Tr, kMask, kStageOverV, false>(p, maps, smem, sched, tid);
     }

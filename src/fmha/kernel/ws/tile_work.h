@@ -18,14 +18,20 @@ struct Schedule {
     int m_blocks, num_tiles, section;
 };
 
+// s_q_max: p.s_q_max, or a copy of it the compiler cannot see through (producer.h).
 template <class Tr>
-FMHA_DEVICE Schedule schedule(const Params& p) {
+FMHA_DEVICE Schedule schedule(const Params& p, int s_q_max) {
     Schedule s;
-    s.m_blocks = ceil_div(p.s_q_max, Tr::kBlockM);
+    s.m_blocks = ceil_div(s_q_max, Tr::kBlockM);
     s.num_tiles = s.m_blocks * p.h * p.b;
     s.section = sched::l2_section(
         int64_t(p.s_kv_max) * (Tr::kHeadDim + Tr::kHeadDimV) * sizeof(typename Tr::Element), p.h * p.b);
     return s;
+}
+
+template <class Tr>
+FMHA_DEVICE Schedule schedule(const Params& p) {
+    return schedule<Tr>(p, p.s_q_max);
 }
 
 // One tile's bounds, the same on the producer and consumer sides.
@@ -58,6 +64,10 @@ FMHA_DEVICE TileWork tile_work(const Params& p, int t, int m_blocks, int section
     w.n_blocks = blk.count();
     return w;
 }
+
+// What the producer leaves in the slot after the last tile: n_blocks = -1 tells the
+// transposing warps, which read no tile index (next_tile_blocks), that the work is done.
+constexpr TileWork kNoTileWork{0, 0, 0, 0, 0, 0, 0, 0, 0, -1, false};
 
 // A persistent CTA's tile slot (Traits::kTileSlotBytes): the tile index and its TileWork,
 // which the producer has computed a tile ahead, so that the consumers start a tile without
@@ -100,6 +110,25 @@ FMHA_DEVICE int next_tile(const Params& p, const SmemT& smem, const Schedule& sc
         const int t = tile_iter == 0 ? int(blockIdx.x) : sched.num_tiles;
         if (t < sched.num_tiles) w = tile_work<Tr, kMask>(p, t, sched.m_blocks, sched.section);
         return t;
+    }
+}
+
+// A transposing warp thread's next tile (e4m3): only its number of key blocks, -1 when there
+// is none left. It keeps no Schedule: the 24-register producer of a kLeanProducer tile spilled
+// the tile count (bench/NOTES.md §86).
+template <class Tr, mask::Kind kMask, class SmemT>
+FMHA_DEVICE int next_tile_blocks(const Params& p, const SmemT& smem, int tile_iter) {
+    if constexpr (Tr::kPersistent) {
+        const int slot = tile_iter & 1;
+        memory::mbar_wait(smem.tile_full(slot), (tile_iter >> 1) & 1);
+        int n_blocks;
+        asm volatile("ld.shared.b32 %0, [%1 + 40];\n" : "=r"(n_blocks) : "r"(smem.tile_slot(slot)) : "memory");
+        memory::mbar_arrive(smem.tile_empty(slot));
+        return n_blocks;
+    } else {
+        if (tile_iter > 0) return -1;
+        const Schedule sched = schedule<Tr>(p, opaque_int(p.s_q_max));
+        return tile_work<Tr, kMask>(p, int(blockIdx.x), sched.m_blocks, sched.section).n_blocks;
     }
 }
 

@@ -61,12 +61,19 @@ struct Traits {
     // Ping-pong: the consumer warpgroups take turns issuing their wgmmas (named barriers),
     // so that one's softmax runs while another's GEMMs own the tensor cores.
     static constexpr bool kPingPong = kPingPong_ && kConsumerWarpgroups >= 2;
-    // The 192-row tile's sibling (KernelMeta::siblings): the same kernel on two consumer
-    // warpgroups, 128 x kBlockN, which short causal problems run instead (launch.h runs_short:
-    // its diagonal blocks waste less, bench/NOTES.md §55, §57).
-    static constexpr bool kHasShort = kBlockM_ == 192;
-    using Short = Traits<Config_, Element_, kHeadDim_, kHeadDimV_, 128, kBlockN_, 8, kWarpsN_, kAccFp16_, kPersistent_,
-                         kStages_, kPingPong_>;
+    // e4m3 with dv > 128 on 128-key blocks (d = 256): a consumer thread holds 128 O, 64 S
+    // and 16 P registers, which fit without spilling at 240 registers only, so the producer
+    // warpgroup keeps 24 (kProducerRegs). Its paged-KV loop does not fit those, nor does
+    // softcapping's tanh the consumers' 240: such problems run on Short (bench/NOTES.md §86).
+    static constexpr bool kLeanProducer =
+        std::is_same<Element_, __nv_fp8_e4m3>::value && kBlockN_ == 128 && kHeadDimV_ > 128;
+    // The tile's sibling (KernelMeta::siblings), which short problems run instead (launch.h
+    // runs_short): of the 192-row tile, the same kernel on two consumer warpgroups, 128 x
+    // kBlockN (its diagonal blocks waste less, bench/NOTES.md §55, §57); of a kLeanProducer
+    // tile, 128 x 64 (a shorter pipeline to fill, and room to stage O, §86).
+    static constexpr bool kHasShort = kBlockM_ == 192 || kLeanProducer;
+    using Short = Traits<Config_, Element_, kHeadDim_, kHeadDimV_, 128, kBlockM_ == 192 ? kBlockN_ : 64, 8, kWarpsN_,
+                         kAccFp16_, kPersistent_, kStages_, kPingPong_>;
 
     // Columns in shared memory: whole 64-column panels (zero fill past d, dv).
     static constexpr int kDimQK = Config::kDimQK;
@@ -136,20 +143,24 @@ struct Traits {
     // 128 -> 32 frees 12288, 128 -> 160 takes 12288. (At 24 registers the producer's tile
     // loop spilled; with a paged KV cache's loop, so did d = 256 at 32.)
     static constexpr int kLaunchRegs = (65536 / kThreads) / 8 * 8 > 255 ? 255 : (65536 / kThreads) / 8 * 8;
-    static constexpr int kProducerRegs = kConsumerWarpgroups == 2 ? 40 : 32;
-    static constexpr int kConsumerRegs = kConsumerWarpgroups == 2 ? 232 : 160;
+    // kLeanProducer: 168 -> 24 frees 18432, 168 -> 240 takes 18432.
+    static constexpr int kProducerRegs = kConsumerWarpgroups == 3 ? 32 : kLeanProducer ? 24 : 40;
+    static constexpr int kConsumerRegs = kConsumerWarpgroups == 3 ? 160 : kLeanProducer ? 240 : 232;
     // The score modifiers this tile compiles: logit softcapping where Config says so (the
     // generator leaves it out at 160 consumer registers, where its tanh spilled: bench/NOTES.md
     // §12; the row then lacks kVariantSoftcap and the launch refuses it).
     // e4m3: no additive bias (a bias tensor in the inputs' dtype has no use at 8 bits).
+    // kLeanProducer: softcapping runs on Short (launch.h).
     template <softmax::ScoreMod M>
-    static constexpr bool kHasMod =
-        (M != softmax::ScoreMod::kSoftcap || Config::kSoftcap) && !(kFp8 && M == softmax::ScoreMod::kBias);
+    static constexpr bool kHasMod = (M != softmax::ScoreMod::kSoftcap || (Config::kSoftcap && !kLeanProducer)) &&
+                                    !(kFp8 && M == softmax::ScoreMod::kBias);
     // A paged KV cache's producer loop in a kernel of its own (fwd_kernel's kPagedOnly): the
     // three-consumer tile's producer has no register headroom (128 -> 32), and a second loop
     // beside the token-storage one cost its dense path 2-5 % (bench/NOTES.md §16). The
     // two-consumer tiles carry both loops in one kernel, chosen at run time.
     static constexpr bool kSeparatePaged = kConsumerWarpgroups == 3;
+    // Whether the kernel serves a paged KV cache at all (kLeanProducer: on Short instead).
+    static constexpr bool kHasPaged = !kLeanProducer;
     // Dropout (fwd_kernel's kDropout, an instance of its own): 16-bit inputs on the
     // two-consumer tiles up to d = 192. The three-consumer tile's 160 registers leave no room
     // for the Philox rounds: its launch runs dropout on its 128-row sibling (launch.h). d = 256's
