@@ -23,12 +23,15 @@ DTYPES = (("fp16", "fp32"), ("bf16", "fp32"))
 # runs over its 64 columns only, ws::Traits::kDimO), and MLA's d = 192 pads Q and K to 256
 # columns.
 FP8_DTYPES = (("e4m3", "fp32"),)
+# e4m3 key blocks wider than 128, by (d, dv): d = 128 on 192 keys, 0.88-0.91x the time of 128
+# keys at s >= 2k (not causal), 1.07-1.12x at s = 512 (bench/NOTES.md §87).
+FP8_WIDE_BLOCK_N = {(128, 128): 192}
 FP8_HEAD_SIZES = (64, 128, 256)
 
 # Tiles ws::Traits accepts (it static_asserts them): one 64-row slab (the wgmma M) per
 # consumer warpgroup, two or three of them; a key block is a wgmma N.
 BLOCK_M = (128, 192)
-BLOCK_N = (64, 128)
+BLOCK_N = (64, 128, 192)
 WARPGROUP_ROWS = 64
 
 # Columns of a TMA panel: 128-byte rows of 16-bit elements, the SW128 swizzle's width.
@@ -87,9 +90,14 @@ def fp8_tile(d: int, dv: int | None = None) -> tuple:
     """tile() for e4m3: always two consumer warpgroups (the producer warpgroup's other warps
     transpose V, which the three-consumer tile's 32 producer registers cannot carry), on
     128-key blocks wherever they fit at one byte an element (fp8_fits: d = 256 too, whose
-    consumers then take 240 registers, lean_producer; bench/NOTES.md §86)."""
+    consumers then take 240 registers, lean_producer; bench/NOTES.md §86), or wider ones
+    (FP8_WIDE_BLOCK_N). A tile past 128 keys, or with lean_producer, has a sibling for short
+    problems (siblings)."""
     block_m, block_n, warps_m, warps_n = tile(d, dv)
-    if fp8_fits(128, 128, d, dv or d):
+    dv = dv or d
+    if (d, dv) in FP8_WIDE_BLOCK_N:
+        block_n = FP8_WIDE_BLOCK_N[(d, dv)]
+    elif fp8_fits(128, 128, d, dv):
         block_n = 128
     return (128, block_n, 8, 1)
 
@@ -139,7 +147,8 @@ VARIANT_EXCLUSIONS = {
 #   - a 192-row tile's is 128 rows (two consumer warpgroups), for causal problems of at most
 #     1024 keys (bench/NOTES.md §55, §57);
 #   - an e4m3 tile of 128 keys with dv > 128 (lean_producer) has 128 x 64, for every problem of
-#     at most 1024 keys, and for the paged KV caches and softcapping its kernel lacks (§86).
+#     at most 1024 keys, and for the paged KV caches and softcapping its kernel lacks (§86);
+#   - an e4m3 tile of 192 keys has 128 x 128, for every problem of at most 1024 keys (§87).
 SHORT_SIBLING_BLOCK_M = 192
 
 
@@ -156,6 +165,8 @@ def siblings(spec) -> dict:
         return {"Short": (128, spec.block_n, 128 // 16, spec.warps_n)}
     if lean_producer(spec):
         return {"Short": (128, 64, 128 // 16, spec.warps_n)}
+    if spec.dtype == "e4m3" and spec.block_n > 128:
+        return {"Short": (128, 128, 128 // 16, spec.warps_n)}
     return {}
 
 

@@ -224,21 +224,25 @@ def test_ws_short_sibling_runs_for_short_causal_problems(exe, gpu_sm, args, shor
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("args, short", [(["-s", "1000"], True), (["-causal-mask", "-s", "1024"], True),
-                                         (["-s", "1025"], False), (["-causal-mask", "-s", "1500"], False),
-                                         (["-s", "1500", "-softcapping-scale-bmm1", "2"], True),
-                                         (["-s", "1500", "-paged-kv", "-tokens-per-block", "64"], True)])
-def test_ws_e4m3_wide_tile_runs_its_sibling_for_short_problems(exe, gpu_sm, args, short):
-    """The e4m3 128-key tile with dv > 128 (a 24-register producer) runs its 128 x 64 sibling for
-    every problem of at most 1024 keys, and for softcapping and a paged KV cache, which its
-    kernel lacks; its own tile otherwise. -v 1 names the tile, and the checks pass either way."""
+@pytest.mark.parametrize("args, short, lean_only", [
+    (["-s", "1000"], True, False), (["-causal-mask", "-s", "1024"], True, False), (["-s", "1025"], False, False),
+    (["-causal-mask", "-s", "1500"], False, False),
+    (["-s", "1500", "-softcapping-scale-bmm1", "2"], True, True),
+    (["-s", "1500", "-paged-kv", "-tokens-per-block", "64"], True, True)])
+@pytest.mark.parametrize("lean", [True, False], ids=["lean", "wide"])
+def test_ws_e4m3_wide_tile_runs_its_sibling_for_short_problems(exe, gpu_sm, args, short, lean_only, lean):
+    """An e4m3 ws tile on more keys than short problems reward (a 128-key block with dv > 128 and a
+    24-register producer, "lean", or a 192-key block, "wide") runs its sibling for every problem
+    of at most 1024 keys; the lean one also for softcapping and a paged KV cache, which its kernel
+    lacks. Its own tile otherwise. -v 1 names the tile, and the checks pass either way."""
     rows = [k for k in KERNELS if k["family"] == "ws" and k["dtype"] == "e4m3" and k.get("siblings") and
-            runs_on(k, gpu_sm)]
+            (k["block_n"] == 128) == lean and runs_on(k, gpu_sm)]
     if not rows:
-        pytest.skip("no e4m3 ws row with a sibling in this build for this GPU")
+        pytest.skip(f"no {'lean' if lean else 'wide'} e4m3 ws row in this build for this GPU")
     kernel = rows[0]
     proc = run_fmha(exe, ["-d", str(kernel["d"]), "-dv", str(kernel["dv"]), "-b", "2", "-h", "2", *args,
                           *dtype_flags(kernel), "-kernel", kernel["name"], "-v", "1", *ONE_RUN[2:]])
     assert proc.returncode == 0, describe(proc)
     match = TILE_RAN_RE.search(proc.stdout)
-    assert match and match["tile"] == (kernel["siblings"][0] if short else kernel["name"]), describe(proc)
+    runs_sibling = short and (lean or not lean_only)
+    assert match and match["tile"] == (kernel["siblings"][0] if runs_sibling else kernel["name"]), describe(proc)

@@ -137,13 +137,16 @@ cudaError_t launch_with_extents(const Params& p, int64_t q_tokens, int64_t kv_to
 
 // Problems of at most this many keys run the tile's sibling (Tr::Short): causal ones on a
 // 192-row tile, 0.89x the time at s = 512 and 1k, d = 64, and 1.07x at 2k (bench/NOTES.md §55,
-// §57); all of them on a kLeanProducer tile, 0.82x at s = 512 and 0.97x at 1k (§86).
+// §57); all of them on a kWideKeys tile, 0.82x at s = 512 and 0.97x at 1k at d = 256 (§86),
+// 0.89-0.94x at 512 at d = 128 (§87).
 constexpr int kShortMaxKeys = 1024;
 
 template <class Tr>
 bool runs_short(const Params& p) {
     if constexpr (Tr::kLeanProducer) {  // ... and what its kernel lacks: a paged cache, softcapping
         return p.s_kv_max <= kShortMaxKeys || p.kv_block_table != nullptr || p.softcap > 0.f;
+    } else if constexpr (Tr::kWideKeys) {
+        return p.s_kv_max <= kShortMaxKeys;
     } else if constexpr (Tr::kHasShort) {
         return p.mask == MaskType::kCausal && p.s_kv_max <= kShortMaxKeys;
     }
@@ -166,7 +169,7 @@ cudaError_t launch(const Params& p, cudaStream_t stream) {
     }
     if constexpr (Tr::kHasShort) {
         if (runs_short<Tr>(p)) {  // a 192-row tile's sibling runs its causal problems only
-            return launch_with_extents<typename Tr::Short, !Tr::kLeanProducer>(p, p.q_tokens, p.kv_tokens, stream);
+            return launch_with_extents<typename Tr::Short, !Tr::kWideKeys>(p, p.q_tokens, p.kv_tokens, stream);
         }
     }
     return launch_with_extents<Tr>(p, p.q_tokens, p.kv_tokens, stream);

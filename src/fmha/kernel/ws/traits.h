@@ -67,13 +67,17 @@ struct Traits {
     // softcapping's tanh the consumers' 240: such problems run on Short (bench/NOTES.md §86).
     static constexpr bool kLeanProducer =
         std::is_same<Element_, __nv_fp8_e4m3>::value && kBlockN_ == 128 && kHeadDimV_ > 128;
+    // e4m3 tiles whose key blocks pay off on long problems only: kLeanProducer's, and those
+    // past 128 keys (d = 128 on 192, bench/NOTES.md §87).
+    static constexpr bool kWideKeys = std::is_same<Element_, __nv_fp8_e4m3>::value && (kLeanProducer || kBlockN_ > 128);
     // The tile's sibling (KernelMeta::siblings), which short problems run instead (launch.h
     // runs_short): of the 192-row tile, the same kernel on two consumer warpgroups, 128 x
-    // kBlockN (its diagonal blocks waste less, bench/NOTES.md §55, §57); of a kLeanProducer
-    // tile, 128 x 64 (a shorter pipeline to fill, and room to stage O, §86).
-    static constexpr bool kHasShort = kBlockM_ == 192 || kLeanProducer;
-    using Short = Traits<Config_, Element_, kHeadDim_, kHeadDimV_, 128, kBlockM_ == 192 ? kBlockN_ : 64, 8, kWarpsN_,
-                         kAccFp16_, kPersistent_, kStages_, kPingPong_>;
+    // kBlockN (its diagonal blocks waste less, bench/NOTES.md §55, §57); of a kWideKeys tile,
+    // 128 x 128, or 128 x 64 for kLeanProducer (a shorter pipeline to fill, room to stage O, §86).
+    static constexpr bool kHasShort = kBlockM_ == 192 || kWideKeys;
+    using Short = Traits<Config_, Element_, kHeadDim_, kHeadDimV_, 128,
+                         kBlockM_ == 192 ? kBlockN_ : kLeanProducer ? 64 : 128, 8, kWarpsN_, kAccFp16_, kPersistent_,
+                         kStages_, kPingPong_>;
 
     // Columns in shared memory: whole 64-column panels (zero fill past d, dv).
     static constexpr int kDimQK = Config::kDimQK;
@@ -181,7 +185,7 @@ struct Traits {
                   "ws: 128 or 192 rows over two or three consumer warpgroups");
     static_assert(kBlockM == kConsumerWarpgroups * kWarpgroupRows, "one 64-row slab per consumer warpgroup");
     static_assert(kWarpsN == 1, "warps split query rows only");
-    static_assert(kBlockN == 64 || kBlockN == 128, "ws: kBlockN in {64, 128}");
+    static_assert(kBlockN == 64 || kBlockN == 128 || (kFp8 && kBlockN == 192), "ws: kBlockN in {64, 128}, e4m3 192");
     static_assert(kStages >= 2 && kStages <= 4, "kStages: 0 (auto = 2) .. 4");
     static_assert(kSmemBytes <= kMaxSmemBytes, "tiles exceed shared memory");
     static_assert(Config::kPanelCols == memory::kTmaPanelCols, "ws: Config's panels are the TMA panels");
