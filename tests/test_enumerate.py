@@ -38,7 +38,7 @@ N_HEADS = 32
 # (FP8) at d = 64, 128, 256 and MLA so far.
 N_WS = 12
 N_WS_FP8 = 4
-WS_FP8 = ["fmha_v2_ws_e4m3_d64_128x128_w8x1_sm90", "fmha_v2_ws_e4m3_d128_128x192_w8x1_sm90",
+WS_FP8 = ["fmha_v2_ws_e4m3_d64_128x256_w8x1_sm90", "fmha_v2_ws_e4m3_d128_128x192_w8x1_sm90",
           "fmha_v2_ws_e4m3_d256_128x128_w8x1_sm90", "fmha_v2_ws_e4m3_d192_dv128_128x128_w8x1_sm90"]
 # decode: portable like flash, so every build has them: 2 dtypes x d 32, 64, 128, 256 x (the
 # mma path + the warp path's rows 1, 4, 8), and the e4m3-cache mma tile of each (dtype, d).

@@ -109,12 +109,12 @@ def test_siblings_are_named():
     assert sibling_names(spec("fmha_v2_ws_fp16_fp32_d32_192x128_w12x1_sm90")) == (
         "fmha_v2_ws_fp16_fp32_d32_128x128_w8x1_sm90",)
     assert sibling_names(spec("fmha_v2_ws_bf16_d128_128x128_w8x1_sm90")) == ()
-    assert sibling_names(spec("fmha_v2_ws_e4m3_d64_128x128_w8x1_sm90")) == ()
+    assert sibling_names(spec("fmha_v2_ws_e4m3_d192_dv128_128x128_w8x1_sm90")) == ()
     # ... and the e4m3 128-key tile with dv > 128 (a 24-register producer): 128 x 64.
     assert sibling_names(spec("fmha_v2_ws_e4m3_d256_128x128_w8x1_sm90")) == ("fmha_v2_ws_e4m3_d256_128x64_w8x1_sm90",)
-    assert sibling_names(spec("fmha_v2_ws_e4m3_d192_dv128_128x128_w8x1_sm90")) == ()
     # ... and an e4m3 tile past 128 keys: 128 x 128.
     assert sibling_names(spec("fmha_v2_ws_e4m3_d128_128x192_w8x1_sm90")) == ("fmha_v2_ws_e4m3_d128_128x128_w8x1_sm90",)
+    assert sibling_names(spec("fmha_v2_ws_e4m3_d64_128x256_w8x1_sm90")) == ("fmha_v2_ws_e4m3_d64_128x128_w8x1_sm90",)
 
 
 def test_max_s_q():

@@ -169,16 +169,17 @@ D64_MANIFEST = {
     "fmha_v2_decode_bf16_kve4m3_d64_32x128_w1x4_sm80": (32, 128, 1, 4, 0, 0),
     "fmha_v2_ws_fp16_fp32_d64_192x128_w12x1_sm90": (192, 128, 12, 1, 0, 0),
     "fmha_v2_ws_bf16_d64_192x128_w12x1_sm90": (192, 128, 12, 1, 0, 0),
-    "fmha_v2_ws_e4m3_d64_128x128_w8x1_sm90": (128, 128, 8, 1, 0, 0),
+    "fmha_v2_ws_e4m3_d64_128x256_w8x1_sm90": (128, 256, 8, 1, 0, 0),
     "fmha_v2_flash_fp16_d64_128x64_w4x1_sm80": (128, 64, 4, 1, 0, 0),
     "fmha_v2_flash_bf16_d64_128x64_w4x1_sm80": (128, 64, 4, 1, 0, 0),
 }
 # The decode mma tiles of two KV heads name their one-head siblings: OneHead (the same 8192
 # elements a stage in one head, 128 keys) and, at d = 64, Quad (16 KB stages, 64 keys); the ws
-# 192-row tiles their 128-row Short.
+# 192-row tiles their 128-row Short, the e4m3 256-key tile its 128-key Short.
 D64_SIBLINGS = {
     "fmha_v2_ws_fp16_fp32_d64_192x128_w12x1_sm90": ["fmha_v2_ws_fp16_fp32_d64_128x128_w8x1_sm90"],
     "fmha_v2_ws_bf16_d64_192x128_w12x1_sm90": ["fmha_v2_ws_bf16_d64_128x128_w8x1_sm90"],
+    "fmha_v2_ws_e4m3_d64_128x256_w8x1_sm90": ["fmha_v2_ws_e4m3_d64_128x128_w8x1_sm90"],
     "fmha_v2_decode_fp16_fp32_d64_32x64_w1x4_sm80": ["fmha_v2_decode_fp16_fp32_d64_16x128_w1x4_sm80",
                                                      "fmha_v2_decode_fp16_fp32_d64_16x64_w1x4_sm80"],
     "fmha_v2_decode_bf16_d64_32x64_w1x4_sm80": ["fmha_v2_decode_bf16_d64_16x128_w1x4_sm80",

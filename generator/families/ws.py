@@ -24,14 +24,15 @@ DTYPES = (("fp16", "fp32"), ("bf16", "fp32"))
 # columns.
 FP8_DTYPES = (("e4m3", "fp32"),)
 # e4m3 key blocks wider than 128, by (d, dv): d = 128 on 192 keys, 0.88-0.91x the time of 128
-# keys at s >= 2k (not causal), 1.07-1.12x at s = 512 (bench/NOTES.md §87).
-FP8_WIDE_BLOCK_N = {(128, 128): 192}
+# keys at s >= 2k (not causal), 1.07-1.12x at s = 512; d = 64 on 256, 0.90-0.97x at s >= 2k
+# (192 keys there: 1.15-1.19x not causal) (bench/NOTES.md §87).
+FP8_WIDE_BLOCK_N = {(128, 128): 192, (64, 64): 256}
 FP8_HEAD_SIZES = (64, 128, 256)
 
 # Tiles ws::Traits accepts (it static_asserts them): one 64-row slab (the wgmma M) per
 # consumer warpgroup, two or three of them; a key block is a wgmma N.
 BLOCK_M = (128, 192)
-BLOCK_N = (64, 128, 192)
+BLOCK_N = (64, 128, 192, 256)
 WARPGROUP_ROWS = 64
 
 # Columns of a TMA panel: 128-byte rows of 16-bit elements, the SW128 swizzle's width.
@@ -148,7 +149,8 @@ VARIANT_EXCLUSIONS = {
 #     1024 keys (bench/NOTES.md §55, §57);
 #   - an e4m3 tile of 128 keys with dv > 128 (lean_producer) has 128 x 64, for every problem of
 #     at most 1024 keys, and for the paged KV caches and softcapping its kernel lacks (§86);
-#   - an e4m3 tile of 192 keys has 128 x 128, for every problem of at most 1024 keys (§87).
+#   - an e4m3 tile past 128 keys has 128 x 128, for every problem of at most 1024 keys and for
+#     softcapping, which its kernel lacks (§87).
 SHORT_SIBLING_BLOCK_M = 192
 
 

@@ -143,10 +143,8 @@ constexpr int kShortMaxKeys = 1024;
 
 template <class Tr>
 bool runs_short(const Params& p) {
-    if constexpr (Tr::kLeanProducer) {  // ... and what its kernel lacks: a paged cache, softcapping
-        return p.s_kv_max <= kShortMaxKeys || p.kv_block_table != nullptr || p.softcap > 0.f;
-    } else if constexpr (Tr::kWideKeys) {
-        return p.s_kv_max <= kShortMaxKeys;
+    if constexpr (Tr::kWideKeys) {  // ... and what its kernel lacks: softcapping, kLeanProducer a paged cache
+        return p.s_kv_max <= kShortMaxKeys || p.softcap > 0.f || (Tr::kLeanProducer && p.kv_block_table != nullptr);
     } else if constexpr (Tr::kHasShort) {
         return p.mask == MaskType::kCausal && p.s_kv_max <= kShortMaxKeys;
     }

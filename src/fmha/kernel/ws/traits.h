@@ -63,12 +63,13 @@ struct Traits {
     static constexpr bool kPingPong = kPingPong_ && kConsumerWarpgroups >= 2;
     // e4m3 with dv > 128 on 128-key blocks (d = 256): a consumer thread holds 128 O, 64 S
     // and 16 P registers, which fit without spilling at 240 registers only, so the producer
-    // warpgroup keeps 24 (kProducerRegs). Its paged-KV loop does not fit those, nor does
-    // softcapping's tanh the consumers' 240: such problems run on Short (bench/NOTES.md §86).
+    // warpgroup keeps 24 (kProducerRegs). Its paged-KV loop does not fit those: paged problems
+    // run on Short (bench/NOTES.md §86).
     static constexpr bool kLeanProducer =
         std::is_same<Element_, __nv_fp8_e4m3>::value && kBlockN_ == 128 && kHeadDimV_ > 128;
     // e4m3 tiles whose key blocks pay off on long problems only: kLeanProducer's, and those
-    // past 128 keys (d = 128 on 192, bench/NOTES.md §87).
+    // past 128 keys (d = 128 on 192, d = 64 on 256, bench/NOTES.md §87). They leave
+    // softcapping to Short.
     static constexpr bool kWideKeys = std::is_same<Element_, __nv_fp8_e4m3>::value && (kLeanProducer || kBlockN_ > 128);
     // The tile's sibling (KernelMeta::siblings), which short problems run instead (launch.h
     // runs_short): of the 192-row tile, the same kernel on two consumer warpgroups, 128 x
@@ -154,9 +155,9 @@ struct Traits {
     // generator leaves it out at 160 consumer registers, where its tanh spilled: bench/NOTES.md
     // §12; the row then lacks kVariantSoftcap and the launch refuses it).
     // e4m3: no additive bias (a bias tensor in the inputs' dtype has no use at 8 bits).
-    // kLeanProducer: softcapping runs on Short (launch.h).
+    // kWideKeys: softcapping runs on Short (launch.h); its tanh over the wide S spilled.
     template <softmax::ScoreMod M>
-    static constexpr bool kHasMod = (M != softmax::ScoreMod::kSoftcap || (Config::kSoftcap && !kLeanProducer)) &&
+    static constexpr bool kHasMod = (M != softmax::ScoreMod::kSoftcap || (Config::kSoftcap && !kWideKeys)) &&
                                     !(kFp8 && M == softmax::ScoreMod::kBias);
     // A paged KV cache's producer loop in a kernel of its own (fwd_kernel's kPagedOnly): the
     // three-consumer tile's producer has no register headroom (128 -> 32), and a second loop
@@ -185,7 +186,8 @@ struct Traits {
                   "ws: 128 or 192 rows over two or three consumer warpgroups");
     static_assert(kBlockM == kConsumerWarpgroups * kWarpgroupRows, "one 64-row slab per consumer warpgroup");
     static_assert(kWarpsN == 1, "warps split query rows only");
-    static_assert(kBlockN == 64 || kBlockN == 128 || (kFp8 && kBlockN == 192), "ws: kBlockN in {64, 128}, e4m3 192");
+    static_assert(kBlockN == 64 || kBlockN == 128 || (kFp8 && (kBlockN == 192 || kBlockN == 256)),
+                  "ws: kBlockN in {64, 128}, e4m3 192 and 256");
     static_assert(kStages >= 2 && kStages <= 4, "kStages: 0 (auto = 2) .. 4");
     static_assert(kSmemBytes <= kMaxSmemBytes, "tiles exceed shared memory");
     static_assert(Config::kPanelCols == memory::kTmaPanelCols, "ws: Config's panels are the TMA panels");
