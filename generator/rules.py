@@ -114,7 +114,7 @@ RULES = (
         "ws_traits",
         "family {family} (ws::Traits) needs fp32 accumulation, "
         "block_m " + " or ".join(map(str, WS_BLOCK_M)) + " over warps (block_m/16)x1 and block_n "
-        + " or ".join(map(str, WS_BLOCK_N)),
+        + " or ".join(map(str, WS_BLOCK_N)) + " (e4m3 also " + " or ".join(map(str, _ws.FP8_BLOCK_N)) + ")",
         lambda s, c: _ws_traits_ok(s),
     ),
     Rule(

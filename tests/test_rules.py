@@ -24,7 +24,7 @@ QMMA_TRAITS = ("family qmma (qmma::Traits) needs e4m3 inputs with fp32 accumulat
                "the tile 64x64 over warps 4x1, and no custom mask")
 KV8 = {**DECODE, "block_m": 32, "block_n": 64, "warps_m": 1, "warps_n": 4, "kv_dtype": "e4m3"}  # d = 128
 WS_TRAITS = ("family ws (ws::Traits) needs fp32 accumulation, "
-             "block_m 128 or 192 over warps (block_m/16)x1 and block_n 64 or 128")
+             "block_m 128 or 192 over warps (block_m/16)x1 and block_n 64 or 128 (e4m3 also 192 or 256)")
 
 # rule name -> (spec changes, config, the reason -v prints). Each breaks exactly that rule.
 CASES = {

@@ -32,7 +32,8 @@ FP8_HEAD_SIZES = (64, 128, 256)
 # Tiles ws::Traits accepts (it static_asserts them): one 64-row slab (the wgmma M) per
 # consumer warpgroup, two or three of them; a key block is a wgmma N.
 BLOCK_M = (128, 192)
-BLOCK_N = (64, 128, 192, 256)
+BLOCK_N = (64, 128)
+FP8_BLOCK_N = (192, 256)  # e4m3 only (FP8_WIDE_BLOCK_N)
 WARPGROUP_ROWS = 64
 
 # Columns of a TMA panel: 128-byte rows of 16-bit elements, the SW128 swizzle's width.
@@ -125,7 +126,7 @@ def traits_ok(spec) -> bool:
     fp8_ok = spec.dtype != "e4m3" or (spec.block_m == 128 and spec.d % 32 == 0 and spec.dv % 32 == 0)
     return (spec.acc == "fp32" and fp8_ok
             and spec.block_m in BLOCK_M and spec.warps_m == spec.block_m // 16 and spec.warps_n == 1
-            and spec.block_n in BLOCK_N)
+            and (spec.block_n in BLOCK_N or (spec.dtype == "e4m3" and spec.block_n in FP8_BLOCK_N)))
 
 
 def softcap(spec) -> bool:
