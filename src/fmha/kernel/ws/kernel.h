@@ -74,10 +74,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         // e4m3: the tile's (batch, KV head) descales fold into the scale of raw scores and O's.
         // (The selects at the uses are constant: the 16-bit kernels read the parameters there as
         // they did before, and compile to the same SASS.)
+        // (kLeanProducer reads V's descale again where O's scale is made, through an opaque
+        // index: held through the key loop, its 240 registers spilled it.)
         float fp8_qk = 1.f, fp8_v = 1.f;
         if constexpr (Tr::kFp8) {
             fp8_qk = descale(p.q_descale, p, w.batch, w.kv_head) * descale(p.k_descale, p, w.batch, w.kv_head);
-            fp8_v = descale(p.v_descale, p, w.batch, w.kv_head);
+            if constexpr (!Tr::kLeanProducer) fp8_v = descale(p.v_descale, p, w.batch, w.kv_head);
         }
 
         // ALiBi: the tile's head's slope in raw-score units (the softmax scales by scale_bmm1).
@@ -210,9 +212,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
             ++q_iter;
         }
 
+        if constexpr (Tr::kLeanProducer) fp8_v = descale(p.v_descale, p, opaque_int(w.batch), w.kv_head);
         float inv[2];
         softmax.finalize(inv,
-                         Tr::kFp8   ? p.scale_softmax * p.scale_bmm2 * fp8_v
+                         Tr::kLeanProducer ? fp8_v * p.scale_softmax * p.scale_bmm2  // (no invariant product held)
+                         : Tr::kFp8        ? p.scale_softmax * p.scale_bmm2 * fp8_v
                          : kDropout ? p.scale_softmax * p.scale_bmm2 * p.dropout.rescale
                                     : p.scale_softmax * p.scale_bmm2,
                          p, w.head);
@@ -221,13 +225,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         // tile without key blocks loaded nothing there; its O (zeros) goes from registers.
         const bool o_in_v = kStageOverV && n_blocks > 0;
         if (o_in_v) th.consumers_barrier();
-        if (Tr::kFp8 && p.o_e4m3) {  // e4m3 O: from registers (kStageOverV is off for e4m3)
+        if (Tr::kFp8 && p.o_e4m3) {  // e4m3 O: from registers (the V ring is free at once)
             if constexpr (Tr::kFp8) {  // (instantiated for the e4m3 kernels only)
                 auto* o = static_cast<__nv_fp8_e4m3*>(p.o) +
                           static_cast<int64_t>(w.q_off + wg_row0) * p.o_row_stride +
                           static_cast<int64_t>(w.head) * p.o_head_stride;
                 epilogue::store_o_rows_e4m3<Tr::kNTilesOut>(acc_o, inv, o, p.o_row_stride, row_g, lane,
                                                             w.q_len - wg_row0);
+                if (o_in_v && th.wg_tid == 0) memory::mbar_arrive(smem.o_free());
             }
         } else if ((Tr::kOBeside || o_in_v) && wg_row0 + kWarpgroupRows <= w.q_len) {
             // The slab's rows are all this sequence's: stage it in shared memory, one thread
