@@ -269,13 +269,14 @@ def built_ws(tmp_path_factory):
 @pytest.mark.build
 @needs_nvcc
 @pytest.mark.parametrize("kernel", ["fmha_v2_ws_e4m3_d128_128x192_w8x1_sm90", "fmha_v2_ws_e4m3_d256_128x128_w8x1_sm90",
-                                    "fmha_v2_ws_fp16_fp32_d40_192x128_w12x1_sm90"])
+                                    "fmha_v2_ws_fp16_fp32_d40_192x128_w12x1_sm90", "fmha_v2_ws_bf16_d160_128x64_w8x1_sm90"])
 def test_other_ws_kernels_compile_without_spills(tmp_path, kernel):
     """Beside the d = 64 ws kernel the builds above link: the e4m3 path (QGMMA, the V^T
     transpose, the e4m3 O epilogue; a 192-key block, and d = 256's 24-register producer, with
     their siblings) and a head size with an odd count of n8 tiles (d = 40: the e4m3 O store,
     instantiated for it by mistake, once broke its build: bench/NOTES.md §58) compile for
-    sm_90a, every entry with no stack and no spills."""
+    sm_90a, every entry with no stack and no spills; and a tile without a sibling (d = 160:
+    naming its Short, which does not fit shared memory, once broke its build)."""
     tree = copy_tree(tmp_path)
     setup(tree, TORCH_CUDA_ARCH_LIST="9.0", ENABLE_HMMA_FP32="1", FMHA_FILTER=kernel)
     result = run(["nvcc", "-std=c++17", "-Isrc", "-Iinclude", "--expt-relaxed-constexpr", "-O3", *SM90A.split(),

@@ -161,9 +161,12 @@ int sibling_index(const Params& p) {
 template <class Tr>
 cudaError_t launch(const Params& p, cudaStream_t stream) {
     if (p.q_tokens < 1 || p.kv_tokens < 1) return cudaErrorInvalidValue;
-    if constexpr (Tr::kHasShort && !Tr::kHasDropout && Tr::Short::kHasDropout) {  // dropout: on the sibling
-        if (p.dropout.threshold != 0)
-            return launch_with_extents<typename Tr::Short, false, true>(p, p.q_tokens, p.kv_tokens, stream);
+    if constexpr (Tr::kHasShort && !Tr::kHasDropout) {  // dropout: on the sibling, where it has it
+        // (Nested: Tr::Short is a tile only where kHasShort; named elsewhere it may not fit.)
+        if constexpr (Tr::Short::kHasDropout) {
+            if (p.dropout.threshold != 0)
+                return launch_with_extents<typename Tr::Short, false, true>(p, p.q_tokens, p.kv_tokens, stream);
+        }
     }
     if constexpr (Tr::kHasShort) {
         if (runs_short<Tr>(p)) {  // a 192-row tile's sibling runs its causal problems only

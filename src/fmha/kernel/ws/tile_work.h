@@ -121,8 +121,9 @@ FMHA_DEVICE int next_tile_blocks(const Params& p, const SmemT& smem, int tile_it
     if constexpr (Tr::kPersistent) {
         const int slot = tile_iter & 1;
         memory::mbar_wait(smem.tile_full(slot), (tile_iter >> 1) & 1);
+        constexpr uint32_t kBlocksByte = 40;  // n_blocks in the slot: store_tile_slot's third vector, third word
         int n_blocks;
-        asm volatile("ld.shared.b32 %0, [%1 + 40];\n" : "=r"(n_blocks) : "r"(smem.tile_slot(slot)) : "memory");
+        asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(n_blocks) : "r"(smem.tile_slot(slot) + kBlocksByte) : "memory");
         memory::mbar_arrive(smem.tile_empty(slot));
         return n_blocks;
     } else {
