@@ -76,6 +76,7 @@ struct Traits {
     // kBlockN (its diagonal blocks waste less, bench/NOTES.md §55, §57); of a kWideKeys tile,
     // 128 x 128, or 128 x 64 for kLeanProducer (a shorter pipeline to fill, room to stage O, §86).
     static constexpr bool kHasShort = kBlockM_ == 192 || kWideKeys;
+    // (Named for every tile, a tile only where kHasShort: launch.h reads it under that alone.)
     using Short = Traits<Config_, Element_, kHeadDim_, kHeadDimV_, 128,
                          kBlockM_ == 192 ? kBlockN_ : kLeanProducer ? 64 : 128, 8, kWarpsN_, kAccFp16_, kPersistent_,
                          kStages_, kPingPong_>;
@@ -128,9 +129,8 @@ struct Traits {
     // beside the rest where it fits (kOBeside), else over the V ring (kOInV: d = 256, MLA; e4m3
     // d = 256 over its raw V ring, which the transposes have read once the last P V has run,
     // bench/NOTES.md §88), which every consumer's last P V of the tile must have read (a barrier
-    // of all consumers) and
-    // whose next V loads wait for the stores to have read it (the O-free mbarrier; not in every
-    // kernel: kOInVFor). A slab with rows past its sequence's end is stored from registers (a
+    // of all consumers) and whose next V loads wait for the stores to have read it (the O-free
+    // mbarrier; not in every kernel: kOInVFor). A slab with rows past its sequence's end is stored from registers (a
     // TMA store would write the next sequence's rows), and so are the three-consumer tiles'
     // (d <= 64): there the staging measured 1 % slower.
     static constexpr int kSmemO = kBlockM * kDimO * 2;  // O is 16-bit (e4m3 inputs: bf16)
