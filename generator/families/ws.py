@@ -18,8 +18,9 @@ HEAD_SIZES = (32, 40, 64, 72, 80, 96, 104, 128, 160, 192, 256)
 DTYPES = (("fp16", "fp32"), ("bf16", "fp32"))
 # FP8 (e4m3 Q, K, V; QGMMA; V made K-major in shared memory by the producer warpgroup; O in
 # bf16): the head sizes served so far (bench/NOTES.md §53), and MLA's (192, 128) from
-# enumerate.MLA_HEAD_SIZES, on two consumer warpgroups (fp8_tile: 128 x 128, with a 128 x 64
-# sibling at d = 256). Head tiles are whole 128-byte panels: d = 64 pads V to one (P V still
+# enumerate.MLA_HEAD_SIZES, on two consumer warpgroups (fp8_tile: 128 rows on 128 keys, 192 at
+# d = 128 and 256 at d = 64, with siblings for short problems). Head tiles are whole 128-byte
+# panels: d = 64 pads V to one (P V still
 # runs over its 64 columns only, ws::Traits::kDimO), and MLA's d = 192 pads Q and K to 256
 # columns.
 FP8_DTYPES = (("e4m3", "fp32"),)
@@ -45,7 +46,8 @@ SMEM_LIMIT = 227 * 1024
 SMEM_RESERVE = 7 * 1024
 SMEM_BUDGET = SMEM_LIMIT - SMEM_RESERVE
 # The e4m3 tiles' reserve: the 1024-byte alignment, the mbarriers and the tile slots (about
-# 1.4 KB), with no O staging beside (they store O from registers).
+# 1.4 KB). O's staging is not counted: where it does not fit beside, it goes over the raw V
+# ring (ws::Traits::kOInV, bench/NOTES.md §88).
 FP8_SMEM_RESERVE = 2 * 1024
 ELEMENT_BYTES = 2
 KV_STAGES = 2   # Traits' default kStages (3 measured no better)
@@ -113,7 +115,7 @@ def tiles_fit(block_m: int, block_n: int, d: int, dv: int) -> bool:
 
 def fp8_fits(block_m: int, block_n: int, d: int, dv: int) -> bool:
     """Whether an e4m3 tile fits: Q and KV_STAGES stages of K, V and V^T at one byte an
-    element, beside FP8_SMEM_RESERVE (no O staging: e4m3 tiles store O from registers)."""
+    element, beside FP8_SMEM_RESERVE."""
     q = block_m * panels(d, "e4m3")
     vt = -(-dv // PANEL_COLS) * PANEL_COLS * 128 * -(-block_n // 128)
     kv = KV_STAGES * (block_n * (panels(d, "e4m3") + panels(dv, "e4m3")) + vt)
