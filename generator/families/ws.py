@@ -20,9 +20,8 @@ DTYPES = (("fp16", "fp32"), ("bf16", "fp32"))
 # bf16): the head sizes served so far (bench/NOTES.md §53), and MLA's (192, 128) from
 # enumerate.MLA_HEAD_SIZES, on two consumer warpgroups (fp8_tile: 128 rows on 128 keys, 192 at
 # d = 128 and 256 at d = 64, with siblings for short problems). Head tiles are whole 128-byte
-# panels: d = 64 pads V to one (P V still
-# runs over its 64 columns only, ws::Traits::kDimO), and MLA's d = 192 pads Q and K to 256
-# columns.
+# panels: d = 64 pads V to one (P V still runs over its 64 columns only, ws::Traits::kDimO),
+# and MLA's d = 192 pads Q and K to 256 columns.
 FP8_DTYPES = (("e4m3", "fp32"),)
 # e4m3 key blocks wider than 128, by (d, dv): d = 128 on 192 keys, 0.88-0.91x the time of 128
 # keys at s >= 2k (not causal), 1.07-1.12x at s = 512; d = 64 on 256, 0.90-0.97x at s >= 2k
