@@ -93,11 +93,17 @@ FMHA_DEVICE int load_tile_slot(uint32_t slot, TileWork& w) {
     return t;
 }
 
-// A reader's next tile (a consumer thread's, a transposing warp thread's), its tile_iter-th:
-// the index, sched.num_tiles when there is none left, and its bounds in w. Persistent: from
-// the producer's slot ring; every thread that read the slot arrives (not one per warp after
-// __syncwarp), so the producer's next write is ordered after each read by the mbarrier
-// itself. Static grid: blockIdx.x's one tile.
+// The slot's n_blocks alone (store_tile_slot's third vector, third word).
+FMHA_DEVICE int load_tile_slot_blocks(uint32_t slot) {
+    int n_blocks;
+    asm volatile("ld.shared.b32 %0, [%1 + 40];\n" : "=r"(n_blocks) : "r"(slot) : "memory");
+    return n_blocks;
+}
+
+// A consumer thread's next tile, its tile_iter-th: the index, sched.num_tiles when there is
+// none left, and its bounds in w. Persistent: from the producer's slot ring; every thread that
+// read the slot arrives (not one per warp after __syncwarp), so the producer's next write is
+// ordered after each read by the mbarrier itself. Static grid: blockIdx.x's one tile.
 template <class Tr, mask::Kind kMask, class SmemT>
 FMHA_DEVICE int next_tile(const Params& p, const SmemT& smem, const Schedule& sched, int tile_iter, TileWork& w) {
     if constexpr (Tr::kPersistent) {
@@ -118,12 +124,10 @@ FMHA_DEVICE int next_tile(const Params& p, const SmemT& smem, const Schedule& sc
 // the tile count (bench/NOTES.md §86).
 template <class Tr, mask::Kind kMask, class SmemT>
 FMHA_DEVICE int next_tile_blocks(const Params& p, const SmemT& smem, int tile_iter) {
-    if constexpr (Tr::kPersistent) {
+    if constexpr (Tr::kPersistent) {  // (the slot's wait and arrival as next_tile's)
         const int slot = tile_iter & 1;
         memory::mbar_wait(smem.tile_full(slot), (tile_iter >> 1) & 1);
-        constexpr uint32_t kBlocksByte = 40;  // n_blocks in the slot: store_tile_slot's third vector, third word
-        int n_blocks;
-        asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(n_blocks) : "r"(smem.tile_slot(slot) + kBlocksByte) : "memory");
+        const int n_blocks = load_tile_slot_blocks(smem.tile_slot(slot));
         memory::mbar_arrive(smem.tile_empty(slot));
         return n_blocks;
     } else {
