@@ -52,22 +52,23 @@ FMHA_DEVICE uint32_t pack_e4m3x4(float x0, float x1, float x2, float x3) {
     return lo | (hi << 16);
 }
 
+// One k32 slice of P: four n8 tiles of the accumulator layout as one e4m3 A fragment.
+FMHA_DEVICE void p_slice_to_e4m3(uint32_t (&frag)[4], const float (&t0)[4], const float (&t1)[4],
+                                 const float (&t2)[4], const float (&t3)[4]) {
+    frag[0] = pack_e4m3x4(t0[0], t0[1], t1[0], t1[1]);  // row g, slots 4t .. 4t + 3
+    frag[1] = pack_e4m3x4(t0[2], t0[3], t1[2], t1[3]);  // row g + 8
+    frag[2] = pack_e4m3x4(t2[0], t2[1], t3[0], t3[1]);  // row g, slots 16 + 4t ..
+    frag[3] = pack_e4m3x4(t2[2], t2[3], t3[2], t3[3]);  // row g + 8
+}
+
 // A warpgroup's P [64 rows, 8 * kNTiles keys] (the f32 accumulator layout of S) as e4m3 A
 // fragments, one per k32: frag[kk] covers keys 32 kk .. 32 kk + 31 in key_of_slot order.
 template <int kNTiles>
 FMHA_DEVICE void p_to_e4m3(uint32_t (&frag)[kNTiles / 4][4], const float (&acc)[1][kNTiles][4]) {
     static_assert(kNTiles % 4 == 0, "whole k32 slices of keys");
 #pragma unroll
-    for (int kk = 0; kk < kNTiles / 4; ++kk) {
-        const float(&t0)[4] = acc[0][4 * kk];
-        const float(&t1)[4] = acc[0][4 * kk + 1];
-        const float(&t2)[4] = acc[0][4 * kk + 2];
-        const float(&t3)[4] = acc[0][4 * kk + 3];
-        frag[kk][0] = pack_e4m3x4(t0[0], t0[1], t1[0], t1[1]);  // row g, slots 4t .. 4t + 3
-        frag[kk][1] = pack_e4m3x4(t0[2], t0[3], t1[2], t1[3]);  // row g + 8
-        frag[kk][2] = pack_e4m3x4(t2[0], t2[1], t3[0], t3[1]);  // row g, slots 16 + 4t ..
-        frag[kk][3] = pack_e4m3x4(t2[2], t2[3], t3[2], t3[3]);  // row g + 8
-    }
+    for (int kk = 0; kk < kNTiles / 4; ++kk)
+        p_slice_to_e4m3(frag[kk], acc[0][4 * kk], acc[0][4 * kk + 1], acc[0][4 * kk + 2], acc[0][4 * kk + 3]);
 }
 
 FMHA_DEVICE void stmatrix_x4(uint32_t smem_addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {

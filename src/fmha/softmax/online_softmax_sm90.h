@@ -89,6 +89,51 @@ struct OnlineSoftmaxScaled {
         }
     }
 
+    // scale() in two steps, for a caller that waits for its P V between them, so that P's
+    // conversion to wgmma A fragments interleaves with the exp2s (bench/NOTES.md §89).
+    // (scale() is not written as the two: its rows' order is the 16-bit kernels' schedule.)
+    // max_step: the rows' new M and alpha, and the bias exp_step_packed subtracts.
+    template <bool kCheckInf, int kNTiles>
+    FMHA_DEVICE void max_step(const float (&s)[1][kNTiles][4], float (&alpha)[2], float (&bias)[2],
+                              float scale_log2) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float mx = -CUDART_INF_F;
+#pragma unroll
+            for (int ni = 0; ni < kNTiles; ++ni) mx = fmaxf(mx, fmaxf(s[0][ni][2 * h], s[0][ni][2 * h + 1]));
+            mx = quad_max(mx) * scale_log2;
+            if constexpr (!kExactMax) mx = ceilf(mx);
+            mx = mx > row_max[h] + kMaxSlack ? mx : row_max[h];
+            const float max_scaled = (kCheckInf && mx == -CUDART_INF_F) ? 0.f : mx;
+            alpha[h] = mx != row_max[h] ? fast_exp2(row_max[h] - max_scaled) : 1.f;
+            row_max[h] = mx;
+            bias[h] = minus_max(max_scaled);
+        }
+    }
+    // exp_step_packed: P = exp2(scale_log2 * s + bias), the row sums, and P packed k32 slice by
+    // slice as its exp2s come out (pack: four n8 tiles -> one slice's A fragment).
+    template <int kNTiles, class Pack>
+    FMHA_DEVICE void exp_step_packed(float (&s)[1][kNTiles][4], uint32_t (&frag)[kNTiles / 4][4],
+                                     const float (&alpha)[2], const float (&bias)[2], float scale_log2,
+                                     Pack&& pack) {
+        float sum[2] = {0.f, 0.f};
+#pragma unroll
+        for (int kk = 0; kk < kNTiles / 4; ++kk) {
+#pragma unroll
+            for (int t = 0; t < 4; ++t) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const float pv = fast_exp2(fmaf(s[0][4 * kk + t][e], scale_log2, bias[e / 2]));
+                    s[0][4 * kk + t][e] = pv;
+                    sum[e / 2] += pv;
+                }
+            }
+            pack(frag[kk], s[0][4 * kk], s[0][4 * kk + 1], s[0][4 * kk + 2], s[0][4 * kk + 3]);
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) row_sum[h] = row_sum[h] * alpha[h] + sum[h];
+    }
+
     // Skipped, warp-uniformly, when no row of the warp raised its M.
     template <int kNTilesO>
     FMHA_DEVICE static void rescale(float (&o)[1][kNTilesO][4], const float (&alpha)[2]) {

@@ -44,6 +44,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     extern __shared__ char smem_raw[];
     const Smem<Tr> smem(smem_raw);
     constexpr bool kStageOverV = Tr::template kOInVFor<kMod>;
+    // e4m3: the softmax in two steps around the wait for the previous block's P V, so that
+    // P's conversion to e4m3 interleaves with the exp2s (bench/NOTES.md §89).
+    constexpr bool kSplitSoftmax = Tr::kFp8 && (kMask != mask::Kind::kPadding || Tr::kSplitPadding);
     const Schedule sched = schedule<Tr>(p);
     const int tid = threadIdx.x;
     const int warpgroup = __shfl_sync(0xffffffffu, tid / kWarpgroupThreads, 0);
@@ -104,7 +107,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                                        : nullptr;
         // Score modifier, mask (boundary blocks only) and softmax of block nb; alpha: the O
         // rescale it needs.
-        const auto softmax_block = [&](float (&acc_s)[1][Tr::kNTilesS][4], int nb, float (&alpha)[2]) {
+        // after_max: what must happen before the exp2s (kSplitSoftmax) or after the softmax.
+        const auto softmax_block = [&](float (&acc_s)[1][Tr::kNTilesS][4], int nb, float (&alpha)[2],
+                                       auto&& after_max) {
             if constexpr (kMod == softmax::ScoreMod::kSoftcap) {
                 softmax::apply_softcap(acc_s, softmax::Softcap::for_raw_scores(
                                                   p.softcap, Tr::kFp8 ? p.scale_bmm1 * fp8_qk : p.scale_bmm1));
@@ -133,11 +138,22 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                     nb * Tr::kBlockN + 2 * (lane % 4), w.kv_len);
             }
             // A custom mask may hide any key: every block takes the masked path.
-            if (softmax::hides_keys(kMod) || wg_blk.masked(nb)) {
-                mask::apply(acc_s, rows, wg_row0 + row_g, nb * Tr::kBlockN + 2 * (lane % 4));
-                softmax.template scale<true>(acc_s, alpha, Tr::kFp8 ? c.scale_log2 * fp8_qk : c.scale_log2);
+            if constexpr (kSplitSoftmax) {
+                const bool masked = softmax::hides_keys(kMod) || wg_blk.masked(nb);
+                if (masked) mask::apply(acc_s, rows, wg_row0 + row_g, nb * Tr::kBlockN + 2 * (lane % 4));
+                float bias[2];
+                if (masked) softmax.template max_step<true>(acc_s, alpha, bias, c.scale_log2 * fp8_qk);
+                else softmax.template max_step<false>(acc_s, alpha, bias, c.scale_log2 * fp8_qk);
+                after_max();
+                softmax.exp_step_packed(acc_s, p_frag[0], alpha, bias, c.scale_log2 * fp8_qk, mma::p_slice_to_e4m3);
             } else {
-                softmax.template scale<false>(acc_s, alpha, Tr::kFp8 ? c.scale_log2 * fp8_qk : c.scale_log2);
+                if (softmax::hides_keys(kMod) || wg_blk.masked(nb)) {
+                    mask::apply(acc_s, rows, wg_row0 + row_g, nb * Tr::kBlockN + 2 * (lane % 4));
+                    softmax.template scale<true>(acc_s, alpha, Tr::kFp8 ? c.scale_log2 * fp8_qk : c.scale_log2);
+                } else {
+                    softmax.template scale<false>(acc_s, alpha, Tr::kFp8 ? c.scale_log2 * fp8_qk : c.scale_log2);
+                }
+                after_max();
             }
         };
         // Dropout: P of block nb as wgmma A, less what the mask drops. Rows row_g + {0, 8} and
@@ -167,9 +183,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                 mma::fence_operands(acc_s);
                 c.release(smem.k_empty(st));
                 if (n_blocks == 1) c.release(smem.q_empty());
-                softmax_block(acc_s, w.blk_end - 1, alpha);  // O is still zero: alpha unused
-                if constexpr (Tr::kFp8) mma::p_to_e4m3<Tr::kNTilesS>(p_frag[0], acc_s);
-                else mma::s_to_p<Element>(p_frag, acc_s);
+                softmax_block(acc_s, w.blk_end - 1, alpha, [] {});  // O is still zero: alpha unused
+                if constexpr (!kSplitSoftmax) {  // (the split softmax packed P already)
+                    if constexpr (Tr::kFp8) mma::p_to_e4m3<Tr::kNTilesS>(p_frag[0], acc_s);
+                    else mma::s_to_p<Element>(p_frag, acc_s);
+                }
                 drop_block(w.blk_end - 1);
             }
             for (int it = 1; it < n_blocks; ++it) {
@@ -188,14 +206,17 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                 mma::fence_operands(acc_s);
                 c.release(smem.k_empty(st));
                 if (it == n_blocks - 1) c.release(smem.q_empty());  // the tile's last read of Q
-                softmax_block(acc_s, w.blk_end - 1 - it, alpha);
-                mma::wgmma_wait<0>();
-                mma::fence_operands(acc_o);
-                mma::fence_operands(p_frag);
-                c.release(smem.pv_empty(prev));
+                softmax_block(acc_s, w.blk_end - 1 - it, alpha, [&] {
+                    mma::wgmma_wait<0>();
+                    mma::fence_operands(acc_o);
+                    mma::fence_operands(p_frag);
+                    c.release(smem.pv_empty(prev));
+                });
                 Softmax::rescale(acc_o, alpha);
-                if constexpr (Tr::kFp8) mma::p_to_e4m3<Tr::kNTilesS>(p_frag[0], acc_s);
-                else mma::s_to_p<Element>(p_frag, acc_s);
+                if constexpr (!kSplitSoftmax) {  // (the split softmax packed P already)
+                    if constexpr (Tr::kFp8) mma::p_to_e4m3<Tr::kNTilesS>(p_frag[0], acc_s);
+                    else mma::s_to_p<Element>(p_frag, acc_s);
+                }
                 drop_block(w.blk_end - 1 - it);
             }
             const int g_last = g0 + n_blocks - 1;
