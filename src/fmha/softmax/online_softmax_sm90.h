@@ -59,6 +59,22 @@ struct OnlineSoftmaxScaled {
         row_sum[0] = row_sum[1] = 0.f;
     }
 
+    // Row h's new M from one key block's scores, and alpha[h]; returns the max that the
+    // block's exp2s subtract (scale_log2 units, 0 for a row that saw no allowed key yet).
+    template <bool kCheckInf, int kNTiles>
+    FMHA_DEVICE float new_max(const float (&s)[1][kNTiles][4], int h, float (&alpha)[2], float scale_log2) {
+        float mx = -CUDART_INF_F;
+#pragma unroll
+        for (int ni = 0; ni < kNTiles; ++ni) mx = fmaxf(mx, fmaxf(s[0][ni][2 * h], s[0][ni][2 * h + 1]));
+        mx = quad_max(mx) * scale_log2;
+        if constexpr (!kExactMax) mx = ceilf(mx);
+        mx = mx > row_max[h] + kMaxSlack ? mx : row_max[h];  // -inf + slack: the first block sets it
+        const float max_scaled = (kCheckInf && mx == -CUDART_INF_F) ? 0.f : mx;
+        alpha[h] = mx != row_max[h] ? fast_exp2(row_max[h] - max_scaled) : 1.f;
+        row_max[h] = mx;
+        return max_scaled;
+    }
+
     // s: [1][kNTiles][4] scores of one key block -> exp2(scale_log2 * s - M).
     // alpha: per row, the factor O must be multiplied by before this block's P.V.
     // kCheckInf: a row may still have seen no allowed key (masked blocks).
@@ -66,15 +82,7 @@ struct OnlineSoftmaxScaled {
     FMHA_DEVICE void scale(float (&s)[1][kNTiles][4], float (&alpha)[2], float scale_log2) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            float mx = -CUDART_INF_F;
-#pragma unroll
-            for (int ni = 0; ni < kNTiles; ++ni) mx = fmaxf(mx, fmaxf(s[0][ni][2 * h], s[0][ni][2 * h + 1]));
-            mx = quad_max(mx) * scale_log2;
-            if constexpr (!kExactMax) mx = ceilf(mx);
-            mx = mx > row_max[h] + kMaxSlack ? mx : row_max[h];  // -inf + slack: the first block sets it
-            const float max_scaled = (kCheckInf && mx == -CUDART_INF_F) ? 0.f : mx;
-            alpha[h] = mx != row_max[h] ? fast_exp2(row_max[h] - max_scaled) : 1.f;
-            row_max[h] = mx;
+            const float max_scaled = new_max<kCheckInf>(s, h, alpha, scale_log2);
             float sum = 0.f;
 #pragma unroll
             for (int ni = 0; ni < kNTiles; ++ni) {
@@ -91,24 +99,12 @@ struct OnlineSoftmaxScaled {
 
     // scale() in two steps, for a caller that waits for its P V between them, so that P's
     // conversion to wgmma A fragments interleaves with the exp2s (bench/NOTES.md §89).
-    // (scale() is not written as the two: its rows' order is the 16-bit kernels' schedule.)
-    // max_step: the rows' new M and alpha, and the bias exp_step_packed subtracts.
+    // max_step: both rows' new M and alpha, and the bias exp_step_packed subtracts.
     template <bool kCheckInf, int kNTiles>
     FMHA_DEVICE void max_step(const float (&s)[1][kNTiles][4], float (&alpha)[2], float (&bias)[2],
                               float scale_log2) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            float mx = -CUDART_INF_F;
-#pragma unroll
-            for (int ni = 0; ni < kNTiles; ++ni) mx = fmaxf(mx, fmaxf(s[0][ni][2 * h], s[0][ni][2 * h + 1]));
-            mx = quad_max(mx) * scale_log2;
-            if constexpr (!kExactMax) mx = ceilf(mx);
-            mx = mx > row_max[h] + kMaxSlack ? mx : row_max[h];
-            const float max_scaled = (kCheckInf && mx == -CUDART_INF_F) ? 0.f : mx;
-            alpha[h] = mx != row_max[h] ? fast_exp2(row_max[h] - max_scaled) : 1.f;
-            row_max[h] = mx;
-            bias[h] = minus_max(max_scaled);
-        }
+        for (int h = 0; h < 2; ++h) bias[h] = minus_max(new_max<kCheckInf>(s, h, alpha, scale_log2));
     }
     // exp_step_packed: P = exp2(scale_log2 * s + bias), the row sums, and P packed k32 slice by
     // slice as its exp2s come out (pack: four n8 tiles -> one slice's A fragment).
