@@ -105,12 +105,16 @@ __global__ void pv_kernel(const float* p, const uint8_t* v, float* o, uint8_t* v
 // v [kKeysT, kDvT] e4m3 row-major into raw V (SW128 panels of 128 columns, as TMA lands it);
 // vt_out [kDvT, kKeysT] = V^T as transpose_v_e4m3 left it over `warps` warps (the ws family's
 // producer uses 3), read back in logical (row, slot) order.
+// Raw V's bytes: rows of whole 128-byte panels (dv = 64 fills half of each, as in the kernel).
+template <int kKeysT, int kDvT>
+constexpr int kRawBytes = kKeysT * ((kDvT + 127) / 128 * 128);
+
 template <int kKeysT, int kDvT>
 __global__ void transpose_kernel(const uint8_t* v, uint8_t* vt_out, int warps) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(1024) uint8_t dyn[];
     uint8_t* raw = dyn;
-    uint8_t* vt = dyn + kKeysT * kDvT;
+    uint8_t* vt = dyn + kRawBytes<kKeysT, kDvT>;
     fill_sw128(raw, v, kKeysT, kDvT);
     __syncthreads();
     if (int(threadIdx.x) / 32 < warps)
@@ -123,7 +127,7 @@ __global__ void transpose_kernel(const uint8_t* v, uint8_t* vt_out, int warps) {
 template <int kKeysT, int kDvT>
 void check_transpose(int warps) {
     const std::vector<uint8_t> v8 = unit::to_e4m3(unit::dyadic(kKeysT * kDvT, true, 4));
-    const int bytes = kKeysT * kDvT + kDvT * (kKeysT + 127) / 128 * 128;
+    const int bytes = kRawBytes<kKeysT, kDvT> + kDvT * (kKeysT + 127) / 128 * 128;
     CUDA_ASSERT(cudaFuncSetAttribute(transpose_kernel<kKeysT, kDvT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      bytes));
     unit::DeviceBuffer<uint8_t> dv, dvt;
