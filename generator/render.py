@@ -14,7 +14,7 @@ from pathlib import Path
 import jinja2
 
 from .env import Config
-from .families import constants, cpp_value, sibling_names
+from .families import constants, cpp_value, sibling_block_ns, sibling_names
 from .enumerate import decode_max_rows, decode_min_s_kv
 from .rules import family_archs, kernel_variants
 from .spec import ACCS, DTYPES, FAMILIES, KV_DTYPES, MASKS, VARIANTS, KernelSpec
@@ -73,6 +73,7 @@ def _kernel_vars(spec: KernelSpec, config: Config) -> dict:
         "archs": ",".join(f"sm_{a.number}{a.suffix}" for a in family_archs(spec.family, config)),
         # Tiles its launch may run instead of its own (decode's OneHead, Quad), by kernel name.
         "siblings": sibling_names(spec),
+        "sibling_block_n": sibling_block_ns(spec),
     }
 
 

@@ -22,6 +22,8 @@ using EntryFn = const void* (*)(MaskType);
 using WorkspaceFn = size_t (*)(const Params&);
 // Which tile a launch of this problem runs: 0 the row's own, i the i-th of its siblings.
 using TileFn = int (*)(const Params&);
+// Siblings a row may have (decode: OneHead and Quad; ws: Short).
+constexpr int kMaxSiblings = 2;
 
 struct KernelMeta {
     const char* name;     // KernelSpec.name: also the file name and the FMHA_FILTER key
@@ -52,6 +54,7 @@ struct KernelMeta {
     const char* archs;    // the SASS targets it was compiled for, e.g. "sm_80,sm_90,sm_100"
     const char* siblings; // kernels (tiles) its launch may run instead of its own, comma-separated,
                           // e.g. decode's one-head tiles (generator/families/decode.py); "" = none
+    int sibling_block_n[kMaxSiblings];  // their key blocks, in that order (0 past the last)
     LaunchFn launch;
     EntryFn entry;
     WorkspaceFn workspace;  // nullptr: the family needs no workspace

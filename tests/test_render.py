@@ -101,13 +101,25 @@ def test_decode_rows_carry_their_limits_and_workspace():
             "     /*tile=*/nullptr}") in text
 
 
+def test_registry_rows_carry_their_siblings_key_blocks():
+    """KernelMeta::sibling_block_n: the key block of each sibling, in the siblings' order (the
+    e4m3 reference rounds P on the tile that runs); {} for a row without siblings."""
+    wide = "fmha_v2_ws_e4m3_d128_128x192_w8x1_sm90"
+    lean = "fmha_v2_ws_e4m3_d256_128x128_w8x1_sm90"
+    plain = "fmha_v2_ws_bf16_d128_128x128_w8x1_sm90"
+    text = render_registry(environment(), [KernelSpec.parse(n) for n in (wide, lean, plain)])
+    assert '/*siblings=*/"fmha_v2_ws_e4m3_d128_128x128_w8x1_sm90", /*sibling_block_n=*/{128},' in text
+    assert '/*siblings=*/"fmha_v2_ws_e4m3_d256_128x64_w8x1_sm90", /*sibling_block_n=*/{64},' in text
+    assert '/*siblings=*/"", /*sibling_block_n=*/{},' in text
+
+
 def test_decode_row_names_its_siblings():
     """Two KV heads a CTA at d = 64: the row names the one-head tiles its launch may run, and
     the TU's tile_ function says which one did."""
     name = "fmha_v2_decode_bf16_d64_32x64_w1x4_sm80"
     text = render_registry(environment(), [KernelSpec.parse(name)])
-    assert ('/*siblings=*/"fmha_v2_decode_bf16_d64_16x128_w1x4_sm80,fmha_v2_decode_bf16_d64_16x64_w1x4_sm80",'
-            in text)
+    assert ('/*siblings=*/"fmha_v2_decode_bf16_d64_16x128_w1x4_sm80,fmha_v2_decode_bf16_d64_16x64_w1x4_sm80", '
+            '/*sibling_block_n=*/{128, 64},' in text)
     assert f"int tile_{name}(const Params&);" in text and f"/*tile=*/tile_{name}}}" in text
     kernel = render_kernel(environment(), KernelSpec.parse(name))
     assert f"int tile_{name}(const Params& params) {{ return decode::sibling_index<Traits>(params); }}" in kernel

@@ -22,6 +22,13 @@ def cpp_value(value) -> str:
     return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
+def sibling_block_ns(spec) -> tuple:
+    """The key blocks (block_n) of sibling_names(spec)'s tiles, in its order
+    (KernelMeta::sibling_block_n: the e4m3 reference rounds P on the tile that runs)."""
+    tiles = getattr(MODULES[spec.family], "siblings", None)
+    return tuple(block_n for _, block_n, _, _ in tiles(spec).values()) if tiles else ()
+
+
 def sibling_names(spec) -> tuple:
     """Kernel names of the tiles a launch of `spec` may run instead of its own (KernelMeta::
     siblings, -list-kernels, the manifest); empty for a family without siblings."""

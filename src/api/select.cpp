@@ -82,8 +82,17 @@ int select(const Request& r, int sm) {
     return -1;
 }
 
+namespace {
+
+// Which tile a launch of this problem runs: 0 the row's own, i the i-th of its siblings.
+int tile_index(const KernelMeta& kernel, const Params& params) {
+    return kernel.tile != nullptr ? kernel.tile(params) : 0;
+}
+
+}  // namespace
+
 std::string tile_that_runs(const KernelMeta& kernel, const Params& params) {
-    int index = kernel.tile != nullptr ? kernel.tile(params) : 0;  // 1-based among the siblings
+    int index = tile_index(kernel, params);  // 1-based among the siblings
     const std::string siblings = kernel.siblings;
     size_t begin = 0;
     for (; index > 1 && begin != std::string::npos; --index) {
@@ -95,13 +104,10 @@ std::string tile_that_runs(const KernelMeta& kernel, const Params& params) {
 }
 
 int block_n_that_runs(const KernelMeta& kernel, const Params& params) {
-    // A kernel name ends in _<block_m>x<block_n>_w<warps_m>x<warps_n>_sm<arch> (generator/spec.py).
-    const std::string tile = tile_that_runs(kernel, params);
-    const size_t w = tile.rfind("_w");
-    const size_t x = w == std::string::npos ? std::string::npos : tile.rfind('x', w);
-    if (x == std::string::npos) return kernel.block_n;
-    const int block_n = std::atoi(tile.c_str() + x + 1);
-    return block_n > 0 ? block_n : kernel.block_n;
+    const int index = tile_index(kernel, params);
+    return index >= 1 && index <= kMaxSiblings && kernel.sibling_block_n[index - 1] > 0
+               ? kernel.sibling_block_n[index - 1]
+               : kernel.block_n;
 }
 
 }  // namespace api
