@@ -33,6 +33,9 @@ SHAPES = [  # (b, h, h_kv, s, d)
     (2, 8, 2, 1024, 128),
     (1, 8, 8, 4096, 128),
     (2, 4, 4, 1024, 256),
+    # past 1024 keys, where the wide tiles run (d = 64 on 256 keys, d = 256 on 128: bench/NOTES.md §86-§91)
+    (1, 8, 8, 4096, 64),
+    (1, 4, 4, 4096, 256),
 ]
 
 

@@ -109,8 +109,15 @@ struct Traits {
     // Q full/empty; K full/empty, V full/empty per stage; tile slot full/empty x 2; O free;
     // e4m3: V^T full/empty per stage.
     static constexpr int kNumBarriers = 2 + 4 * kStages + 4 + 1 + (kFp8 ? 2 * kStages : 0);
-    // e4m3: the producer warpgroup's warps that transpose V (all but the one issuing TMA).
-    static constexpr int kTransposeWarps = kFp8 ? 3 : 0;
+    // e4m3: the producer warpgroup's warps that transpose V. On the wide tiles past d = 64 the
+    // TMA warp takes a share too (kTmaWarpTransposes: one block behind its loads, producer.h):
+    // the others are bound by their ldmatrix latency, one load in flight a warp, and the
+    // consumers waited on V^T (bench/NOTES.md §90, §91). On short blocks or d = 64's light
+    // transposes it only delayed the loads (§91).
+    static constexpr bool kTmaWarpTransposes = kWideKeys && kHeadDim > 64;
+    static constexpr int kTransposeWarps = kFp8 ? (kTmaWarpTransposes ? 4 : 3) : 0;
+    // ... and those of them that read the tile slots (all but the TMA warp, which writes them).
+    static constexpr int kSlotReaderWarps = kFp8 ? 3 : 0;
     // log2 of P's scale before it is rounded to e4m3, and the running max's slack, which
     // together keep P <= 2^8 = 256 < 448 (bench/NOTES.md §53); 16-bit P: no scale, slack 8.
     // e4m3 subtracts the exact running max (no slack): a row's top P is 256 exactly (§56).

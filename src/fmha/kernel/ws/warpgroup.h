@@ -116,7 +116,7 @@ struct Smem {
         }
         for (int slot = 0; slot < 2; ++slot) {
             memory::mbar_init(tile_full(slot), 1);
-            memory::mbar_init(tile_empty(slot), (Tr::kConsumerWarps + Tr::kTransposeWarps) * kWarpSize);
+            memory::mbar_init(tile_empty(slot), (Tr::kConsumerWarps + Tr::kSlotReaderWarps) * kWarpSize);
         }
         memory::mbar_init(o_free(), Tr::kConsumerWarpgroups);
         memory::mbar_fence_init();
