@@ -14,7 +14,7 @@ from pathlib import Path
 import jinja2
 
 from .env import Config
-from .families import constants, cpp_value, sibling_block_ns, sibling_names
+from .families import constants, cpp_value, short_max_keys, sibling_block_ns, sibling_names
 from .enumerate import decode_max_rows, decode_min_s_kv
 from .rules import family_archs, kernel_variants
 from .spec import ACCS, DTYPES, FAMILIES, KV_DTYPES, MASKS, VARIANTS, KernelSpec
@@ -115,6 +115,7 @@ def render_manifest(specs: list[KernelSpec], config: Config) -> str:
         entry["max_rows"], entry["min_s_kv"] = row["max_rows"], row["min_s_kv"]
         entry["variants"] = list(row["variants"])
         entry["siblings"] = list(row["siblings"])
+        entry["short_max_keys"] = short_max_keys(spec)
         kernels.append(entry)
     # Sorted keys and a fixed indent: the same config always gives the same bytes.
     return json.dumps({"config": config.to_dict(), "kernels": kernels}, indent=2, sort_keys=True) + "\n"

@@ -52,8 +52,10 @@ def test_smem_limit_is_the_cxx_guard():
 @pytest.mark.parametrize("name", WS_CONFIGS)
 def test_ws_constants(name):
     dim_qk, dim_v, softcap = WS_CONFIGS[name]
+    short = (128, 128, 1024) if spec(name).block_m == 192 else (0, 0, 0)  # test_ws_config_names_the_short_sibling
     assert constants(spec(name)) == {"kSmemLimit": 232448, "kSmemReserve": 7168, "kPanelCols": 64,
-                                     "kDimQK": dim_qk, "kDimV": dim_v, "kSoftcap": softcap}
+                                     "kDimQK": dim_qk, "kDimV": dim_v, "kSoftcap": softcap,
+                                     "kShortBlockM": short[0], "kShortBlockN": short[1], "kShortMaxKeys": short[2]}
 
 
 def test_ws_smem_budget_decides_the_key_block():
@@ -117,6 +119,24 @@ def test_siblings_are_named():
     assert sibling_names(spec("fmha_v2_ws_e4m3_d64_128x256_w8x1_sm90")) == ("fmha_v2_ws_e4m3_d64_128x128_w8x1_sm90",)
 
 
+@pytest.mark.parametrize("name, short", [
+    ("fmha_v2_ws_bf16_d64_192x128_w12x1_sm90", (128, 128, 1024)),      # causal problems of <= 1024 keys
+    ("fmha_v2_ws_e4m3_d256_128x128_w8x1_sm90", (128, 64, 384)),        # the lean tile: <= 384 (NOTES §92)
+    ("fmha_v2_ws_e4m3_d128_128x192_w8x1_sm90", (128, 128, 1024)),
+    ("fmha_v2_ws_e4m3_d64_128x256_w8x1_sm90", (128, 128, 1024)),
+    ("fmha_v2_ws_bf16_d128_128x128_w8x1_sm90", (0, 0, 0)),
+])
+def test_ws_config_names_the_short_sibling(name, short):
+    """The sibling's tile and the longest problem it runs are decided once, here, and handed to
+    ws::Traits::Short and launch.h's runs_short through Config."""
+    c = constants(spec(name))
+    assert (c["kShortBlockM"], c["kShortBlockN"], c["kShortMaxKeys"]) == short
+    if short[0]:
+        bm, bn = short[:2]
+        assert sibling_names(spec(name)) == (name.replace(f"_{spec(name).block_m}x{spec(name).block_n}_",
+                                                          f"_{bm}x{bn}_").replace("w12x1", "w8x1"),)
+
+
 def test_max_s_q():
     assert {name: family.max_s_q for name, family in FAMILIES.items()} == {"decode": 16, "ws": 0, "qmma": 0, "flash": 0}
 
@@ -178,8 +198,13 @@ def test_cpp_guards_accept_every_rendered_config(tmp_path, family, header, genco
 @pytest.mark.parametrize("header, gencode, body, message", [
     # softcapping rendered for the 192-row tile
     ("fmha/kernel/ws.h", SM90A,
-     "using T = ws::Traits<ws::Config<232448, 7168, 64, 64, 64, true>, __half, 64, 64, 192, 128, 12, 1, false>;",
+     "using T = ws::Traits<ws::Config<232448, 7168, 64, 64, 64, true, 128, 128, 1024>, __half, 64, 64, 192, 128, 12, 1, "
+     "false>;",
      "ws: softcapping only at two consumer warpgroups"),
+    # a 192-row tile, which runs dropout on its Short, rendered without one
+    ("fmha/kernel/ws.h", SM90A,
+     "using T = ws::Traits<ws::Config<232448, 7168, 64, 64, 64, false>, __half, 64, 64, 192, 128, 12, 1, false>;",
+     "ws: a 192-row or kWideKeys tile needs a Short sibling"),
     # panels that are not d's
     ("fmha/kernel/ws.h", SM90A,
      "using T = ws::Traits<ws::Config<232448, 7168, 64, 64, 64, true>, __half, 128, 128, 128, 128, 8, 1, false>;",

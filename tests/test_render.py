@@ -229,6 +229,8 @@ def test_manifest(tmp_path):
             # decode and flash are portable.
             "archs": ["9.0a"] if family == "ws" else ["8.0", "9.0"],
             "siblings": D64_SIBLINGS.get(entry["name"], []),
+            # ws tiles with a Short sibling run it up to 1024 keys at d = 64 (ws.py short_max_keys)
+            "short_max_keys": 1024 if family == "ws" and entry["name"] in D64_SIBLINGS else 0,
         }, entry["name"]
 
 

@@ -34,3 +34,10 @@ def sibling_names(spec) -> tuple:
     siblings, -list-kernels, the manifest); empty for a family without siblings."""
     names = getattr(MODULES[spec.family], "sibling_names", None)
     return names(spec) if names else ()
+
+
+def short_max_keys(spec) -> int:
+    """ws: problems of at most this many keys run the tile's Short sibling (the manifest's
+    short_max_keys, which the GPU tests read); 0 for a tile without one or another family."""
+    bound = getattr(MODULES[spec.family], "short_max_keys", None)
+    return bound(spec) if bound else 0

@@ -145,15 +145,18 @@ VARIANT_EXCLUSIONS = {
 }
 
 
-# A tile's sibling, Short, which the launch runs instead for short problems (ws/launch.h
-# runs_short; ws::Traits derives the same tile, Traits::Short):
+# A tile's sibling, Short, which the launch runs instead for problems of at most
+# short_max_keys(spec) keys (ws/launch.h runs_short). This is the one place it is chosen: ws::Config
+# hands the tile and the bound to ws::Traits::Short.
 #   - a 192-row tile's is 128 rows (two consumer warpgroups), for causal problems of at most
 #     1024 keys (bench/NOTES.md §55, §57);
 #   - an e4m3 tile of 128 keys with dv > 128 (lean_producer) has 128 x 64, for every problem of
-#     at most 1024 keys, and for the paged KV caches and softcapping its kernel lacks (§86);
+#     at most 384 keys (§86, §92), and for the paged KV caches and softcapping its kernel lacks;
 #   - an e4m3 tile past 128 keys has 128 x 128, for every problem of at most 1024 keys and for
 #     softcapping, which its kernel lacks (§87).
 SHORT_SIBLING_BLOCK_M = 192
+SHORT_MAX_KEYS = 1024
+LEAN_SHORT_MAX_KEYS = 384
 
 
 def lean_producer(spec) -> bool:
@@ -174,6 +177,13 @@ def siblings(spec) -> dict:
     return {}
 
 
+def short_max_keys(spec) -> int:
+    """Problems of at most this many keys run siblings(spec)'s Short (0: the tile has none)."""
+    if not siblings(spec):
+        return 0
+    return LEAN_SHORT_MAX_KEYS if lean_producer(spec) else SHORT_MAX_KEYS
+
+
 def sibling_names(spec) -> tuple:
     """The kernel names of siblings(spec): the row's tile swapped for each."""
     return tuple(replace(spec, block_m=bm, block_n=bn, warps_m=wm, warps_n=wn).name
@@ -189,4 +199,7 @@ def constants(spec) -> dict:
         "kDimQK": panels(spec.d, spec.dtype),
         "kDimV": panels(spec.dv, spec.dtype),
         "kSoftcap": softcap(spec),
+        "kShortBlockM": siblings(spec).get("Short", (0, 0))[0],
+        "kShortBlockN": siblings(spec).get("Short", (0, 0))[1],
+        "kShortMaxKeys": short_max_keys(spec),
     }

@@ -241,8 +241,8 @@ def cases_for(kernel: dict, index: int) -> list[Case]:
     return cases + own_tile_cases(kernel, masks, next_pair) + paged_cases(kernel, index, brief=False)
 
 
-# A ws row with a sibling (Short) runs it for problems of at most 1024 keys (ws/launch.h
-# runs_short), so most of the table above tests the sibling: each mask and each variant once
+# A ws row with a sibling (Short) runs it for problems of at most its short_max_keys (384 or
+# 1024 keys, ws/launch.h runs_short), so most of the table above tests the sibling: each mask and each variant once
 # more past that, var-len, on the row's own tile.
 OWN_TILE_SHAPE = Shape(2, 1500, min_s=1100)
 OWN_TILE_SMALL = Shape(1, 1100)

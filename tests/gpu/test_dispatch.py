@@ -209,12 +209,14 @@ def test_verbose_names_the_tile_that_ran(exe, gpu_sm):
                                          (["-s", "1000"], False)])
 def test_ws_short_sibling_runs_for_short_causal_problems(exe, gpu_sm, args, short):
     """A 192-row ws row runs its 128-row sibling (Short) for causal problems of at most 1024
-    keys, its own tile otherwise; -v 1 names the tile, and the checks pass either way."""
+    keys (its manifest's short_max_keys), its own tile otherwise; -v 1 names the tile, and the
+    checks pass either way."""
     rows = [k for k in KERNELS if k["family"] == "ws" and k.get("siblings") and k["block_m"] == 192 and
             runs_on(k, gpu_sm)]
     if not rows:
         pytest.skip("no 192-row ws row in this build for this GPU")
     kernel = min(rows, key=lambda k: (k["d"], k["dtype"]))
+    assert kernel["short_max_keys"] == 1024, kernel["name"]
     flag = "-bf16" if kernel["dtype"] == "bf16" else "-fp16-fp32"
     proc = run_fmha(exe, ["-d", str(kernel["d"]), "-b", "2", "-h", "4", *args, flag, "-kernel", kernel["name"],
                           "-v", "1", *ONE_RUN[2:]])
@@ -223,26 +225,36 @@ def test_ws_short_sibling_runs_for_short_causal_problems(exe, gpu_sm, args, shor
     assert match and match["tile"] == (kernel["siblings"][0] if short else kernel["name"]), describe(proc)
 
 
+# The problems of the e4m3 sibling test: its -s relative to the row's short_max_keys (T).
+E4M3_SHORT_CASES = {
+    "under": (lambda t: ["-s", str(t - 24)], True, False),
+    "at-causal": (lambda t: ["-causal-mask", "-s", str(t)], True, False),
+    "past": (lambda t: ["-s", str(t + 1)], False, False),
+    "long-causal": (lambda t: ["-causal-mask", "-s", "1500"], False, False),
+    "softcap": (lambda t: ["-s", "1500", "-softcapping-scale-bmm1", "2"], True, False),
+    "paged": (lambda t: ["-s", "1500", "-paged-kv", "-tokens-per-block", "64"], True, True),
+}
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("args, short, lean_only", [
-    (["-s", "1000"], True, False), (["-causal-mask", "-s", "1024"], True, False), (["-s", "1025"], False, False),
-    (["-causal-mask", "-s", "1500"], False, False),
-    (["-s", "1500", "-softcapping-scale-bmm1", "2"], True, False),
-    (["-s", "1500", "-paged-kv", "-tokens-per-block", "64"], True, True)])
+@pytest.mark.parametrize("case", list(E4M3_SHORT_CASES))
 @pytest.mark.parametrize("lean", [True, False], ids=["lean", "wide"])
-def test_ws_e4m3_wide_tile_runs_its_sibling_for_short_problems(exe, gpu_sm, args, short, lean_only, lean):
+def test_ws_e4m3_wide_tile_runs_its_sibling_for_short_problems(exe, gpu_sm, case, lean):
     """An e4m3 ws tile on more keys than short problems reward (a 128-key block with dv > 128 and a
     24-register producer, "lean", or a block past 128 keys, "wide") runs its sibling for every
-    problem of at most 1024 keys and for softcapping, which its kernel lacks; the lean one also
-    for a paged KV cache. Its own tile otherwise. -v 1 names the tile, and the checks pass either
-    way."""
+    problem of at most its manifest's short_max_keys keys (384 lean, 1024 wide) and for
+    softcapping, which its kernel lacks; the lean one also for a paged KV cache. Its own tile
+    otherwise. -v 1 names the tile, and the checks pass either way."""
     rows = [k for k in KERNELS if k["family"] == "ws" and k["dtype"] == "e4m3" and k.get("siblings") and
             (k["block_n"] == 128) == lean and runs_on(k, gpu_sm)]
     if not rows:
         pytest.skip(f"no {'lean' if lean else 'wide'} e4m3 ws row in this build for this GPU")
     kernel = rows[0]
-    proc = run_fmha(exe, ["-d", str(kernel["d"]), "-dv", str(kernel["dv"]), "-b", "2", "-h", "2", *args,
-                          *dtype_flags(kernel), "-kernel", kernel["name"], "-v", "1", *ONE_RUN[2:]])
+    make_args, short, lean_only = E4M3_SHORT_CASES[case]
+    assert kernel["short_max_keys"] > 0, kernel["name"]
+    proc = run_fmha(exe, ["-d", str(kernel["d"]), "-dv", str(kernel["dv"]), "-b", "2", "-h", "2",
+                          *make_args(kernel["short_max_keys"]), *dtype_flags(kernel), "-kernel", kernel["name"],
+                          "-v", "1", *ONE_RUN[2:]])
     assert proc.returncode == 0, describe(proc)
     match = TILE_RAN_RE.search(proc.stdout)
     runs_sibling = short and (lean or not lean_only)

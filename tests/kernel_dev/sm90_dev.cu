@@ -25,13 +25,15 @@ using fmha::Params;
 // Kernel configurations under test.
 
 // The ws::Config the generator renders for a d = dv kernel of BM rows (generator/families/
-// ws.py constants()): 227 KB, a 7 KB reserve, 64-column panels, softcapping at 128 rows.
-template <int D, int BM>
-using WsConfig = fmha::ws::Config<fmha::kMaxSmemPerCta, 7 * 1024, 64, (D + 63) / 64 * 64, (D + 63) / 64 * 64, BM == 128>;
+// ws.py constants()): 227 KB, a 7 KB reserve, 64-column panels, softcapping at 128 rows; a
+// 192-row tile's Short sibling, 128 rows, for causal problems of at most 1024 keys.
+template <int D, int BM, int BN>
+using WsConfig = fmha::ws::Config<fmha::kMaxSmemPerCta, 7 * 1024, 64, (D + 63) / 64 * 64, (D + 63) / 64 * 64, BM == 128,
+                                  BM == 192 ? 128 : 0, BM == 192 ? BN : 0, BM == 192 ? 1024 : 0>;
 
 template <typename E, int D, int BM, int BN, bool PERSIST, int ST = 0, bool PP = true>
 Config make_config() {
-    using T = fmha::ws::Traits<WsConfig<D, BM>, E, D, D, BM, BN, BM / 16, 1, false, PERSIST, ST, PP>;
+    using T = fmha::ws::Traits<WsConfig<D, BM, BN>, E, D, D, BM, BN, BM / 16, 1, false, PERSIST, ST, PP>;
     const bool bf16 = fmha::ElementTraits<E>::kIsBf16;
     char name[128];
     std::snprintf(name, sizeof(name), "sm90_%s_d%d_%dx%d_st%d%s%s", bf16 ? "bf16" : "fp16_fp32", D, BM, BN,

@@ -135,14 +135,14 @@ cudaError_t launch_with_extents(const Params& p, int64_t q_tokens, int64_t kv_to
     return cudaGetLastError();
 }
 
-// Problems of at most this many keys run the tile's sibling (Tr::Short): causal ones on a
-// 192-row tile, 0.89x the time at s = 512 and 1k, d = 64, and 1.07x at 2k (bench/NOTES.md §55,
-// §57); all of them on a kWideKeys tile, 0.82x at s = 512 and 0.97x at 1k at d = 256 (§86),
-// 0.89-0.94x at 512 at d = 128 (§87).
-constexpr int kShortMaxKeys = 1024;
-
+// Problems of at most Config::kShortMaxKeys keys (generator/families/ws.py short_max_keys) run
+// the tile's sibling (Tr::Short): causal ones on a 192-row tile, 0.89x the time at s = 512 and
+// 1k, d = 64, and 1.07x at 2k (bench/NOTES.md §55, §57); all of them on a kWideKeys tile, up to
+// 1024 keys at d = 64 and 128 (0.89-0.94x at 512 at d = 128, §87), up to 384 on the
+// kLeanProducer one (d = 256, §92).
 template <class Tr>
 bool runs_short(const Params& p) {
+    constexpr int kShortMaxKeys = Tr::Config::kShortMaxKeys;
     if constexpr (Tr::kWideKeys) {  // ... and what its kernel lacks: softcapping, kLeanProducer a paged cache
         return p.s_kv_max <= kShortMaxKeys || p.softcap > 0.f || (Tr::kLeanProducer && p.kv_block_table != nullptr);
     } else if constexpr (Tr::kHasShort) {

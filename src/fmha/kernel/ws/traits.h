@@ -20,7 +20,8 @@ constexpr int kWarpgroupRows = 64;  // wgmma M
 
 // What generator/families/ws.py decides for a kernel (its constants()), rendered into the
 // translation unit. Traits read these and static_assert that what they compute agrees.
-template <int kSmemLimit_, int kSmemReserve_, int kPanelCols_, int kDimQK_, int kDimV_, bool kSoftcap_>
+template <int kSmemLimit_, int kSmemReserve_, int kPanelCols_, int kDimQK_, int kDimV_, bool kSoftcap_,
+          int kShortBlockM_ = 0, int kShortBlockN_ = 0, int kShortMaxKeys_ = 0>
 struct Config {
     static constexpr int kSmemLimit = kSmemLimit_;      // dynamic shared memory a CTA may take
     static constexpr int kSmemReserve = kSmemReserve_;  // ... beside Q and the K/V stages
@@ -28,6 +29,12 @@ struct Config {
     static constexpr int kDimQK = kDimQK_;              // columns of d in shared memory: whole panels
     static constexpr int kDimV = kDimV_;                // ... of dv
     static constexpr bool kSoftcap = kSoftcap_;         // logit softcapping compiled (kVariantSoftcap)
+    // The tile's sibling (Traits::Short), which problems of at most kShortMaxKeys keys run
+    // (launch.h runs_short); 0: none. The sibling's own Config has none.
+    static constexpr int kShortBlockM = kShortBlockM_;
+    static constexpr int kShortBlockN = kShortBlockN_;
+    static constexpr int kShortMaxKeys = kShortMaxKeys_;
+    using ShortConfig = Config<kSmemLimit_, kSmemReserve_, kPanelCols_, kDimQK_, kDimV_, kSoftcap_>;
 };
 
 template <class Config_, typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockM_, int kBlockN_, int kWarpsM_,
@@ -72,14 +79,19 @@ struct Traits {
     // softcapping to Short.
     static constexpr bool kWideKeys = std::is_same<Element_, __nv_fp8_e4m3>::value && (kLeanProducer || kBlockN_ > 128);
     // The tile's sibling (KernelMeta::siblings), which short problems run instead (launch.h
-    // runs_short): of the 192-row tile, the same kernel on two consumer warpgroups, 128 x
-    // kBlockN (its diagonal blocks waste less, bench/NOTES.md §55, §57); of a kWideKeys tile,
-    // 128 x 128, or 128 x 64 for kLeanProducer (a shorter pipeline to fill, room to stage O, §86).
-    static constexpr bool kHasShort = kBlockM_ == 192 || kWideKeys;
+    // runs_short), as the generator chose it (Config::kShortBlockM/N, generator/families/ws.py
+    // siblings): of the 192-row tile, the same kernel on two consumer warpgroups (its diagonal
+    // blocks waste less, bench/NOTES.md §55, §57); of a kWideKeys tile, 128 x 128, or 128 x 64
+    // for kLeanProducer (a shorter pipeline to fill, room to stage O, §86). Those tiles leave
+    // work to it (the 192-row one dropout, the kWideKeys ones softcapping, kLeanProducer a
+    // paged cache), so they must have one.
+    static constexpr bool kHasShort = Config::kShortBlockN != 0;
+    static_assert(kHasShort || (kBlockM_ != 192 && !kWideKeys), "ws: a 192-row or kWideKeys tile needs a Short sibling");
     // (Named for every tile, a tile only where kHasShort: launch.h reads it under that alone.)
-    using Short = Traits<Config_, Element_, kHeadDim_, kHeadDimV_, 128,
-                         kBlockM_ == 192 ? kBlockN_ : kLeanProducer ? 64 : 128, 8, kWarpsN_, kAccFp16_, kPersistent_,
-                         kStages_, kPingPong_>;
+    static constexpr int kShortBlockM = kHasShort ? Config::kShortBlockM : 128;
+    using Short = Traits<typename Config::ShortConfig, Element_, kHeadDim_, kHeadDimV_, kShortBlockM,
+                         kHasShort ? Config::kShortBlockN : kBlockN_, kShortBlockM / 16, kWarpsN_, kAccFp16_,
+                         kPersistent_, kStages_, kPingPong_>;
 
     // Columns in shared memory: whole 64-column panels (zero fill past d, dv).
     static constexpr int kDimQK = Config::kDimQK;
