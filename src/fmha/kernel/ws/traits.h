@@ -66,8 +66,11 @@ struct Traits {
     static constexpr int kThreads = (kConsumerWarpgroups + 1) * kWarpgroupThreads;
     static constexpr int kStages = kStages_ != 0 ? kStages_ : 2;
     // Ping-pong: the consumer warpgroups take turns issuing their wgmmas (named barriers),
-    // so that one's softmax runs while another's GEMMs own the tensor cores.
-    static constexpr bool kPingPong = kPingPong_ && kConsumerWarpgroups >= 2;
+    // so that one's softmax runs while another's GEMMs own the tensor cores. Not for e4m3 at
+    // d <= 128, whose consumers measured faster each on its own (x0.90-0.91 at d = 64 causal,
+    // x0.98 at d = 128 causal; d = 256 level or slower: bench/NOTES.md §93).
+    static constexpr bool kPingPong =
+        kPingPong_ && kConsumerWarpgroups >= 2 && !(std::is_same<Element_, __nv_fp8_e4m3>::value && kHeadDim_ <= 128);
     // e4m3 with dv > 128 on 128-key blocks (d = 256): a consumer thread holds 128 O, 64 S
     // and 16 P registers, which fit without spilling at 240 registers only, so the producer
     // warpgroup keeps 24 (kProducerRegs). Its paged-KV loop does not fit those: paged problems
