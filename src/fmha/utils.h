@@ -100,13 +100,6 @@ FMHA_DEVICE int opaque_lane_id() {
     return lane;
 }
 
-// gridDim.x, read where this is called (not hoisted: see opaque_lane_id).
-FMHA_DEVICE int opaque_grid_size() {
-    int n;
-    asm volatile("mov.u32 %0, %%nctaid.x;\n" : "=r"(n));
-    return n;
-}
-
 // x, which the compiler must treat as a new value where this is called: what it derives from
 // x is then not hoisted out of the enclosing loop (register budgets of a few dozen).
 FMHA_DEVICE int opaque_int(int x) {

@@ -59,10 +59,7 @@ FMHA_DEVICE void produce(const Params& p, const TmaMaps& maps, const Smem<Tr>& s
     int kv_iter = 0, q_iter = 0;
     int t = blockIdx.x;
     for (int tile_iter = 0;; ++tile_iter) {
-        // (kLeanProducer: the section passes through an opaque copy, so that the products the
-        // tile's order derives from it are not hoisted out of this loop, where they spilled.)
-        const int section = Tr::kLeanProducer ? opaque_int(sched.section) : sched.section;
-        const TileWork w = t < sched.num_tiles ? tile_work<Tr, kMask>(p, t, sched.m_blocks, section)
+        const TileWork w = t < sched.num_tiles ? tile_work<Tr, kMask>(p, t, sched.m_blocks, sched.section)
                                                : Tr::kFp8 ? kNoTileWork : TileWork{};
         if constexpr (Tr::kPersistent) {
             const int slot = tile_iter & 1;
@@ -132,16 +129,11 @@ FMHA_DEVICE void produce(const Params& p, const TmaMaps& maps, const Smem<Tr>& s
             int drawn = 0;
             if (leader) {
                 drawn = atomicAdd(p.tile_counter, 1);
-                // (Both forms say the same; num_tiles - 1 is one more value held, which a
-                // kLeanProducer tile's 24 registers spilled. The others keep the form their
-                // SASS was measured with.)
-                const bool last = Tr::kLeanProducer ? drawn + 1 == sched.num_tiles : drawn == sched.num_tiles - 1;
+                const bool last = drawn == sched.num_tiles - 1;
                 if (last) atomicExch(p.tile_counter, 0);
             }
             if constexpr (kWarp) drawn = __shfl_sync(0xffffffffu, drawn, 0);
-            // (kLeanProducer: the grid size read here, opaque to the compiler; hoisted, the 24
-            // registers spilled it.)
-            t = (Tr::kLeanProducer ? opaque_grid_size() : static_cast<int>(gridDim.x)) + drawn;
+            t = static_cast<int>(gridDim.x) + drawn;
         } else {
             t = sched.num_tiles;
         }
@@ -165,7 +157,7 @@ FMHA_DEVICE void transpose_v(const Params& p, const Smem<Tr>& smem, int warp, in
 // Traits::kSeparatePaged tiles, whose paged loop is a kernel of its own); e4m3: its other
 // warps transpose V (kTmaWarpTransposes: the producing warp takes a share too).
 template <class Tr, mask::Kind kMask, bool kStageOverV, bool kPagedOnly>
-FMHA_DEVICE void producer(const Params& p, const TmaMaps& maps, const Smem<Tr>& smem, const Schedule& prologue,
+FMHA_DEVICE void producer(const Params& p, const TmaMaps& maps, const Smem<Tr>& smem, const Schedule& sched,
                           int tid) {
     setmaxnreg_dec<Tr::kProducerRegs>();
     // (kTmaWarpTransposes: the warp index made visibly warp-uniform, so that ptxas may keep the
@@ -177,9 +169,6 @@ FMHA_DEVICE void producer(const Params& p, const TmaMaps& maps, const Smem<Tr>& 
             return;
         }
     }
-    // kLeanProducer: a Schedule of its own, from the parameters read afresh (opaque_int), so that
-    // the kernel's prologue does not hold one through the 24 registers, where it spilled.
-    const Schedule sched = Tr::kLeanProducer ? schedule<Tr>(p, opaque_int(p.s_q_max)) : prologue;
     if constexpr (Tr::kSeparatePaged) {
         if constexpr (kPagedOnly) {
             if (tid < kWarpSize) produce<Tr, kMask, kStageOverV, true>(p, maps, smem, sched, tid);
