@@ -192,6 +192,7 @@ def sibling_names(spec) -> tuple:
 
 def constants(spec) -> dict:
     """The facts ws::Config hands to ws::Traits, in its template parameter order."""
+    short_m, short_n, _, _ = siblings(spec).get("Short", (0, 0, 0, 0))
     return {
         "kSmemLimit": SMEM_LIMIT,
         "kSmemReserve": SMEM_RESERVE,
@@ -199,7 +200,7 @@ def constants(spec) -> dict:
         "kDimQK": panels(spec.d, spec.dtype),
         "kDimV": panels(spec.dv, spec.dtype),
         "kSoftcap": softcap(spec),
-        "kShortBlockM": siblings(spec).get("Short", (0, 0))[0],
-        "kShortBlockN": siblings(spec).get("Short", (0, 0))[1],
+        "kShortBlockM": short_m,
+        "kShortBlockN": short_n,
         "kShortMaxKeys": short_max_keys(spec),
     }
