@@ -22,6 +22,7 @@
 #include <cuda_fp8.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "fmha/mma/mma_sm80.h"
 #include "fmha/utils.h"
@@ -91,47 +92,58 @@ FMHA_HOST_DEVICE constexpr uint32_t sw128_offset(int row, int col, int rows) {
 }
 
 // V^T of one stage: raw [kBlockN keys, kDimV] into vt [kDimV, kBlockN slots], slots in
-// key_of_slot order (layouts above). Whole warps share it: warp `warp` of `warps` takes every
-// warps-th unit of two 16-key steps of one 32-column block of d. A lane's SW128 swizzle term
-// depends on its own row bits and the step's constants only, so both addresses are a per-lane
-// base plus compile-time or per-unit offsets (the first version recomputed sw128_offset per
-// step: four fifths of the transposing warps' instructions were address arithmetic, and the
-// consumers waited on V^T, bench/NOTES.md §86). The caller fences (fence.proxy.async) and
-// synchronises before a wgmma reads vt.
-template <int kBlockN, int kDimV>
-FMHA_DEVICE void transpose_v_e4m3(uint32_t raw, uint32_t vt, int warp, int warps) {
+// key_of_slot order (layouts above), shared by kWarps whole warps: warp `warp` takes every
+// kWarps-th unit of two 16-key steps of one 32-column block of d. Each warp's units are
+// unrolled at compile time, so a step's addresses are a per-lane base, one XOR and an
+// immediate: SW128 swizzles a 16-byte chunk by the row's low three bits, and raw and vt are
+// 1024-byte aligned, so the swizzled chunk bits (4-6) of a lane's base only ever meet XORs
+// and offsets that are whole 128-byte rows. (The runtime unit loop this replaces spent about
+// 15 instructions of address arithmetic on each ldmatrix, twice the producer instructions of
+// FA3's transpose: bench/NOTES.md §97; recomputing sw128_offset per step cost more, §86.)
+// The caller fences (fence.proxy.async) and synchronises before a wgmma reads vt.
+template <int kBlockN, int kDimV, int kWarps>
+FMHA_DEVICE void transpose_v_e4m3(uint32_t raw, uint32_t vt, int warp) {
     static_assert(kBlockN % 32 == 0 && kDimV % 32 == 0, "whole pairs of 16-key steps, 32-column blocks");
-    constexpr uint32_t kPairs = kBlockN / 32;           // units of two key steps in one 32-column block
-    constexpr uint32_t kUnits = kPairs * (kDimV / 32);
-    // (opaque_lane_id: the lane's addresses are not hoisted into the caller's tile loop, whose
+    static_assert(kWarps >= 1 && kWarps <= 4, "one to four transposing warps");
+    constexpr int kPairs = kBlockN / 32;  // units of two key steps in one 32-column block
+    constexpr int kUnits = kPairs * (kDimV / 32);
+    // (opaque_lane_id: the lane's bases are not hoisted into the caller's tile loop, whose
     // 24 registers at d = 256 then spilled its counters.)
     const uint32_t lane = uint32_t(opaque_lane_id());
     const uint32_t m = lane >> 3, r7 = lane & 7;
-    // ldmatrix: this lane addresses key 16 kg + 8 (m & 1) + r7 at column 32 db + 16 (m >> 1), whose
-    // 16-byte chunk 2 (db % 4) + (m >> 1) swizzles with r7 (the key's low bits).
-    const uint32_t ld_lane = raw + (8 * (m & 1) + r7) * 128 + (((m >> 1) ^ (r7 & 1)) << 4);
-    const uint32_t ld_c = r7 >> 1;
+    // ldmatrix: this lane addresses key 16 kg + 8 (m & 1) + r7 at column 32 db + 16 (m >> 1):
+    // chunk 2 (db % 4) + (m >> 1) of its row, swizzled by r7 (the key's low bits). Here db % 4 = 0;
+    // a unit XORs its own in (bits 5-6).
+    const uint32_t ld_base = raw + (8 * (m & 1) + r7) * 128 + (((m >> 1) ^ r7) << 4);
     // stmatrix: row 32 db + 16 (m >> 1) + 2 r7 + (m & 1) of V^T, chunk kg % 8 swizzled by the
-    // row's low bits.
+    // row's low bits; here chunk 0, which a step XORs.
     const uint32_t st_row = 16 * (m >> 1) + 2 * r7 + (m & 1);
-    const uint32_t st_lane = vt + st_row * 128;
-    const uint32_t st_x = (st_row & 7) << 4;
-    for (uint32_t u = uint32_t(warp); u < kUnits; u += uint32_t(warps)) {
-        const uint32_t db = u / kPairs, kg0 = 2 * (u % kPairs);
-        const uint32_t ld = ld_lane + (db / 4) * (kBlockN * 128) + ((((db % 4) ^ ld_c)) << 5) + kg0 * (16 * 128);
-        const uint32_t st = st_lane + db * (32 * 128) + (kg0 / 8) * (kDimV * 128);
+    const uint32_t st_base = vt + st_row * 128 + ((st_row & 7) << 4);
+    const auto run = [&](auto warp_c) {
+        constexpr int kW = decltype(warp_c)::value;
 #pragma unroll
-        for (uint32_t j = 0; j < 2; ++j) {
-            uint32_t r[4];
-            ldmatrix_x4_trans(r, ld + j * (16 * 128));
-            // r[0], r[1]: keys 0-7, 8-15 of d 32 db .. + 15; r[2], r[3]: of the next 16 d.
-            const uint32_t w0 = __byte_perm(r[0], r[1], 0x6420);  // row 32 db + 2 (lane / 4)
-            const uint32_t w1 = __byte_perm(r[0], r[1], 0x7531);  // ... + 1
-            const uint32_t w2 = __byte_perm(r[2], r[3], 0x6420);  // row 32 db + 16 + 2 (lane / 4)
-            const uint32_t w3 = __byte_perm(r[2], r[3], 0x7531);
-            stmatrix_x4(st + ((((kg0 + j) % 8) << 4) ^ st_x), w0, w1, w2, w3);
+        for (int u = kW; u < kUnits; u += kWarps) {
+            const int db = u / kPairs, kg0 = 2 * (u % kPairs);
+            const uint32_t ld = (ld_base ^ uint32_t((db % 4) << 5)) + uint32_t((db / 4) * (kBlockN * 128));
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                const int kg = kg0 + j;
+                uint32_t r[4];
+                ldmatrix_x4_trans(r, ld + uint32_t(kg * (16 * 128)));
+                // r[0], r[1]: keys 0-7, 8-15 of d 32 db .. + 15; r[2], r[3]: of the next 16 d.
+                const uint32_t w0 = __byte_perm(r[0], r[1], 0x6420);  // row 32 db + 2 (lane / 4)
+                const uint32_t w1 = __byte_perm(r[0], r[1], 0x7531);  // ... + 1
+                const uint32_t w2 = __byte_perm(r[2], r[3], 0x6420);  // row 32 db + 16 + 2 (lane / 4)
+                const uint32_t w3 = __byte_perm(r[2], r[3], 0x7531);
+                stmatrix_x4((st_base ^ uint32_t((kg % 8) << 4)) + uint32_t(db * (32 * 128) + (kg / 8) * (kDimV * 128)),
+                            w0, w1, w2, w3);
+            }
         }
-    }
+    };
+    if (warp == 0) run(std::integral_constant<int, 0>{});
+    if constexpr (kWarps > 1) if (warp == 1) run(std::integral_constant<int, 1>{});
+    if constexpr (kWarps > 2) if (warp == 2) run(std::integral_constant<int, 2>{});
+    if constexpr (kWarps > 3) if (warp == 3) run(std::integral_constant<int, 3>{});
 }
 
 }  // namespace mma

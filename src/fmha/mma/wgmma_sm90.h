@@ -36,6 +36,14 @@ FMHA_DEVICE uint64_t make_smem_desc_sw128(uint32_t smem_addr, uint32_t lbo_bytes
     return desc;
 }
 
+// `desc` moved on by `bytes` (a multiple of 16) of shared memory. Only the start-address field
+// (bits 0-13, the address >> 4) moves, and a shared-memory address keeps it below 2^14, so a
+// 32-bit add on the low word is the whole add: ptxas otherwise emits a 64-bit add with its carry
+// for every wgmma of a block (bench/NOTES.md §96).
+FMHA_DEVICE uint64_t desc_advance(uint64_t desc, uint32_t bytes) {
+    return (desc & 0xffffffff00000000ull) | (static_cast<uint32_t>(desc) + (bytes >> 4));
+}
+
 // Orders earlier register writes (accumulators, A fragments) before the next wgmma.
 FMHA_DEVICE void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 FMHA_DEVICE void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }

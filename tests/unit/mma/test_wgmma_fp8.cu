@@ -82,7 +82,7 @@ __global__ void pv_kernel(const float* p, const uint8_t* v, float* o, uint8_t* v
     uint8_t* vt = smem + kKeys * kD;
     fill_sw128(raw, v, kKeys, kD);
     __syncthreads();
-    fmha::mma::transpose_v_e4m3<kKeys, kD>(fmha::smem_u32(raw), fmha::smem_u32(vt), threadIdx.x / 32, 4);
+    fmha::mma::transpose_v_e4m3<kKeys, kD, 4>(fmha::smem_u32(raw), fmha::smem_u32(vt), threadIdx.x / 32);
     fmha::memory::fence_proxy_async_smem();
     __syncthreads();
     for (int i = threadIdx.x; i < kD * kKeys; i += blockDim.x) vt_out[i] = vt[sw128_offset(i / kKeys, i % kKeys, kD)];
@@ -103,44 +103,44 @@ __global__ void pv_kernel(const float* p, const uint8_t* v, float* o, uint8_t* v
 }
 
 // v [kKeysT, kDvT] e4m3 row-major into raw V (SW128 panels of 128 columns, as TMA lands it);
-// vt_out [kDvT, kKeysT] = V^T as transpose_v_e4m3 left it over `warps` warps (the ws family's
-// producer uses 3), read back in logical (row, slot) order.
+// vt_out [kDvT, kKeysT] = V^T as transpose_v_e4m3 left it over kWarps warps (the ws family's
+// producer uses 3, or 4 where its TMA warp transposes too), read back in logical (row, slot) order.
 // Raw V's bytes: rows of whole 128-byte panels (dv = 64 fills half of each, as in the kernel).
 template <int kKeysT, int kDvT>
 constexpr int kRawBytes = kKeysT * ((kDvT + 127) / 128 * 128);
 
-template <int kKeysT, int kDvT>
-__global__ void transpose_kernel(const uint8_t* v, uint8_t* vt_out, int warps) {
+template <int kKeysT, int kDvT, int kWarps>
+__global__ void transpose_kernel(const uint8_t* v, uint8_t* vt_out) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(1024) uint8_t dyn[];
     uint8_t* raw = dyn;
     uint8_t* vt = dyn + kRawBytes<kKeysT, kDvT>;
     fill_sw128(raw, v, kKeysT, kDvT);
     __syncthreads();
-    if (int(threadIdx.x) / 32 < warps)
-        fmha::mma::transpose_v_e4m3<kKeysT, kDvT>(fmha::smem_u32(raw), fmha::smem_u32(vt), threadIdx.x / 32, warps);
+    if (int(threadIdx.x) / 32 < kWarps)
+        fmha::mma::transpose_v_e4m3<kKeysT, kDvT, kWarps>(fmha::smem_u32(raw), fmha::smem_u32(vt), threadIdx.x / 32);
     __syncthreads();
     for (int i = threadIdx.x; i < kDvT * kKeysT; i += blockDim.x) vt_out[i] = vt[sw128_offset(i / kKeysT, i % kKeysT, kDvT)];
 #endif
 }
 
-template <int kKeysT, int kDvT>
-void check_transpose(int warps) {
+template <int kKeysT, int kDvT, int kWarps>
+void check_transpose() {
     const std::vector<uint8_t> v8 = unit::to_e4m3(unit::dyadic(kKeysT * kDvT, true, 4));
     const int bytes = kRawBytes<kKeysT, kDvT> + kDvT * (kKeysT + 127) / 128 * 128;
-    CUDA_ASSERT(cudaFuncSetAttribute(transpose_kernel<kKeysT, kDvT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CUDA_ASSERT(cudaFuncSetAttribute(transpose_kernel<kKeysT, kDvT, kWarps>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      bytes));
     unit::DeviceBuffer<uint8_t> dv, dvt;
     CUDA_ASSERT(dv.upload(v8));
     CUDA_ASSERT(dvt.alloc(kDvT * kKeysT));
-    transpose_kernel<kKeysT, kDvT><<<1, 128, bytes>>>(dv.get(), dvt.get(), warps);
+    transpose_kernel<kKeysT, kDvT, kWarps><<<1, 128, bytes>>>(dv.get(), dvt.get());
     CUDA_ASSERT_LAUNCH();
     std::vector<uint8_t> vt;
     CUDA_ASSERT(dvt.download(&vt));
     for (int d = 0; d < kDvT; ++d)
         for (int s = 0; s < kKeysT; ++s)
             ASSERT_EQ(vt[d * kKeysT + s], v8[key_of_slot(s) * kDvT + d])
-                << kKeysT << " keys, dv " << kDvT << ", " << warps << " warps: V^T row " << d << ", slot " << s;
+                << kKeysT << " keys, dv " << kDvT << ", " << kWarps << " warps: V^T row " << d << ", slot " << s;
 }
 
 using WgmmaFp8 = unit::ArchTest<90, 90>;  // QGMMA: sm_90a
@@ -256,14 +256,21 @@ TEST_F(WgmmaFp8, TransposedVAndPV) {
 }
 
 // Every key block and dv the ws family's e4m3 tiles transpose (fp8_tile and the siblings), on
-// its three transposing warps: a block of keys past one 128-slot panel (192, 256), and dv
-// past one 128-column panel of raw V (256).
+// three and on four transposing warps (Traits::kTransposeWarps): a block of keys past one
+// 128-slot panel (192, 256), and dv past one 128-column panel of raw V (256).
+template <int kKeysT, int kDvT>
+void check_transpose_3_and_4() {
+    check_transpose<kKeysT, kDvT, 3>();
+    check_transpose<kKeysT, kDvT, 4>();
+}
+
 TEST_F(WgmmaFp8, TransposeEveryTileShape) {
-    check_transpose<64, 256>(3);
-    check_transpose<128, 256>(3);
-    check_transpose<128, 64>(3);
-    check_transpose<192, 128>(3);
-    check_transpose<256, 64>(3);
+    check_transpose_3_and_4<64, 256>();
+    check_transpose_3_and_4<128, 256>();
+    check_transpose_3_and_4<128, 64>();
+    check_transpose_3_and_4<128, 128>();
+    check_transpose_3_and_4<192, 128>();
+    check_transpose_3_and_4<256, 64>();
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 // register numbers) moved ptxas' schedule and cost d = 64 2.5 % (bench/NOTES.md §39, §40).
 #pragma once
 
+#include <type_traits>
+
 #include "fmha/descale.h"
 #include "fmha/dropout.h"
 #include "fmha/epilogue/store_o_sm90.h"
@@ -169,7 +171,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
         };
 
         if (n_blocks > 0) {
-            const int g0 = kv_iter;  // ring position of this tile's first block
+            // Ring positions; e4m3: unsigned, so that their stage and phase are a mask and a
+            // shift (bench/NOTES.md §96; the 16-bit kernels keep the signed form they measured).
+            using Ring = std::conditional_t<Tr::kFp8, uint32_t, int>;
+            const Ring g0 = kv_iter;  // ring position of this tile's first block
             memory::mbar_wait(smem.q_full(), q_iter & 1);
             {
                 float acc_s[1][Tr::kNTilesS][4];
@@ -191,7 +196,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                 drop_block(w.blk_end - 1);
             }
             for (int it = 1; it < n_blocks; ++it) {
-                const int g = g0 + it;
+                const Ring g = g0 + it;
                 const int st = g % S, prev = (g - 1) % S;
                 float acc_s[1][Tr::kNTilesS][4];
                 float alpha[2];
@@ -219,7 +224,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                 }
                 drop_block(w.blk_end - 1 - it);
             }
-            const int g_last = g0 + n_blocks - 1;
+            const Ring g_last = g0 + n_blocks - 1;
             const int last = g_last % S;
             memory::mbar_wait(smem.pv_full(last), (g_last / S) & 1);
             mma::fence_operands(acc_o);

@@ -28,8 +28,8 @@ FMHA_DEVICE void transpose_stage(const Smem<Tr>& smem, int kv_iter, int warp, in
     const uint32_t phase = (kv_iter / S) & 1;
     memory::mbar_wait(smem.v_full(st), phase);
     memory::mbar_wait(smem.vt_empty(st), phase ^ 1);
-    mma::transpose_v_e4m3<Tr::kBlockN, Tr::kDimO>(smem.v + st * Tr::kSmemV, smem.vt + st * Tr::kSmemVt, warp,
-                                                  Tr::kTransposeWarps);
+    mma::transpose_v_e4m3<Tr::kBlockN, Tr::kDimO, Tr::kTransposeWarps>(smem.v + st * Tr::kSmemV,
+                                                                       smem.vt + st * Tr::kSmemVt, warp);
     memory::fence_proxy_async_smem();  // V^T's generic writes before the wgmma reads them
     __syncwarp();
     if (lane == 0) {
@@ -118,7 +118,9 @@ FMHA_DEVICE void produce(const Params& p, const TmaMaps& maps, const Smem<Tr>& s
                     load(smem.v + st * Tr::kSmemV, &maps.v, smem.v_full(st),
                          std::integral_constant<int, Tr::kTmaHeadDimV>{});
                 }
-                if (Tr::kTmaWarpTransposes && it > 0) transpose_stage<Tr>(smem, kv_iter - 1, 0, lane);
+                if constexpr (Tr::kTmaWarpTransposes) {
+                    if (it > 0) transpose_stage<Tr>(smem, kv_iter - 1, 0, lane);
+                }
             }
             kv_iter -= kFlush;  // (the flush pass loaded nothing)
         }
