@@ -35,10 +35,10 @@ def names(environ):
 # flash: d = 16, 24, ..., 256 (31 sizes) and MLA's d = 192 / dv = 128: 32 per (dtype, acc).
 N_HEADS = 32
 # ws: d = 32, 40, 64, 72, 80, 96, 104, 128, 160, 192, 256 and MLA: 12 per dtype; and e4m3
-# (FP8) at d = 64, 128, 256 and MLA so far.
+# (FP8) at d = 64 (two rows: the padding mask's 192 x 128 first), 128, 256 and MLA so far.
 N_WS = 12
-N_WS_FP8 = 4
-WS_FP8 = ["fmha_v2_ws_e4m3_d64_128x256_w8x1_sm90", "fmha_v2_ws_e4m3_d128_128x192_w8x1_sm90",
+N_WS_FP8 = 5
+WS_FP8 = ["fmha_v2_ws_e4m3_d64_192x128_w12x1_sm90", "fmha_v2_ws_e4m3_d64_128x256_w8x1_sm90", "fmha_v2_ws_e4m3_d128_128x192_w8x1_sm90",
           "fmha_v2_ws_e4m3_d256_128x128_w8x1_sm90", "fmha_v2_ws_e4m3_d192_dv128_128x128_w8x1_sm90"]
 # decode: portable like flash, so every build has them: 2 dtypes x d 32, 64, 128, 256 x (the
 # mma path + the warp path's rows 1, 4, 8), and the e4m3-cache mma tile of each (dtype, d).
@@ -125,9 +125,9 @@ def test_default_kernels():
 
 
 def test_hopper_build_with_hmma_fp32():
-    """TORCH_CUDA_ARCH_LIST=9.0 ENABLE_HMMA_FP32=1 (bench/gpu_tier.sh's build): 164 kernels."""
+    """TORCH_CUDA_ARCH_LIST=9.0 ENABLE_HMMA_FP32=1 (bench/gpu_tier.sh's build): 165 kernels."""
     got = names({"TORCH_CUDA_ARCH_LIST": "9.0", "ENABLE_HMMA_FP32": "1"})
-    assert len(got) == 164
+    assert len(got) == 165
     assert got == (decode_names("fp16_fp32") + decode_names("bf16") + kv8_names("fp16_fp32") + kv8_names("bf16") + ws_names("fp16_fp32") + ws_names("bf16")
                    + WS_FP8 + flash_names("fp16") + flash_names("bf16") + flash_names("fp16_fp32"))
 
@@ -186,7 +186,7 @@ def test_every_candidate_passes_the_rules():
     """With every flag that turns kernels on, no candidate of any family is rejected."""
     config = parse({"ENABLE_HMMA_FP32": "1"})
     specs = [s for family in enum.candidates(config).values() for s in family]
-    assert {s.family for s in specs} == {"decode", "ws", "flash"} and len(specs) == 164
+    assert {s.family for s in specs} == {"decode", "ws", "flash"} and len(specs) == 165
     assert [(s.name, broken(s, config)) for s in specs if broken(s, config)] == []
 
 
@@ -206,17 +206,17 @@ def test_ws_tile():
     ("*_fp16_d64_*", 1),
     ("*bf16*", 32 + 12 + 16 + 4),           # flash + ws + decode + decode over an e4m3 cache
     ("*_flash_bf16*", 32),
-    ("*_ws_*", 28),                         # fp16 (fp32 accumulation), bf16, and e4m3 at d = 64, 128, 256, MLA
+    ("*_ws_*", 29),                         # fp16 (fp32 accumulation), bf16, and e4m3 at d = 64 (2), 128, 256, MLA
     ("*_d128_*,*_d256_*", 4 + 6 + 20),      # flash + ws (+ e4m3) + decode (2 dtypes x (4 tiles + the e4m3 cache's))
     (" *_d128_* , *_d256_* ,", 4 + 6 + 20), # blanks and empty entries are ignored
-    ("*_e4m3_*", 4),                        # e4m3 inputs (ws); an e4m3 cache is "_kve4m3_"
+    ("*_e4m3_*", 5),                        # e4m3 inputs (ws); an e4m3 cache is "_kve4m3_"
     ("*_kve4m3_*", 8),
     ("fmha_v2_flash_fp16_d32_128x64_w4x1_sm80", 1),
     ("fmha_v2_ws_bf16_d256_128x64_w8x1_sm90", 1),
     ("*_flash_fp16_fp32*", 0),              # rules come first: HMMA_FP32 is off
     ("*_ws_fp16_fp32*", 12),                # the ws family's fp16 kernels need no flag
     ("nothing*", 0),
-    ("", 132),                              # empty = unset = everything
+    ("", 133),                              # empty = unset = everything
 ])
 def test_fmha_filter(globs, count):
     assert len(names({"FMHA_FILTER": globs})) == count
@@ -318,7 +318,7 @@ def test_setup_prints_one_line_per_family(tmp_path, flags, flash):
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     assert lines[0].startswith("decode (decode family, s_q <= 16, split-KV, mma.sync or CUDA cores): 40 kernels -> ")
-    assert lines[1].startswith("ws (ws family, wgmma + TMA, warp-specialised): 28 kernels -> ")
+    assert lines[1].startswith("ws (ws family, wgmma + TMA, warp-specialised): 29 kernels -> ")
     assert lines[2].startswith("qmma (sm89 family, FP8 e4m3 mma.sync (QMMA)): 0 kernels -> ")  # ENABLE_SM89_QMMA off
     assert lines[3].startswith(f"flash (sm80 family, mma.sync): {flash} kernels -> ")
     assert "rejected" not in run.stdout

@@ -2,6 +2,7 @@
 checked against numbers written out by hand, and (with nvcc) against the C++ guards."""
 
 import re
+from dataclasses import replace
 import shutil
 import subprocess
 
@@ -55,7 +56,8 @@ def test_ws_constants(name):
     short = (128, 128, 1024) if spec(name).block_m == 192 else (0, 0, 0)  # test_ws_config_names_the_short_sibling
     assert constants(spec(name)) == {"kSmemLimit": 232448, "kSmemReserve": 7168, "kPanelCols": 64,
                                      "kDimQK": dim_qk, "kDimV": dim_v, "kSoftcap": softcap,
-                                     "kShortBlockM": short[0], "kShortBlockN": short[1], "kShortMaxKeys": short[2]}
+                                     "kShortBlockM": short[0], "kShortBlockN": short[1], "kShortMaxKeys": short[2],
+                                     "kMaskKinds": 7}
 
 
 def test_ws_smem_budget_decides_the_key_block():
@@ -117,6 +119,8 @@ def test_siblings_are_named():
     # ... and an e4m3 tile past 128 keys: 128 x 128.
     assert sibling_names(spec("fmha_v2_ws_e4m3_d128_128x192_w8x1_sm90")) == ("fmha_v2_ws_e4m3_d128_128x128_w8x1_sm90",)
     assert sibling_names(spec("fmha_v2_ws_e4m3_d64_128x256_w8x1_sm90")) == ("fmha_v2_ws_e4m3_d64_128x128_w8x1_sm90",)
+    # ... but the e4m3 192-row tile runs the padding mask alone (FP8_PADDING_TILE): none.
+    assert sibling_names(spec("fmha_v2_ws_e4m3_d64_192x128_w12x1_sm90")) == ()
 
 
 @pytest.mark.parametrize("name, short", [
@@ -125,6 +129,7 @@ def test_siblings_are_named():
     ("fmha_v2_ws_e4m3_d128_128x192_w8x1_sm90", (128, 128, 1024)),
     ("fmha_v2_ws_e4m3_d64_128x256_w8x1_sm90", (128, 128, 1024)),
     ("fmha_v2_ws_bf16_d128_128x128_w8x1_sm90", (0, 0, 0)),
+    ("fmha_v2_ws_e4m3_d64_192x128_w12x1_sm90", (0, 0, 0)),
 ])
 def test_ws_config_names_the_short_sibling(name, short):
     """The sibling's tile and the longest problem it runs are decided once, here, and handed to
@@ -135,6 +140,17 @@ def test_ws_config_names_the_short_sibling(name, short):
         bm, bn = short[:2]
         assert sibling_names(spec(name)) == (name.replace(f"_{spec(name).block_m}x{spec(name).block_n}_",
                                                           f"_{bm}x{bn}_").replace("w12x1", "w8x1"),)
+
+
+def test_ws_config_compiles_the_rows_mask_kinds():
+    """ws::Config::kMaskKinds: a bit per mask::Kind of the row's masks (padding 1, causal 2,
+    local 4), so the e4m3 padding row compiles no causal or local kernel."""
+    assert constants(spec("fmha_v2_ws_bf16_d64_192x128_w12x1_sm90"))["kMaskKinds"] == 7
+    assert constants(replace(spec("fmha_v2_ws_e4m3_d64_192x128_w12x1_sm90"), masks=("padding",)))["kMaskKinds"] == 1
+    assert constants(replace(spec("fmha_v2_ws_bf16_d64_192x128_w12x1_sm90"), masks=("custom", "chunked")))["kMaskKinds"] == 5
+    rows = {s.name: s for s in kernels(parse({"TORCH_CUDA_ARCH_LIST": "9.0"})) if s.family == "ws"}
+    assert constants(rows["fmha_v2_ws_e4m3_d64_192x128_w12x1_sm90"])["kMaskKinds"] == 1
+    assert constants(rows["fmha_v2_ws_e4m3_d64_128x256_w8x1_sm90"])["kMaskKinds"] == 7
 
 
 def test_max_s_q():
@@ -201,10 +217,10 @@ def test_cpp_guards_accept_every_rendered_config(tmp_path, family, header, genco
      "using T = ws::Traits<ws::Config<232448, 7168, 64, 64, 64, true, 128, 128, 1024>, __half, 64, 64, 192, 128, 12, 1, "
      "false>;",
      "ws: softcapping only at two consumer warpgroups"),
-    # a 192-row tile, which runs dropout on its Short, rendered without one
+    # a 16-bit 192-row tile, which runs dropout on its Short, rendered without one
     ("fmha/kernel/ws.h", SM90A,
      "using T = ws::Traits<ws::Config<232448, 7168, 64, 64, 64, false>, __half, 64, 64, 192, 128, 12, 1, false>;",
-     "ws: a 192-row or kWideKeys tile needs a Short sibling"),
+     "ws: a 16-bit 192-row or a kWideKeys tile needs a Short sibling"),
     # panels that are not d's
     ("fmha/kernel/ws.h", SM90A,
      "using T = ws::Traits<ws::Config<232448, 7168, 64, 64, 64, true>, __half, 128, 128, 128, 128, 8, 1, false>;",

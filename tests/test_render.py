@@ -181,6 +181,7 @@ D64_MANIFEST = {
     "fmha_v2_decode_bf16_kve4m3_d64_32x128_w1x4_sm80": (32, 128, 1, 4, 0, 0),
     "fmha_v2_ws_fp16_fp32_d64_192x128_w12x1_sm90": (192, 128, 12, 1, 0, 0),
     "fmha_v2_ws_bf16_d64_192x128_w12x1_sm90": (192, 128, 12, 1, 0, 0),
+    "fmha_v2_ws_e4m3_d64_192x128_w12x1_sm90": (192, 128, 12, 1, 0, 0),
     "fmha_v2_ws_e4m3_d64_128x256_w8x1_sm90": (128, 256, 8, 1, 0, 0),
     "fmha_v2_flash_fp16_d64_128x64_w4x1_sm80": (128, 64, 4, 1, 0, 0),
     "fmha_v2_flash_bf16_d64_128x64_w4x1_sm80": (128, 64, 4, 1, 0, 0),
@@ -219,10 +220,12 @@ def test_manifest(tmp_path):
             "name": entry["name"], "family": family, "sm": 90 if family == "ws" else 80,
             "dtype": dtype, "acc": "fp16" if entry["name"].startswith("fmha_v2_flash_fp16_") else "fp32",
             "d": 64, "dv": 64, "block_m": block_m, "block_n": block_n, "warps_m": warps_m, "warps_n": warps_n,
-            "masks": EVERY_MASK, "max_rows": max_rows, "min_s_kv": min_s_kv, "kv_dtype": "e4m3" if kv8 else "",
-            # ws: no softcapping in its 192-row tile (generator/families/ws.py), e4m3 (128 rows)
-            # no bias; ws and decode's mma path (min_s_kv 64): no wide logits (one FFMA a score)
-            "variants": [v for v in EVERY_VARIANT if v != "bias"] if dtype == "e4m3" else
+            # the e4m3 192-row tile's row: the padding mask alone (ws.py FP8_PADDING_TILE)
+            "masks": ["padding"] if dtype == "e4m3" and block_m == 192 else EVERY_MASK, "max_rows": max_rows, "min_s_kv": min_s_kv, "kv_dtype": "e4m3" if kv8 else "",
+            # ws: no softcapping in its 192-row tiles (generator/families/ws.py), e4m3 no bias;
+            # ws and decode's mma path (min_s_kv 64): no wide logits (one FFMA a score)
+            "variants": [v for v in EVERY_VARIANT if v != "bias" and (v != "softcap" or block_m == 128)]
+                        if dtype == "e4m3" else
                         EVERY_VARIANT[1:] + ["dropout"] if family == "ws" else
                         EVERY_VARIANT if min_s_kv or kv8 else EVERY_VARIANT + ["wide_logits"] + (["dropout"] if family == "flash" else []),
             # What tests/gpu/manifest.py's require_arch reads: sm_90a code runs on sm_90 alone;

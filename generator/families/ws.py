@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..spec import MASKS
+
 # The head sizes fmha_v2 serves. Traits take any multiple of 8 (shared memory rounds d up to
 # whole 64-column TMA panels, zero-filled); the other multiples of 8 run on the flash family,
 # and a size joins this list when a model needs it (each costs two more translation units of
@@ -28,6 +30,10 @@ FP8_DTYPES = (("e4m3", "fp32"),)
 # (192 keys there: 1.15-1.19x not causal) (bench/NOTES.md §87).
 FP8_WIDE_BLOCK_N = {(128, 128): 192, (64, 64): 256}
 FP8_HEAD_SIZES = (64, 128, 256)
+# e4m3 tiles for the padding mask only, in a registry row ahead of fp8_tile's (which serves the
+# rest): d = 64 on 192 x 128 over three consumer warpgroups, as FA3 runs it, 0.88-0.96x the
+# time of 128 x 256 not causal at s = 1k-16k, but 1.03-1.07x causal from 2k (bench/NOTES.md §99).
+FP8_PADDING_TILE = {(64, 64): (192, 128, 12, 1)}
 
 # Tiles ws::Traits accepts (it static_asserts them): one 64-row slab (the wgmma M) per
 # consumer warpgroup, two or three of them; a key block is a wgmma N.
@@ -90,11 +96,10 @@ def tile(d: int, dv: int | None = None) -> tuple:
 
 
 def fp8_tile(d: int, dv: int | None = None) -> tuple:
-    """tile() for e4m3: always two consumer warpgroups (the producer warpgroup's other warps
-    transpose V, which the three-consumer tile's 32 producer registers cannot carry), on
-    128-key blocks wherever they fit at one byte an element (fp8_fits: d = 256 too, whose
-    consumers then take 240 registers, lean_producer; bench/NOTES.md §86), or wider ones
-    (FP8_WIDE_BLOCK_N). A tile past 128 keys, or with lean_producer, has a sibling for short
+    """tile() for e4m3: two consumer warpgroups (the d = 64 padding mask has a row of three
+    ahead of this one, FP8_PADDING_TILE), on 128-key blocks wherever they fit at one byte an
+    element (fp8_fits: d = 256 too, whose consumers then take 240 registers, lean_producer;
+    bench/NOTES.md §86), or wider ones (FP8_WIDE_BLOCK_N). A tile past 128 keys, or with lean_producer, has a sibling for short
     problems (siblings)."""
     block_m, block_n, warps_m, warps_n = tile(d, dv)
     dv = dv or d
@@ -124,7 +129,8 @@ def fp8_fits(block_m: int, block_n: int, d: int, dv: int) -> bool:
 def traits_ok(spec) -> bool:
     """What ws::Traits static_asserts (src/fmha/kernel/ws.h), so that a spec outside
     it gets a reason from rules.py instead of a static_assert from nvcc."""
-    fp8_ok = spec.dtype != "e4m3" or (spec.block_m == 128 and spec.d % 32 == 0 and spec.dv % 32 == 0)
+    fp8_ok = spec.dtype != "e4m3" or (spec.d % 32 == 0 and spec.dv % 32 == 0 and (
+        spec.block_m == 128 or (spec.block_m, spec.block_n) == FP8_PADDING_TILE.get((spec.d, spec.dv), ())[:2]))
     return (spec.acc == "fp32" and fp8_ok
             and spec.block_m in BLOCK_M and spec.warps_m == spec.block_m // 16 and spec.warps_n == 1
             and (spec.block_n in BLOCK_N or (spec.dtype == "e4m3" and spec.block_n in FP8_BLOCK_N)))
@@ -148,8 +154,9 @@ VARIANT_EXCLUSIONS = {
 # A tile's sibling, Short, which the launch runs instead for problems of at most
 # short_max_keys(spec) keys (ws/launch.h runs_short). This is the one place it is chosen: ws::Config
 # hands the tile and the bound to ws::Traits::Short.
-#   - a 192-row tile's is 128 rows (two consumer warpgroups), for causal problems of at most
-#     1024 keys (bench/NOTES.md §55, §57);
+#   - a 16-bit 192-row tile's is 128 rows (two consumer warpgroups), for causal problems of at
+#     most 1024 keys (bench/NOTES.md §55, §57); the e4m3 one runs no causal problem
+#     (FP8_PADDING_TILE) and has none;
 #   - an e4m3 tile of 128 keys with dv > 128 (lean_producer) has 128 x 64, for every problem of
 #     at most 384 keys (§86, §92), and for the paged KV caches and softcapping its kernel lacks;
 #   - an e4m3 tile past 128 keys has 128 x 128, for every problem of at most 1024 keys and for
@@ -168,7 +175,7 @@ def lean_producer(spec) -> bool:
 def siblings(spec) -> dict:
     """The tiles a launch of `spec` may run instead of its own, by the Traits' name for them:
     {"Short": (block_m, block_n, warps_m, warps_n)}; empty for a tile without one."""
-    if spec.block_m == SHORT_SIBLING_BLOCK_M:
+    if spec.block_m == SHORT_SIBLING_BLOCK_M and spec.dtype != "e4m3":
         return {"Short": (128, spec.block_n, 128 // 16, spec.warps_n)}
     if lean_producer(spec):
         return {"Short": (128, 64, 128 // 16, spec.warps_n)}
@@ -190,6 +197,23 @@ def sibling_names(spec) -> tuple:
                  for bm, bn, wm, wn in siblings(spec).values())
 
 
+# The bit of each fmha.exe mask in ws::Config::kMaskKinds: one per mask::Kind, the kernels a
+# translation unit compiles (padding 0, causal 1, local 2; the custom mask is padding's kernel
+# with a score modifier).
+MASK_KIND_BITS = {"padding": 1, "custom": 1, "causal": 2, "sliding_window": 4,
+                  "bidirectional_sliding_window": 4, "chunked": 4}
+assert set(MASK_KIND_BITS) == set(MASKS), "every mask needs its kind's bit"
+
+
+def mask_kinds(spec) -> int:
+    """ws::Config::kMaskKinds: the mask kinds of spec.masks, so that a row of fewer masks
+    (FP8_PADDING_TILE) compiles no kernel its registry row cannot reach."""
+    kinds = 0
+    for mask in spec.masks:
+        kinds |= MASK_KIND_BITS[mask]
+    return kinds
+
+
 def constants(spec) -> dict:
     """The facts ws::Config hands to ws::Traits, in its template parameter order."""
     short_m, short_n, _, _ = siblings(spec).get("Short", (0, 0, 0, 0))
@@ -203,4 +227,5 @@ def constants(spec) -> dict:
         "kShortBlockM": short_m,
         "kShortBlockN": short_n,
         "kShortMaxKeys": short_max_keys(spec),
+        "kMaskKinds": mask_kinds(spec),
     }

@@ -10,7 +10,7 @@
 namespace fmha {
 namespace {
 // What the generator decided for this kernel (generator/families/ws.py); Traits static_assert it.
-using Config = ws::Config</*kSmemLimit=*/232448, /*kSmemReserve=*/7168, /*kPanelCols=*/64, /*kDimQK=*/128, /*kDimV=*/128, /*kSoftcap=*/true, /*kShortBlockM=*/0, /*kShortBlockN=*/0, /*kShortMaxKeys=*/0>;
+using Config = ws::Config</*kSmemLimit=*/232448, /*kSmemReserve=*/7168, /*kPanelCols=*/64, /*kDimQK=*/128, /*kDimV=*/128, /*kSoftcap=*/true, /*kShortBlockM=*/0, /*kShortBlockN=*/0, /*kShortMaxKeys=*/0, /*kMaskKinds=*/7>;
 using Traits = ws::Traits<Config, __nv_bfloat16, /*kHeadDim=*/128, /*kHeadDimV=*/128,
     /*kBlockM=*/128, /*kBlockN=*/128, /*kWarpsM=*/8, /*kWarpsN=*/1, /*kAccFp16=*/false,
     /*kPersistent=*/true>;

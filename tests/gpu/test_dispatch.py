@@ -246,7 +246,7 @@ def test_ws_e4m3_wide_tile_runs_its_sibling_for_short_problems(exe, gpu_sm, case
     softcapping, which its kernel lacks; the lean one also for a paged KV cache. Its own tile
     otherwise. -v 1 names the tile, and the checks pass either way."""
     rows = [k for k in KERNELS if k["family"] == "ws" and k["dtype"] == "e4m3" and k.get("siblings") and
-            (k["block_n"] == 128) == lean and runs_on(k, gpu_sm)]
+            k["block_m"] == 128 and (k["block_n"] == 128) == lean and runs_on(k, gpu_sm)]
     if not rows:
         pytest.skip(f"no {'lean' if lean else 'wide'} e4m3 ws row in this build for this GPU")
     kernel = rows[0]
@@ -259,3 +259,35 @@ def test_ws_e4m3_wide_tile_runs_its_sibling_for_short_problems(exe, gpu_sm, case
     match = TILE_RAN_RE.search(proc.stdout)
     runs_sibling = short and (lean or not lean_only)
     assert match and match["tile"] == (kernel["siblings"][0] if runs_sibling else kernel["name"]), describe(proc)
+
+
+# Problems that leave an e4m3 row of the padding mask alone for the next row of its (d, dv).
+E4M3_PADDING_ROW_CASES = {
+    "padding": ([], True),
+    "padding-short": (["-s", "300"], True),
+    "causal": (["-causal-mask"], False),
+    "window": (["-sliding-window-size", "256"], False),
+    "softcap": (["-softcapping-scale-bmm1", "2"], False),  # the 192-row tile has no softcapping
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", list(E4M3_PADDING_ROW_CASES))
+def test_ws_e4m3_padding_row_comes_first(exe, gpu_sm, case):
+    """d = 64 e4m3 has a registry row for the padding mask alone (192 x 128 over three consumer
+    warpgroups, generator/families/ws.py FP8_PADDING_TILE) ahead of the row for every mask:
+    without -kernel a padding problem runs the first, the rest the second (or its sibling), and
+    the checks pass."""
+    rows = [k for k in KERNELS if k["family"] == "ws" and k["dtype"] == "e4m3" and runs_on(k, gpu_sm)]
+    first = next((k for k in rows if k["masks"] == ["padding"]), None)
+    if first is None:
+        pytest.skip("no e4m3 ws row of the padding mask alone in this build for this GPU")
+    rest = [k for k in rows if (k["d"], k["dv"]) == (first["d"], first["dv"]) and k is not first]
+    assert rest and rows.index(rest[0]) > rows.index(first), "the padding row must come first"
+    args, takes_first = E4M3_PADDING_ROW_CASES[case]
+    proc = run_fmha(exe, ["-d", str(first["d"]), "-b", "2", "-h", "2", "-s", "1500", *args, *dtype_flags(first),
+                          "-v", "1", *ONE_RUN[2:]])
+    assert proc.returncode == 0, describe(proc)
+    fields = parse_output(proc.stdout)
+    assert fields["checks"] == "SUCCESS", describe(proc)
+    assert fields["kernel"] == (first if takes_first else rest[0])["name"], describe(proc)

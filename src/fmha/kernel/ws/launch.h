@@ -17,10 +17,18 @@
 namespace fmha {
 namespace ws {
 
-// The __global__ for a mask, as the registry's EntryFn returns it.
+// The __global__ for a mask, as the registry's EntryFn returns it; nullptr for a mask kind
+// the tile does not compile (Traits::kHasMask).
 template <class Tr>
 const void* entry(MaskType m) {
-    return kernel::entry_for(m, [](auto kind) { return &fwd_kernel<Tr, decltype(kind)::value>; });
+    return kernel::entry_for(m, [](auto kind) -> const void* {
+        constexpr mask::Kind kMask = decltype(kind)::value;
+        if constexpr (Tr::template kHasMask<kMask>) {
+            return reinterpret_cast<const void*>(&fwd_kernel<Tr, kMask>);
+        } else {
+            return nullptr;
+        }
+    });
 }
 
 // Grid of a launch: one CTA per tile, or min(tiles, SMs) persistent CTAs. 0 when the tile
@@ -104,9 +112,10 @@ cudaError_t launch_with_extents(const Params& p, int64_t q_tokens, int64_t kv_to
         [&](auto kind, auto mod) {
             constexpr mask::Kind kMask = decltype(kind)::value;
             constexpr softmax::ScoreMod kMod = decltype(mod)::value;
-            if constexpr (!Tr::template kHasMod<kMod> || (kCausalOnly && kMask != mask::Kind::kCausal) ||
+            if constexpr (!Tr::template kHasMod<kMod> || !Tr::template kHasMask<kMask> ||
+                          (kCausalOnly && kMask != mask::Kind::kCausal) ||
                           (kDropoutOnly && kMod != softmax::ScoreMod::kNone)) {
-                return cudaErrorInvalidValue;  // not a variant of this kernel (Traits::kHasMod)
+                return cudaErrorInvalidValue;  // not a variant of this kernel (Traits::kHasMod, kHasMask)
             } else {
                 const auto go = [&](auto paged_only, auto drops) {
                     constexpr bool kPagedOnly = decltype(paged_only)::value, kDropout = decltype(drops)::value;

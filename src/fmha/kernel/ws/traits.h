@@ -8,6 +8,7 @@
 
 #include <type_traits>
 
+#include "fmha/mask/mask.h"
 #include "fmha/memory/tma_sm90.h"
 #include "fmha/softmax/score_mod.h"
 #include "fmha/utils.h"
@@ -21,7 +22,7 @@ constexpr int kWarpgroupRows = 64;  // wgmma M
 // What generator/families/ws.py decides for a kernel (its constants()), rendered into the
 // translation unit. Traits read these and static_assert that what they compute agrees.
 template <int kSmemLimit_, int kSmemReserve_, int kPanelCols_, int kDimQK_, int kDimV_, bool kSoftcap_,
-          int kShortBlockM_ = 0, int kShortBlockN_ = 0, int kShortMaxKeys_ = 0>
+          int kShortBlockM_ = 0, int kShortBlockN_ = 0, int kShortMaxKeys_ = 0, int kMaskKinds_ = 7>
 struct Config {
     static constexpr int kSmemLimit = kSmemLimit_;      // dynamic shared memory a CTA may take
     static constexpr int kSmemReserve = kSmemReserve_;  // ... beside Q and the K/V stages
@@ -34,6 +35,9 @@ struct Config {
     static constexpr int kShortBlockM = kShortBlockM_;
     static constexpr int kShortBlockN = kShortBlockN_;
     static constexpr int kShortMaxKeys = kShortMaxKeys_;
+    // The mask kinds compiled, a bit per mask::Kind (the registry row's masks); the sibling's
+    // are every kind, launch.h narrowing them (kCausalOnly).
+    static constexpr int kMaskKinds = kMaskKinds_;
     using ShortConfig = Config<kSmemLimit_, kSmemReserve_, kPanelCols_, kDimQK_, kDimV_, kSoftcap_>;
 };
 
@@ -86,10 +90,12 @@ struct Traits {
     // siblings): of the 192-row tile, the same kernel on two consumer warpgroups (its diagonal
     // blocks waste less, bench/NOTES.md §55, §57); of a kWideKeys tile, 128 x 128, or 128 x 64
     // for kLeanProducer (a shorter pipeline to fill, room to stage O, §86). Those tiles leave
-    // work to it (the 192-row one dropout, the kWideKeys ones softcapping, kLeanProducer a
-    // paged cache), so they must have one.
+    // work to it (the 16-bit 192-row one dropout, the kWideKeys ones softcapping, kLeanProducer
+    // a paged cache), so they must have one. The e4m3 192-row tile runs the padding mask alone
+    // and leaves nothing (generator/families/ws.py FP8_PADDING_TILE).
     static constexpr bool kHasShort = Config::kShortBlockN != 0;
-    static_assert(kHasShort || (kBlockM_ != 192 && !kWideKeys), "ws: a 192-row or kWideKeys tile needs a Short sibling");
+    static_assert(kHasShort || ((kBlockM_ != 192 || kFp8) && !kWideKeys),
+                  "ws: a 16-bit 192-row or a kWideKeys tile needs a Short sibling");
     // (Named for every tile, a tile only where kHasShort: launch.h reads it under that alone.)
     static constexpr int kShortBlockM = kHasShort ? Config::kShortBlockM : 128;
     using Short = Traits<typename Config::ShortConfig, Element_, kHeadDim_, kHeadDimV_, kShortBlockM,
@@ -189,6 +195,10 @@ struct Traits {
     template <softmax::ScoreMod M>
     static constexpr bool kHasMod = (M != softmax::ScoreMod::kSoftcap || (Config::kSoftcap && !kWideKeys)) &&
                                     !(kFp8 && M == softmax::ScoreMod::kBias);
+    // The mask kinds this tile compiles (Config::kMaskKinds): a kernel its row cannot reach is
+    // not instantiated (launch.h).
+    template <mask::Kind K>
+    static constexpr bool kHasMask = ((Config::kMaskKinds >> static_cast<int>(K)) & 1) != 0;
     // A paged KV cache's producer loop in a kernel of its own (fwd_kernel's kPagedOnly): the
     // three-consumer tile's producer has no register headroom (128 -> 32), and a second loop
     // beside the token-storage one cost its dense path 2-5 % (bench/NOTES.md §16). The
@@ -204,9 +214,8 @@ struct Traits {
     static constexpr bool kHasDropout = !kFp8 && kConsumerWarpgroups == 2 && kHeadDim <= 192 && kHeadDimV <= 192;
 
     static_assert(kIsSupportedElement<Element> || kFp8, "Element must be __half, __nv_bfloat16 or __nv_fp8_e4m3");
-    static_assert(!kFp8 || (kHeadDim % 32 == 0 && kHeadDimV % 32 == 0 && kBlockN % 32 == 0 &&
-                            kConsumerWarpgroups == 2),
-                  "ws e4m3: d, dv and kBlockN multiples of 32 (k32 steps, 32-column transposes), two consumers");
+    static_assert(!kFp8 || (kHeadDim % 32 == 0 && kHeadDimV % 32 == 0 && kBlockN % 32 == 0),
+                  "ws e4m3: d, dv and kBlockN multiples of 32 (k32 steps, 32-column transposes)");
     static_assert(!kAccFp16, "ws: f32 accumulation only");
     static_assert(kHeadDim % 8 == 0 && kHeadDim >= 8 && kHeadDim <= 256,
                   "ws: d a multiple of 8 up to 256 (16-byte TMA rows)");
