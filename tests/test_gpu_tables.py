@@ -31,7 +31,7 @@ def cases(manifest):
 
 
 def test_the_gpu_tier_build(manifest):
-    assert len(manifest) == 166  # test_enumerate.py counts them by hand (+ the 2 qmma kernels)
+    assert len(manifest) == 167  # test_enumerate.py counts them by hand (+ the 2 qmma kernels)
 
 
 def test_every_kernel_runs_every_mask_and_variant(manifest, cases):
