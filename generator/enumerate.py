@@ -67,15 +67,9 @@ def flash(config: Config) -> list[KernelSpec]:
 
 def ws(config: Config) -> list[KernelSpec]:
     """The ws family (FlashAttention-3 design over wgmma + TMA, warp-specialised, sm_90a)."""
-    fp8 = []
-    for spec in _specs("ws", _ws.FP8_DTYPES, _ws.FP8_HEAD_SIZES + MLA_HEAD_SIZES, _ws.fp8_tile):
-        padding = _ws.FP8_PADDING_TILE.get((spec.d, spec.dv))
-        if padding:  # its row first: dispatch takes the first row that fits
-            block_m, block_n, warps_m, warps_n = padding
-            fp8.append(replace(spec, block_m=block_m, block_n=block_n, warps_m=warps_m, warps_n=warps_n,
-                               masks=("padding",)))
-        fp8.append(spec)
-    return _specs("ws", _ws.DTYPES, _ws.HEAD_SIZES + MLA_HEAD_SIZES, _ws.tile) + fp8
+    fp8 = _specs("ws", _ws.FP8_DTYPES, _ws.FP8_HEAD_SIZES + MLA_HEAD_SIZES, _ws.fp8_tile)
+    return (_specs("ws", _ws.DTYPES, _ws.HEAD_SIZES + MLA_HEAD_SIZES, _ws.tile)
+            + [row for spec in fp8 for row in _ws.fp8_rows(spec)])
 
 
 def decode(config: Config) -> list[KernelSpec]:

@@ -110,6 +110,18 @@ def fp8_tile(d: int, dv: int | None = None) -> tuple:
     return (128, block_n, 8, 1)
 
 
+def fp8_rows(spec) -> list:
+    """The registry rows of an e4m3 spec on fp8_tile's tile: FP8_PADDING_TILE's row for the
+    padding mask alone first where its (d, dv) has one (dispatch takes the first row that
+    fits), then the spec itself for every mask."""
+    padding = FP8_PADDING_TILE.get((spec.d, spec.dv))
+    if padding is None:
+        return [spec]
+    block_m, block_n, warps_m, warps_n = padding
+    return [replace(spec, block_m=block_m, block_n=block_n, warps_m=warps_m, warps_n=warps_n,
+                    masks=("padding",)), spec]
+
+
 def tiles_fit(block_m: int, block_n: int, d: int, dv: int) -> bool:
     """Whether Q and KV_STAGES K/V stages of head sizes d, dv fit SMEM_BUDGET."""
     q = block_m * panels(d) * ELEMENT_BYTES
