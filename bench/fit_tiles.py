@@ -21,19 +21,17 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `bench` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import numpy as np  # noqa: E402
+
 from bench.report import IMPLS, read_csv  # noqa: E402
 
 
 def line(points: list[tuple[float, float]]) -> tuple[float, float]:
     """(a, b) of the least-squares t = a + b s through (s, t) points (at least two s)."""
-    n = len(points)
-    ms = sum(s for s, _ in points) / n
-    mt = sum(t for _, t in points) / n
-    var = sum((s - ms) ** 2 for s, _ in points)
-    if var == 0:
+    if len({s for s, _ in points}) < 2:
         raise ValueError("a line needs at least two lengths")
-    b = sum((s - ms) * (t - mt) for s, t in points) / var
-    return mt - b * ms, b
+    b, a = np.polyfit([s for s, _ in points], [t for _, t in points], 1)
+    return float(a), float(b)
 
 
 def fits(rows: list[dict], min_s: int) -> dict:

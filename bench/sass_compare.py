@@ -15,24 +15,43 @@ import re
 import subprocess
 import sys
 
-_FUNC = re.compile(r"^\s*Function : (\S+)")
-_INSN = re.compile(r"/\*[0-9a-f]{4,}\*/\s*(.*?)\s*;?\s*/\*")
+_FUNC = re.compile(r"Function : (\S+)")
+_INSN = re.compile(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;\s*/\* (0x[0-9a-f]+) \*/")
+_HI = re.compile(r"\s*/\* (0x[0-9a-f]+) \*/\s*$")
 _REG = re.compile(r"\b(U?R\d+|U?P\d+)\b")
 
 
-def functions(obj):
-    text = subprocess.run(["cuobjdump", "-sass", obj], check=True, capture_output=True, text=True).stdout
-    out, name = {}, None
+def dump(path):
+    """`cuobjdump -sass` of an object or cubin; a .sass file is such a dump already."""
+    if str(path).endswith(".sass"):
+        with open(path) as f:
+            return f.read()
+    return subprocess.run(["cuobjdump", "-sass", path], check=True, capture_output=True, text=True).stdout
+
+
+def parse(text):
+    """Function -> [(address, instruction, upper encoding word)] of a `cuobjdump -sass` dump
+    (each instruction's line, then the line of its encoding's upper word: the control bits)."""
+    funcs, cur, pending = {}, None, None
     for line in text.splitlines():
-        m = _FUNC.match(line)
+        m = _FUNC.search(line)
         if m:
-            name = m.group(1)
-            out[name] = []
+            cur = funcs.setdefault(m.group(1), [])
             continue
-        m = _INSN.search(line)
-        if name and m:
-            out[name].append(m.group(1).rstrip(" ;"))
-    return out
+        m = _INSN.match(line)
+        if m and cur is not None:
+            pending = (int(m.group(1), 16), m.group(2))
+            continue
+        m = _HI.match(line)
+        if m and pending is not None:
+            cur.append((*pending, int(m.group(1), 16)))
+            pending = None
+    return funcs
+
+
+def functions(obj):
+    """Function -> its instructions' text, addresses and encodings left out."""
+    return {name: [text for _, text, _ in ins] for name, ins in parse(dump(obj)).items()}
 
 
 def renamed(insns):

@@ -16,12 +16,14 @@ from __future__ import annotations
 import argparse
 import collections
 import re
-import subprocess
 import sys
+from pathlib import Path
 
-_FUNC = re.compile(r"Function : (\S+)")
-_INSN = re.compile(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;\s*/\* (0x[0-9a-f]+) \*/")
-_HI = re.compile(r"\s*/\* (0x[0-9a-f]+) \*/\s*$")
+if __package__ in (None, ""):  # run as a script: make `bench` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.sass_compare import dump, parse  # noqa: E402  (the one SASS reader)
+
 _BACK = re.compile(r"\bBRA (?:\S+, )?0x([0-9a-f]+)")
 _SS = re.compile(r"GMMA\.\S+ R\d+, gdesc")
 _RS = re.compile(r"GMMA\.\S+ R\d+, R\d+, gdesc")
@@ -35,25 +37,6 @@ def stall(hi: int) -> int:
 def waits(hi: int) -> bool:
     """Whether it waits on a scoreboard: the wait mask, bits 52-57 of the upper word."""
     return ((hi >> 52) & 0x3F) != 0
-
-
-def parse(text: str) -> dict[str, list[tuple[int, str, int]]]:
-    """Function -> [(address, instruction, upper encoding word)] of a `cuobjdump -sass` dump."""
-    funcs, cur, pending = {}, None, None
-    for line in text.splitlines():
-        m = _FUNC.search(line)
-        if m:
-            cur = funcs.setdefault(m.group(1), [])
-            continue
-        m = _INSN.match(line)
-        if m and cur is not None:
-            pending = (int(m.group(1), 16), m.group(2))
-            continue
-        m = _HI.match(line)
-        if m and pending is not None:
-            cur.append((*pending, int(m.group(1), 16)))
-            pending = None
-    return funcs
 
 
 def key_loops(ins: list[tuple[int, str, int]]) -> list[tuple[int, int, list]]:
@@ -83,13 +66,6 @@ def summary(body: list) -> tuple[int, int, int, collections.Counter, collections
         cycles[opcode(text)] += stall(hi)
         counts[opcode(text)] += 1
     return len(body), sum(cycles.values()), sum(waits(hi) for _, _, hi in body), cycles, counts
-
-
-def dump(path: str) -> str:
-    if path.endswith(".sass"):
-        with open(path) as f:
-            return f.read()
-    return subprocess.run(["cuobjdump", "-sass", path], check=True, capture_output=True, text=True).stdout
 
 
 def main(argv=None) -> int:
