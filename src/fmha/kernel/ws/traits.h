@@ -160,13 +160,13 @@ struct Traits {
     // The two-consumer tiles' O leaves through shared memory and a TMA store: staging a
     // 64-row slab there takes 8 stmatrix per warp (d = 128), where storing it from registers
     // took 32 4-byte stores of 8 rows each (bench/NOTES.md §23). Its [kBlockM, dv] buffer sits
-    // beside the rest where it fits (kOBeside), else over the V ring (kOInV: d = 256, MLA; e4m3
-    // d = 256 over its raw V ring, which the transposes have read once the last P V has run,
-    // bench/NOTES.md §88), which every consumer's last P V of the tile must have read (a barrier
-    // of all consumers) and whose next V loads wait for the stores to have read it (the O-free
-    // mbarrier; not in every kernel: kOInVFor). A slab with rows past its sequence's end is stored from registers (a
-    // TMA store would write the next sequence's rows), and so are the three-consumer tiles'
-    // (d <= 64): there the staging measured 1 % slower.
+    // beside the rest where it fits (kOBeside), else over the V ring (kOInV: d = 256, MLA),
+    // which every consumer's last P V of the tile must have read (a barrier of all consumers;
+    // e4m3 stages over its raw V ring, which the transposes have read by then: no barrier,
+    // bench/NOTES.md §88, §101) and whose next V loads wait for the stores to have read it (the
+    // O-free mbarrier; not in every kernel: kOInVFor). A slab with rows past its sequence's end
+    // is stored from registers (a TMA store would write the next sequence's rows), and so are
+    // the three-consumer tiles' (d <= 64): there the staging measured 1 % slower.
     static constexpr int kSmemO = kBlockM * kDimO * 2;  // O is 16-bit (e4m3 inputs: bf16)
     static constexpr int kPanelBytesO = kWarpgroupRows * kRowBytes;  // one panel of a warpgroup's slab
     static constexpr bool kOBeside = kConsumerWarpgroups == 2 && kSmemMain + kSmemO <= kMaxSmemBytes;
