@@ -146,10 +146,10 @@ struct Traits {
     static constexpr bool kExactMax = kFp8;
     // e4m3: whether the padding-mask kernel waits for the previous block's P V before its
     // exp2s (fwd_kernel's kSplitSoftmax; the causal and local kernels always do). Measured per
-    // tile (bench/NOTES.md §89): faster on d = 64's 256-key tile and on the 128-key tiles past
-    // d = 64 but d = 256's, slower on d = 128's 192 keys, d = 256's 128 and d = 64's 128.
-    static constexpr bool kSplitPadding =
-        kFp8 && (kHeadDim <= 64 ? kBlockN == 256 : kBlockN <= 128 && !kLeanProducer);
+    // tile (bench/NOTES.md §89, §101): faster on d = 64's 256-key tile and on the 128-key tiles
+    // past d = 64 (d = 256's since its epilogue lost the consumers' barrier), slower on d = 128's
+    // 192 keys and d = 64's 128.
+    static constexpr bool kSplitPadding = kFp8 && (kHeadDim <= 64 ? kBlockN == 256 : kBlockN <= 128);
     // Persistent tiles: two slots, each the next tile's index and TileWork (tile_slot_*).
     static constexpr int kTileSlotBytes = 48;
     static constexpr int kTileSlotsOffset = (8 * kNumBarriers + 15) / 16 * 16;
