@@ -82,7 +82,8 @@ struct Consumer {
     // path from the K wait to the QK^T (bench/NOTES.md §96). The 16-bit kernels keep the 64-bit
     // adds: with the same change their d = 64 tile measured 2-5 % slower.
     FMHA_DEVICE void issue_qk(AccS& acc_s, int st) const {
-        const uint64_t desc_k_st = mma::desc_advance(desc_k, static_cast<uint32_t>(st) * Tr::kSmemK);
+        // (e4m3 only: the 16-bit kernels add the stage's offset to the 64-bit descriptor below)
+        const uint64_t desc_k_st = Tr::kFp8 ? mma::desc_advance(desc_k, static_cast<uint32_t>(st) * Tr::kSmemK) : 0;
         mma::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < Tr::kKSlicesQK; ++kk) {
@@ -103,7 +104,7 @@ struct Consumer {
     // O += P V of the ring's stage st, P from registers (wgmma RS); e4m3: V^T's stage, K-major,
     // k32 steps along its rows of 128 key slots.
     FMHA_DEVICE void issue_pv(AccO& acc_o, const uint32_t (&p_frag)[1][Tr::kKSlicesPV][4], int st) const {
-        const uint64_t desc_v_st = mma::desc_advance(desc_v, static_cast<uint32_t>(st) * Tr::kSmemVt);
+        const uint64_t desc_v_st = Tr::kFp8 ? mma::desc_advance(desc_v, static_cast<uint32_t>(st) * Tr::kSmemVt) : 0;
         mma::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < Tr::kKSlicesPV; ++kk) {
