@@ -39,13 +39,9 @@ def heads_for(s: int, sms: int) -> int:
 def problems(s: int, d: int, causal: bool, tiles: list[int], sms: int) -> list[tuple[float, Problem]]:
     """(tiles an SM, problem) for each wanted count that a whole number of sequences gives."""
     h = heads_for(s, sms)
-    per_sequence = h * (s // BLOCK_M) / sms  # tiles an SM that one sequence adds
-    out = []
-    for want in tiles:
-        b = want / per_sequence
-        if b >= 1 and b == int(b):
-            out.append((want, Problem(b=int(b), h=h, h_kv=h, s_q=s, s=s, d=d, causal=causal)))
-    return out
+    per_sequence = h * (s // BLOCK_M)  # tiles one sequence adds (a multiple of sms)
+    return [(want, Problem(b=want * sms // per_sequence, h=h, h_kv=h, s_q=s, s=s, d=d, causal=causal))
+            for want in tiles if want > 0 and want * sms % per_sequence == 0]
 
 
 def main(argv=None) -> int:

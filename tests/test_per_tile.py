@@ -1,5 +1,8 @@
 """bench/per_tile.py: the problems that add whole tiles an SM at a fixed length (no GPU)."""
 
+import sys
+import types
+
 import pytest
 
 from bench.per_tile import BLOCK_M, heads_for, main, problems
@@ -34,8 +37,6 @@ def test_list_needs_no_gpu_and_refuses_a_single_count(capsys):
 
 def test_the_timed_path_fits_each_sides_cost_a_tile(monkeypatch, capsys):
     """The GPU path with both timers replaced: t = 5 + 3 x (ours), 4 + 2.5 x (fa3)."""
-    import types
-
     from bench import fa3 as fa3_wheel
     from bench import run as runner
 
@@ -43,7 +44,7 @@ def test_the_timed_path_fits_each_sides_cost_a_tile(monkeypatch, capsys):
         return lambda p, dtype: runner.Timing(a + c * p.b * p.h * (p.s // BLOCK_M) / 132)
 
     fake_cuda = types.SimpleNamespace(is_available=lambda: True, get_device_name=lambda: "Fake GPU")
-    monkeypatch.setitem(__import__("sys").modules, "torch", types.SimpleNamespace(cuda=fake_cuda))
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=fake_cuda))
     monkeypatch.setattr(fa3_wheel, "load", lambda: (object(), ""))
     monkeypatch.setattr(runner, "fmha_timer", lambda *a, **k: timer(5.0, 3.0))
     monkeypatch.setattr(runner, "fa3_timer", lambda *a, **k: timer(4.0, 2.5))

@@ -99,8 +99,8 @@ def fp8_tile(d: int, dv: int | None = None) -> tuple:
     """tile() for e4m3: two consumer warpgroups (the d = 64 padding mask has a row of three
     ahead of this one, FP8_PADDING_TILE), on 128-key blocks wherever they fit at one byte an
     element (fp8_fits: d = 256 too, whose consumers then take 240 registers, lean_producer;
-    bench/NOTES.md §86), or wider ones (FP8_WIDE_BLOCK_N). A tile past 128 keys, or with lean_producer, has a sibling for short
-    problems (siblings)."""
+    bench/NOTES.md §86), or wider ones (FP8_WIDE_BLOCK_N). A tile past 128 keys, or with
+    lean_producer, has a sibling for short problems (siblings)."""
     block_m, block_n, warps_m, warps_n = tile(d, dv)
     dv = dv or d
     if (d, dv) in FP8_WIDE_BLOCK_N:
