@@ -139,10 +139,10 @@ void print_details(const Problem& p, const Device& dev, const SeqLens& lens, con
         print_field("Untouched", format("%lld of %lld elements outside the sequences written",
                                         (long long)check.touched, (long long)check.untouched_checked));
         if (p.save_softmax)
-            print_field("Softmax stats", format("LSE of %lld rows, %lld fail (tolerance %g), max abs err %.3g; "
+            print_field("Softmax stats", format("LSE of %lld rows, %lld fail (tolerance %s), max abs err %.3g; "
                                                 "%lld of %lld rows past the sequences written",
                                                 (long long)check.lse_checked, (long long)check.lse_failures,
-                                                kLseTolerance, check.lse_max_abs_err,
+                                                lse_tolerance_text(check).c_str(), check.lse_max_abs_err,
                                                 (long long)check.lse_touched,
                                                 (long long)check.lse_untouched_checked));
     }
@@ -192,7 +192,7 @@ DeviceBuffer<char> attach_workspace(const KernelMeta& kernel, Params& prm) {
 struct ReferenceRun {
     bool ran = false;
     float ms = 0.f;  // one run
-    DeviceBuffer<float> o, amb, lse;
+    DeviceBuffer<float> o, amb, lse, lse_amb;
 };
 
 // The reference path, timed once, where the checks or -save-tensors need it.
@@ -204,14 +204,17 @@ ReferenceRun time_reference(const Problem& p, const SeqLens& lens, const DeviceT
     const size_t o_elems = size_t(lens.q_storage_tokens) * p.h * p.dv;
     r.o = DeviceBuffer<float>(o_elems);
     r.amb = DeviceBuffer<float>(o_elems);
-    if (p.save_softmax) r.lse = DeviceBuffer<float>(t.lse.size());  // [b, h, s_q_max] as the kernel's
+    if (p.save_softmax) {  // [b, h, s_q_max] as the kernel's
+        r.lse = DeviceBuffer<float>(t.lse.size());
+        r.lse_amb = DeviceBuffer<float>(t.lse.size());
+    }
     CUDA_CHECK(prepare_reference(t.logical, p.dtype, p.kv_dtype));
     r.ms = time_on_stream(stream, [&] {
         // e4m3: P is rounded on the grid of the exact running max of the key blocks of the
         // tile that runs (the row's or its sibling's).
         const int p_block_keys = p.dtype == DataType::kE4m3 ? block_n_that_runs(kernel, t.params) : 0;
         CUDA_CHECK(run_reference(t.logical, p.dtype, p.kv_dtype, p_block_keys, r.o.get(), r.amb.get(), r.lse.get(),
-                                 stream));
+                                 r.lse_amb.get(), stream));
     });
     return r;
 }
@@ -258,7 +261,7 @@ int run(int argc, char** argv) {
     launch(kernel, t.params, stream);
     CUDA_CHECK(cudaStreamSynchronize(stream));
     std::vector<uint16_t> o_raw;
-    std::vector<float> o_ref_host, o_amb_host, lse_host, lse_ref_host;
+    std::vector<float> o_ref_host, o_amb_host, lse_host, lse_ref_host, lse_amb_host;
     if (!p.skip_checks) {
         o_raw = to_host(t.o);
         o_ref_host = to_host(ref.o);
@@ -267,6 +270,7 @@ int run(int argc, char** argv) {
     if (!p.skip_checks && p.save_softmax) {
         lse_host = to_host(t.lse);
         lse_ref_host = to_host(ref.lse);
+        lse_amb_host = to_host(ref.lse_amb);
     }
     if (!p.save_dir.empty()) save_tensors(p, lens, t, ref.o.get(), ref.lse.get(), kernel, stream);
 
@@ -276,7 +280,7 @@ int run(int argc, char** argv) {
 
     CheckResult check;
     if (!p.skip_checks) check = check_output(p, lens, o_raw, o_ref_host, o_amb_host);
-    if (!p.skip_checks && p.save_softmax) check_lse(p, lens, lse_host, lse_ref_host, check);
+    if (!p.skip_checks && p.save_softmax) check_lse(p, lens, lse_host, lse_ref_host, lse_amb_host, check);
     const Timing timing{ref.ran, ref.ms, us, static_cast<int>(sets.size())};
     print_results(p, dev, kernel, tile_that_runs(kernel, t.params), lens, t.variants.custom_mask_host, check,
                   timing);

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from tests.gpu.oracle import (E4M3_MAX, alibi_slopes_fp64, attention_backward_fp64, attention_fp64, block_running_max,
+from tests.gpu.oracle import (E4M3_MAX, QGMMA_SUM_ERROR, alibi_slopes_fp64, attention_backward_fp64, attention_fp64, block_running_max,
                               rms_error, round_p, round_to, spec_error, visible_fp64)
 from tests.torch_attention import autograd_attention
 
@@ -124,6 +124,38 @@ def test_attention_matches_the_book():
             assert np.allclose(lse[i, head, :lq], want_lse, rtol=1e-12), (i, head)
         assert not out[i, lq:].any() and not lse[i, :, lq:].any()
     assert (amb >= 0).all()
+
+
+def test_e4m3_lse_amb_is_the_lse_moved_by_the_qgmma_bound():
+    """lse_amb: 0 for fp16; for e4m3, what moving every score by the QGMMA bound (all up or
+    all down, the worst case) moves the LSE, to first order: within 1 % of either shift, and
+    a bound for it but for second-order terms. A causal row of one key moves by its whole
+    bound; the sink joins the normaliser."""
+    rng = np.random.default_rng(11)
+    b, s, h, d = 2, 33, 2, 128
+    q, k, v = (round_to(rng.standard_normal((b, s, h, d)), "e4m3") for _ in range(3))
+    lens, scale, sinks = np.array([s, 20]), d ** -0.5, np.array([0.5, -1.0])
+    meta = {"mask": "causal"}
+    visible = lambda i, lq, lk: visible_fp64(meta, lq, lk)  # noqa: E731
+    args = (q, k, v, lens, lens, scale, 1.0, visible)
+    lse_amb16 = np.full((b, h, s), -1.0)
+    attention_fp64(*args, "fp16", sinks=sinks, lse_amb=lse_amb16)
+    assert not lse_amb16[0].any() and not lse_amb16[1, :, :20].any()
+    lse_amb = np.zeros((b, h, s))
+    _, _, lse = attention_fp64(*args, "e4m3", sinks=sinks, lse_amb=lse_amb)
+    for i in range(b):
+        lq = lens[i]
+        size = scale * np.einsum("qhd,khd->hqk", np.abs(q[i, :lq]), np.abs(k[i, :lq]))
+        bound = np.zeros((b, h, s, s))
+        bound[i, :, :lq, :lq] = QGMMA_SUM_ERROR * size
+        for sign in (1.0, -1.0):
+            _, _, moved = attention_fp64(*args, "e4m3", sinks=sinks, bias=sign * bound)
+            shift = np.abs(moved[i, :, :lq] - lse[i, :, :lq])
+            assert np.allclose(shift, lse_amb[i, :, :lq], rtol=1e-2, atol=0), (i, sign)
+            assert (shift <= lse_amb[i, :, :lq] + 1e-4).all(), (i, sign)
+        # Row 0 sees key 0 and the sink: its weight is exp(S_00 - LSE).
+        s00 = scale * np.einsum("hd,hd->h", q[i, 0], k[i, 0])
+        assert np.allclose(lse_amb[i, :, 0], QGMMA_SUM_ERROR * size[:, 0, 0] * np.exp(s00 - lse[i, :, 0]), rtol=1e-9)
 
 
 def test_e4m3_ambiguity_covers_the_qgmma_sum_error(monkeypatch):

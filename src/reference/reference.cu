@@ -26,6 +26,9 @@
 // e4m3 also replays the kernels' order (run_reference's p_block_keys): their M is the exact
 // running max of the key blocks visited so far, last block first, and a P is rounded on its
 // own block's grid; a then also covers the S of the key that set M.
+// The LSE is as inexact as the S it sums: lse_amb bounds how far the QGMMA's error moves it,
+// kQgmmaSumError x |scale_bmm1| x sum_j P_j size_j / l (dLSE = sum_j P_j dS_j / l; size_j: key
+// j's sum of |q_c k_c|), which check_lse adds to its tolerance (bench/NOTES.md §102).
 #include "reference/reference.h"
 
 #include "fmha/dropout.h"
@@ -109,7 +112,7 @@ Smem make_smem(int warps, int d, int dv) {
 // 16-bit queries: the decode kernels' P there, decode/kv_e4m3.h).
 template <class T, class TKV, class TP, int kColChunks>
 __global__ void __launch_bounds__(kMaxWarps * kWarpSize)
-reference_kernel(Params p, Smem geo, int p_block_keys, float* o_ref, float* o_amb, float* lse) {
+reference_kernel(Params p, Smem geo, int p_block_keys, float* o_ref, float* o_amb, float* lse, float* lse_amb) {
     constexpr bool kE4m3 = std::is_same<T, __nv_fp8_e4m3>::value;  // e4m3 Q too: the QGMMA kernels' rules
     const int seq = blockIdx.z, head = blockIdx.y;
     const int q_len = seq_q_len(p, seq), kv_len = seq_kv_len(p, seq);
@@ -149,11 +152,12 @@ reference_kernel(Params p, Smem geo, int p_block_keys, float* o_ref, float* o_am
 
     const int my_row = warp * kRowsPerWarp;  // first of this warp's rows, CTA-local
     double m[kRowsPerWarp], l[kRowsPerWarp];
+    double l_size[kRowsPerWarp];  // e4m3: sum_j P_j size_j on l's scale (lse_amb)
     float acc[kRowsPerWarp][kColChunks], amb[kRowsPerWarp][kColChunks];
 #pragma unroll
     for (int i = 0; i < kRowsPerWarp; ++i) {
         m[i] = -INFINITY;
-        l[i] = 0.0;
+        l[i] = l_size[i] = 0.0;
 #pragma unroll
         for (int c = 0; c < kColChunks; ++c) acc[i][c] = amb[i][c] = 0.f;
     }
@@ -201,6 +205,7 @@ reference_kernel(Params p, Smem geo, int p_block_keys, float* o_ref, float* o_am
     const auto rescale = [&](int i, double m_new) {
         const double alpha = m_new == -INFINITY ? 1.0 : exp2(m[i] - m_new);
         l[i] *= alpha;
+        l_size[i] *= alpha;
 #pragma unroll
         for (int c = 0; c < kColChunks; ++c) {
             acc[i][c] *= static_cast<float>(alpha);
@@ -219,6 +224,7 @@ reference_kernel(Params p, Smem geo, int p_block_keys, float* o_ref, float* o_am
             // m == -inf: nothing visible yet, keep everything at zero.
             double prob = m[i] == -INFINITY ? 0.0 : exp2(score[i] - m[i]);
             l[i] += warp_sum(prob);
+            if (kE4m3) l_size[i] += warp_sum(prob * size[i]);
             if (drop.threshold != 0 && !dropout::keep(drop, bh, uint32_t(row0 + my_row + i), uint32_t(tile + lane)))
                 prob = 0.0;
             p_s[(my_row + i) * kKeysPerTile + lane] = round_to<TP>(prob);
@@ -327,10 +333,14 @@ reference_kernel(Params p, Smem geo, int p_block_keys, float* o_ref, float* o_am
         if (lse != nullptr && lane == 0)
             lse[(int64_t(seq) * p.h + head) * p.s_q_max + r] =
                 l[i] > 0.0 ? static_cast<float>((m[i] + log2(l[i])) * kLn2D) : -INFINITY;
+        if (lse_amb != nullptr && lane == 0)
+            lse_amb[(int64_t(seq) * p.h + head) * p.s_q_max + r] =
+                l[i] > 0.0 ? static_cast<float>(mma::kQgmmaSumError * fabs(double(p.scale_bmm1)) * l_size[i] / l[i])
+                           : 0.f;
     }
 }
 
-using KernelFn = void (*)(Params, Smem, int, float*, float*, float*);
+using KernelFn = void (*)(Params, Smem, int, float*, float*, float*, float*);
 
 template <class T, class TKV = T, class TP = T>
 KernelFn pick_kernel(int dv) {
@@ -384,12 +394,12 @@ cudaError_t prepare_reference(const Params& p, DataType dtype, DataType kv_dtype
 }
 
 cudaError_t run_reference(const Params& p, DataType dtype, DataType kv_dtype, int p_block_keys, float* o_ref,
-                          float* o_amb, float* lse, cudaStream_t stream) {
+                          float* o_amb, float* lse, float* lse_amb, cudaStream_t stream) {
     Launch l;
     cudaError_t err = plan(p, dtype, kv_dtype, &l);
     if (err != cudaSuccess) return err;
     const dim3 grid((p.s_q_max + l.geo.rows - 1) / l.geo.rows, p.h, p.b);
-    l.fn<<<grid, l.warps * kWarpSize, l.geo.bytes(), stream>>>(p, l.geo, p_block_keys, o_ref, o_amb, lse);
+    l.fn<<<grid, l.warps * kWarpSize, l.geo.bytes(), stream>>>(p, l.geo, p_block_keys, o_ref, o_amb, lse, lse_amb);
     return cudaGetLastError();
 }
 

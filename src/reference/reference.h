@@ -15,6 +15,8 @@ namespace fmha {
 //        the input type fp32 cannot decide may move it (reference.cu; nullptr: not written).
 // lse:   optional fp32 [b, h, s_q_max], natural-log sum of exp of the scaled scores
 //        (nullptr: not written).
+// lse_amb: optional, laid out as lse: per row, how far the e4m3 QGMMA's error in S may move
+//        a kernel's LSE (0 for the 16-bit inputs; nullptr: not written).
 // p_block_keys: e4m3 only, the kernel's key block (KernelMeta::block_n). The e4m3 kernels
 //        subtract the exact running max of the blocks they have visited, last block first,
 //        so a P's rounding grid depends on its block; the reference replays that order.
@@ -24,7 +26,7 @@ namespace fmha {
 // queries (kv_dtype: the decode family's e4m3 cache, whose P is f16 whatever the queries'
 // type). Params::o and the descales are ignored.
 cudaError_t run_reference(const Params& p, DataType dtype, DataType kv_dtype, int p_block_keys, float* o_ref,
-                          float* o_amb, float* lse, cudaStream_t stream);
+                          float* o_amb, float* lse, float* lse_amb, cudaStream_t stream);
 
 // Loads the reference kernel and sets its shared-memory limit, so that a following
 // timed run_reference measures the kernel only. Idempotent; run_reference calls it too.

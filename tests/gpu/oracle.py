@@ -215,7 +215,7 @@ def _dropped(keep, rescale, i: int, lq: int, lk: int):
 
 
 def attention_fp64(q, k, v, q_lens, kv_lens, scale_bmm1, scale_out, visible, dtype, softcap=0.0, sinks=None,
-                   alibi=None, bias=None, p_block_keys=0, keep=None, rescale=1.0):
+                   alibi=None, bias=None, p_block_keys=0, keep=None, rescale=1.0, lse_amb=None):
     """Plain softmax attention per sequence in float64. q [b, s_q, h, d], k [b, s, h_kv, d],
     v [b, s, h_kv, dv]; visible(i, lq, lk) gives the [lq, lk] keys each query row of sequence
     i may see (None: all of them). A row that sees no key is 0. sinks [h] (gpt-oss attention
@@ -236,12 +236,17 @@ def attention_fp64(q, k, v, q_lens, kv_lens, scale_bmm1, scale_out, visible, dty
     [b, h, s_q] is each row's natural-log log-sum-exp of its logits, the sink's exp(sink) in
     the sum (-inf for a row that sees nothing; 0 past a sequence's length, as lse.npy).
     keep [b, h, s_q, s] (dropout_keep) with rescale (dropout_rescale): O = (P Z rescale) V, the
-    dropped probabilities 0 and the kept ones scaled; the normaliser and the LSE see them all."""
+    dropped probabilities 0 and the kept ones scaled; the normaliser and the LSE see them all.
+    lse_amb [b, h, s_q], if given, is filled with how far a QGMMA's error in S may move each
+    row's LSE: e4m3, QGMMA_SUM_ERROR x sum_j P_j |scale_bmm1| sum_c |q_c k_jc| over the
+    normalised P (dLSE = sum_j P_j dS_j); 0 for the 16-bit types."""
     b, s_q, h, _ = q.shape
     group = h // k.shape[2]  # query head j reads kv head j // group
     out = np.zeros((b, s_q, h, v.shape[3]))
     amb = np.zeros_like(out)
     lse = np.zeros((b, h, s_q))
+    if lse_amb is not None:
+        lse_amb[...] = 0.0
     for i in range(b):
         lq, lk = int(q_lens[i]), int(kv_lens[i])
         qi = q[i, :lq].astype(np.float64)
@@ -281,6 +286,8 @@ def attention_fp64(q, k, v, q_lens, kv_lens, scale_bmm1, scale_out, visible, dty
         near = AMBIGUITY
         if dtype == "e4m3":  # |dP| / P = |dS| scale_bmm1 to first order (softcap's tanh only shrinks it)
             size = abs(scale_bmm1) * np.einsum("qhd,khd->hqk", np.abs(qi), np.abs(ki))
+            if lse_amb is not None:
+                lse_amb[i, :, :lq] = QGMMA_SUM_ERROR * (p * to_top / norm * size).sum(axis=-1)
             if exact:  # and the S of the key that set the max is as inexact
                 size = size + np.where(m_arg >= 0, np.take_along_axis(size, np.maximum(m_arg, 0), axis=-1), 0)
             near = np.maximum(AMBIGUITY, QGMMA_SUM_ERROR * size)

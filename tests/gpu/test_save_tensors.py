@@ -43,8 +43,8 @@ def load_run(path, kernel: dict) -> tuple[dict, dict]:
     return t, meta
 
 
-def expected_fp64(t: dict, meta: dict, dtype: str) -> tuple:
-    """(out, amb, lse) of oracle.attention_fp64 for the saved run."""
+def expected_fp64(t: dict, meta: dict, dtype: str, lse_amb=None) -> tuple:
+    """(out, amb, lse) of oracle.attention_fp64 for the saved run (lse_amb: as there)."""
     custom = t["custom"]
     keep, rescale = saved_dropout(t, meta)
     return attention_fp64(t["q"], t["k"], t["v"], t["seqlens_q"], t["seqlens_kv"],
@@ -52,7 +52,7 @@ def expected_fp64(t: dict, meta: dict, dtype: str) -> tuple:
                           lambda i, lq, lk: visible_fp64(meta, lq, lk, custom[i] if custom is not None else None),
                           dtype, meta["softcapping_scale_bmm1"] or 0.0, t["sinks"],
                           alibi_slopes_fp64(t["q"].shape[2]) if meta["alibi"] else None, t["bias"],
-                          meta["p_block_keys"], keep, rescale)
+                          meta["p_block_keys"], keep, rescale, lse_amb)
 
 
 @pytest.mark.gpu
@@ -75,9 +75,10 @@ def test_save_tensors(kind, config, exe, gpu_sm, tmp_path):
     dtype = kind[1]
     # Over an e4m3 KV cache the decode kernels' P is f16 whatever the queries' type (kv_e4m3.h).
     assert meta["kv_dtype"] == (kernel.get("kv_dtype") or dtype)
-    expected, amb, lse = expected_fp64(t, meta, "fp16" if kernel.get("kv_dtype") else dtype)
-    # Rows past each sequence's length are zero in both outputs.
     b, s_q, h, _ = t["q"].shape
+    lse_amb = np.zeros((b, h, s_q))  # e4m3: how far the QGMMA's S error may move each LSE
+    expected, amb, lse = expected_fp64(t, meta, "fp16" if kernel.get("kv_dtype") else dtype, lse_amb)
+    # Rows past each sequence's length are zero in both outputs.
     real = np.arange(s_q)[None, :] < t["seqlens_q"][:, None]  # [b, s_q]
     for name in ("o", "o_ref"):
         assert not np.any(t[name][~real]), f"{name}.npy has non-zero rows past a sequence's length"
@@ -102,7 +103,8 @@ def test_save_tensors(kind, config, exe, gpu_sm, tmp_path):
     rel = np.linalg.norm(ref - exp) / np.linalg.norm(exp)
     assert rel < REF_REL_L2, f"o_ref.npy is {rel:.3g} (relative L2) from float64"
 
-    # -save-softmax: the kernel's and the driver's LSE against float64, rows past a length zero.
+    # -save-softmax: the kernel's and the driver's LSE against float64, rows past a length zero
+    # (e4m3: within lse_amb more, as the driver's check_lse).
     assert meta["save_softmax"] == ("-save-softmax" in flags)
     if meta["save_softmax"]:
         real_rows = np.broadcast_to(real[:, None, :], (b, h, s_q))
@@ -112,4 +114,5 @@ def test_save_tensors(kind, config, exe, gpu_sm, tmp_path):
             assert not np.any(got[~real_rows]), f"{name}.npy has non-zero rows past a sequence's length"
             same_inf = np.isinf(got[real_rows]) & (got[real_rows] == lse[real_rows])
             diff = np.where(same_inf, 0.0, np.abs(got[real_rows].astype(np.float64) - lse[real_rows]))
-            assert np.all(diff <= LSE_TOLERANCE), f"{name}.npy is {np.nanmax(diff):.3g} from float64 (max abs)"
+            over = diff - lse_amb[real_rows]
+            assert np.all(over <= LSE_TOLERANCE), f"{name}.npy is {np.nanmax(over):.3g} past lse_amb from float64"

@@ -69,7 +69,7 @@ std::vector<Config> all_configs() {
 // The project's reference (src/reference/reference.cu); it reads the mask from p.
 cudaError_t reference(const Params& p, bool bf16, bool /*causal*/, float* o_ref) {
     const fmha::DataType t = bf16 ? fmha::DataType::kBf16 : fmha::DataType::kFp16;
-    return fmha::run_reference(p, t, t, 0, o_ref, nullptr, nullptr, 0);
+    return fmha::run_reference(p, t, t, 0, o_ref, nullptr, nullptr, nullptr, 0);
 }
 
 // ---------------------------------------------------------------------------------------
