@@ -138,11 +138,17 @@ def fp8_fits(block_m: int, block_n: int, d: int, dv: int) -> bool:
     return q + kv <= SMEM_LIMIT - FP8_SMEM_RESERVE
 
 
+def is_fp8_padding_tile(spec) -> bool:
+    """Whether spec's tile is FP8_PADDING_TILE's row for its (d, dv)."""
+    tile = FP8_PADDING_TILE.get((spec.d, spec.dv))
+    return tile is not None and (spec.block_m, spec.block_n) == tile[:2]
+
+
 def traits_ok(spec) -> bool:
     """What ws::Traits static_asserts (src/fmha/kernel/ws.h), so that a spec outside
     it gets a reason from rules.py instead of a static_assert from nvcc."""
     fp8_ok = spec.dtype != "e4m3" or (spec.d % 32 == 0 and spec.dv % 32 == 0 and (
-        spec.block_m == 128 or (spec.block_m, spec.block_n) == FP8_PADDING_TILE.get((spec.d, spec.dv), ())[:2]))
+        spec.block_m == 128 or is_fp8_padding_tile(spec)))
     return (spec.acc == "fp32" and fp8_ok
             and spec.block_m in BLOCK_M and spec.warps_m == spec.block_m // 16 and spec.warps_n == 1
             and (spec.block_n in BLOCK_N or (spec.dtype == "e4m3" and spec.block_n in FP8_BLOCK_N)))

@@ -247,13 +247,11 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                                     : p.scale_softmax * p.scale_bmm2,
                          p, w.head);
         softmax.store_lse(p, w.batch, w.head, wg_row0 + row_g, w.q_len, lane);
-        // kStageOverV: every consumer's last P V has read the V ring before any O lands there. A
-        // tile without key blocks loaded nothing there; its O (zeros) goes from registers.
-        // e4m3 stages over the raw V ring, which only the transposes read: this warpgroup's last
-        // V^T full means they are done with it, so it need not wait for the other's P V
-        // (bench/NOTES.md §101).
+        // kStageOverV: the V ring is free of every P V that reads it (Traits::kOverPvOperand)
+        // before any O lands there. A tile without key blocks loaded nothing there; its O
+        // (zeros) goes from registers.
         const bool o_in_v = kStageOverV && n_blocks > 0;
-        if (o_in_v && !Tr::kFp8) th.consumers_barrier();
+        if (o_in_v && Tr::kOverPvOperand) th.consumers_barrier();
         if (Tr::kFp8 && p.o_e4m3) {  // e4m3 O: from registers (the V ring is free at once)
             if constexpr (Tr::kFp8) {  // (instantiated for the e4m3 kernels only)
                 auto* o = static_cast<__nv_fp8_e4m3*>(p.o) +
