@@ -76,7 +76,7 @@ def main(argv=None) -> int:
         return 2
     fa3, why = fa3_wheel.load()
     timers = {"ours": runner.fmha_timer(args.exe, [], 20, 10, repeats=3),
-              "fa3": runner.fa3_timer(torch, fa3, why, 20, 10, 10)}
+              "fa3": runner.fa3_timer(torch, fa3, why, 20, 5, 10)}
     print(f"{torch.cuda.get_device_name()}, {args.dtype}, d = {args.d}, "
           f"{'causal' if args.causal else 'not causal'}; us a launch (median)")
     print("| s | tiles/SM | b | h | ours | fa3 | fa3 / ours |")

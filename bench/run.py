@@ -18,7 +18,10 @@ SDPA and FA3: CUDA events around back-to-back launches after warm-up ones, the m
 MEASURE_MS (--measure-ms) of timed launches (at most --runs) after warm-up ones that stop past WARM_UP_MS
 (`burst`); for ours a one-launch probe run gives the call's length where it may be long
 (a GPU at its power limit clocks down within tens of ms, so a longer burst reads slower:
-bench/NOTES.md §24); inputs randn [b, h, s, d],
+bench/NOTES.md §24). Every measurement of every side starts from an idle GPU: COOL_MS
+(--cool-ms) of host sleep before each fmha.exe run and before each torch burst. Without it
+the torch sides' back-to-back bursts ran into the power limit where ours, separate processes,
+did not: FA3 read up to 8 % slower than from idle at s = 8k (bench/NOTES.md §103); inputs randn [b, h, s, d],
 rotated over 3 sets when small enough to stay in L2. GQA goes to SDPA with enable_gqa=True;
 a backend that refuses it gets K and V expanded to h heads beforehand (repeat_interleave,
 outside the timing; the row's note says so, and GB/s still counts the GQA bytes). FA3 takes
@@ -64,6 +67,10 @@ MIN_FMHA_TIMEOUT_S = 10
 MEASURE_MS = 25.0
 WARM_UP_MS = 200.0      # stop warming up early past this, after at least two launches
 SPIN_CYCLES = 4_000_000  # ~2 ms of GPU spin before each measurement: covers enqueueing its launches
+# Host sleep, the GPU idle, before each measurement of every side, so that each starts below
+# the power limit as a fresh fmha.exe run does (§103: bursts after 0.5 s idle read the same as
+# the first of a series; back to back, the later ones of a heavy problem read 5-8 % slower).
+COOL_MS = 500.0
 ROTATE_BELOW_BYTES = 256 * 2**20  # inputs this small get 3 sets, rotated, so L2 does not serve repeats
 # Lower bounds on any backend's speed, to tell a problem whose --runs launches surely fit in
 # MEASURE_MS (no probe run for ours) from one that may not.
@@ -116,7 +123,7 @@ def median_of_runs(measure: Callable[[], tuple[dict | None, str]], repeats: int)
 
 
 def fmha_timer(exe: Path, extra: list[str], runs: int, warm_up: int, deadline: float | None = None,
-               repeats: int = 1, measure_ms: float = MEASURE_MS) -> Timer:
+               repeats: int = 1, measure_ms: float = MEASURE_MS, cool_ms: float = COOL_MS) -> Timer:
     def run(p: Problem, dtype: str, timed: int, warm: int) -> tuple[dict | None, str]:
         args = [*p.fmha_args(), *DTYPES[dtype].flag.split(), *extra, "-skip-checks", "-v", "0",
                 "-runs", str(timed), "-warm-up-runs", str(warm)]
@@ -141,7 +148,11 @@ def fmha_timer(exe: Path, extra: list[str], runs: int, warm_up: int, deadline: f
             if fields is None:
                 return Timing(NAN, why)
             timed, warm = burst(float(fields["us"]), runs, warm_up, measure_ms)
-        fields, why = median_of_runs(lambda: run(p, dtype, timed, warm), repeats)
+        def measured_run():
+            time.sleep(cool_ms / 1e3)  # from an idle GPU, as the torch sides' bursts (COOL_MS)
+            return run(p, dtype, timed, warm)
+
+        fields, why = median_of_runs(measured_run, repeats)
         if fields is None:
             return Timing(NAN, why)
         us, reported = float(fields["us"]), float(fields["tflops"])
@@ -157,8 +168,9 @@ def fmha_timer(exe: Path, extra: list[str], runs: int, warm_up: int, deadline: f
 # PyTorch SDPA
 
 def median_us_per_call(torch, launch: Callable[[int], None], max_launches: int, repeats: int,
-                       warm_up: int, measure_ms: float = MEASURE_MS) -> float:
-    """Median over `repeats` measurements of back-to-back launches, CUDA events around each."""
+                       warm_up: int, measure_ms: float = MEASURE_MS, cool_ms: float = COOL_MS) -> float:
+    """Median over `repeats` measurements of back-to-back launches, CUDA events around each,
+    each after cool_ms of an idle GPU (COOL_MS)."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     begun = time.perf_counter()
     for i in range(max(warm_up, 2)):  # the first launch pays for handles and plans
@@ -173,6 +185,8 @@ def median_us_per_call(torch, launch: Callable[[int], None], max_launches: int, 
     launches, _ = burst(start.elapsed_time(end) * 1e3, max_launches, warm_up, measure_ms)
     times = []
     for _ in range(repeats):
+        torch.cuda.synchronize()
+        time.sleep(cool_ms / 1e3)
         torch.cuda._sleep(SPIN_CYCLES)  # the launches below are all queued before `start` fires
         start.record()
         for i in range(launches):
@@ -207,17 +221,18 @@ def refusal(who: str, error: Exception, caught: list) -> str:
 Measure = Callable[[Callable[[int], None]], float]  # launch(i) -> µs per call
 
 
-def burst_measure(torch, runs: int, repeats: int, warm_up: int, measure_ms: float = MEASURE_MS) -> Measure:
-    return lambda launch: median_us_per_call(torch, launch, runs, repeats, warm_up, measure_ms)
+def burst_measure(torch, runs: int, repeats: int, warm_up: int, measure_ms: float = MEASURE_MS,
+                  cool_ms: float = COOL_MS) -> Measure:
+    return lambda launch: median_us_per_call(torch, launch, runs, repeats, warm_up, measure_ms, cool_ms)
 
 
 def sdpa_timer(torch, who: str, runs: int, repeats: int, warm_up: int, measure_ms: float = MEASURE_MS,
-               measure: Measure | None = None) -> Timer:
+               measure: Measure | None = None, cool_ms: float = COOL_MS) -> Timer:
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     backend = getattr(SDPBackend, BACKENDS[who])
-    measure = measure or burst_measure(torch, runs, repeats, warm_up, measure_ms)
+    measure = measure or burst_measure(torch, runs, repeats, warm_up, measure_ms, cool_ms)
 
     def attempt(sets, **kw) -> tuple[float, str]:
         def launch(i):
@@ -277,10 +292,10 @@ def sdpa_timer(torch, who: str, runs: int, repeats: int, warm_up: int, measure_m
 
 
 def fa3_timer(torch, fa3, why_not: str, runs: int, repeats: int, warm_up: int, measure_ms: float = MEASURE_MS,
-              measure: Measure | None = None) -> Timer:
+              measure: Measure | None = None, cool_ms: float = COOL_MS) -> Timer:
     """FlashAttention-3's forward (fa3_fwd_interface, None: not installed, `why_not` says why),
     timed as SDPA is; fp8 (e4m3) inputs with unit descales."""
-    measure = measure or burst_measure(torch, runs, repeats, warm_up, measure_ms)
+    measure = measure or burst_measure(torch, runs, repeats, warm_up, measure_ms, cool_ms)
 
     def time_fa3(p: Problem, dtype: str) -> Timing:
         if fa3 is None:
@@ -336,8 +351,9 @@ def torch_sides(torch, args, measure_for: Callable[[str], Measure] | None = None
     pick = (lambda who: measure_for(who)) if measure_for else (lambda who: None)
     fa3, why = fa3_wheel.load()
     return {"fa3": fa3_timer(torch, fa3, why, args.runs, args.repeats, args.warm_up_runs, args.measure_ms,
-                             pick("fa3")),
-            **{who: sdpa_timer(torch, who, args.runs, args.repeats, args.warm_up_runs, args.measure_ms, pick(who))
+                             pick("fa3"), args.cool_ms),
+            **{who: sdpa_timer(torch, who, args.runs, args.repeats, args.warm_up_runs, args.measure_ms, pick(who),
+                               args.cool_ms)
                for who in BACKENDS}}
 
 
@@ -554,6 +570,17 @@ def positive_ms(text: str) -> float:
     return value
 
 
+def non_negative_ms(text: str) -> float:
+    """--cool-ms: zero or a positive, finite number of milliseconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}")
+    if not (0 <= value < math.inf):
+        raise argparse.ArgumentTypeError(f"must be zero or a positive number of milliseconds: {text!r}")
+    return value
+
+
 def parse_args(argv):
     listing = "\n".join(f"  {s.name:7s} {report.count(len(s.problems), 'problem'):>12s}, {report.UNITS[s.metric]}"
                         f"{', ' + s.dtype + ' always' if s.dtype else ''}: {s.about}" for s in SUITES.values())
@@ -583,7 +610,11 @@ def parse_args(argv):
                         help=f"each measurement, ours and SDPA alike: about MS of back-to-back launches, at "
                              f"most --runs of them (default {MEASURE_MS:g}; a longer burst runs nearer the "
                              "power limit: raise --runs with it)")
-    parser.add_argument("--repeats", type=int, default=10, help="SDPA: measurements, median taken")
+    parser.add_argument("--cool-ms", type=non_negative_ms, default=COOL_MS, metavar="MS",
+                        help=f"host sleep, the GPU idle, before every measurement of every side (default "
+                             f"{COOL_MS:g}; 0: back to back, where the later bursts of a heavy problem meet "
+                             "the power limit)")
+    parser.add_argument("--repeats", type=int, default=5, help="SDPA and FA3: measurements, median taken")
     parser.add_argument("--ours-repeats", type=int, default=3,
                         help="ours: fmha.exe runs (one measurement each), median taken")
     parser.add_argument("--ncu", action="store_true",
@@ -621,7 +652,7 @@ def main(argv=None) -> int:
     context = run_context(torch, args)
     deadline = began + args.time_budget if args.time_budget else None
     timers = {"ours": fmha_timer(args.exe, shlex.split(args.fmha_args), args.runs, args.warm_up_runs, deadline,
-                                 args.ours_repeats, args.measure_ms),
+                                 args.ours_repeats, args.measure_ms, args.cool_ms),
               **torch_sides(torch, args)}
     args.out.mkdir(parents=True, exist_ok=True)
     total = sum(len(suite.problems) for suite, _ in work)

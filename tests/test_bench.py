@@ -457,7 +457,7 @@ def test_ours_takes_the_burst_of_measure_ms(monkeypatch, tmp_path):
     long = mha(1, 16, 16384, 128, False)
     for measure_ms, runs, timed in ((run.MEASURE_MS, 20, 7), (500.0, 1000, 147)):
         calls.clear()
-        timing = run.fmha_timer(tmp_path / "fmha.exe", [], runs, 10, measure_ms=measure_ms)(long, "bf16")
+        timing = run.fmha_timer(tmp_path / "fmha.exe", [], runs, 10, measure_ms=measure_ms, cool_ms=0)(long, "bf16")
         assert calls == [1, timed]  # the one-launch probe, then the burst
         assert (timing.us, timing.kernel) == (3400.0, "k")
 
@@ -494,9 +494,65 @@ def test_sdpa_takes_the_burst_of_measure_ms():
         launches.append(i)
         FakeTorch.now += 3.4
 
-    us = run.median_us_per_call(FakeTorch, launch, 1000, 3, 10, measure_ms=500)
+    us = run.median_us_per_call(FakeTorch, launch, 1000, 3, 10, measure_ms=500, cool_ms=0)
     assert us == pytest.approx(3400.0)
     assert len(launches) == 10 + 1 + 3 * 147  # warm-up, the length probe, three bursts of 500 ms
+
+
+def test_every_measurement_starts_from_an_idle_gpu(monkeypatch, tmp_path):
+    """COOL_MS of host sleep, the GPU synchronized first, before each torch burst and before
+    each measured fmha.exe run (not the length probe), so no side's measurement starts nearer
+    the power limit than another's (bench/NOTES.md §103)."""
+    events = []
+    monkeypatch.setattr(run.time, "sleep", lambda s: events.append(("sleep", s)))
+
+    class FakeTorch:
+        class cuda:
+            class Event:
+                def __init__(self, enable_timing=True):
+                    pass
+
+                def record(self):
+                    events.append(("record",))
+
+                def synchronize(self):
+                    pass
+
+                def elapsed_time(self, end):
+                    return 1.0
+
+            @staticmethod
+            def synchronize():
+                events.append(("sync",))
+
+            @staticmethod
+            def _sleep(cycles):
+                events.append(("spin",))
+
+    run.median_us_per_call(FakeTorch, lambda i: events.append(("launch",)), 20, 3, 2, cool_ms=250)
+    first_burst = events.index(("spin",))
+    bursts = [i for i, e in enumerate(events) if e == ("spin",)]
+    assert len(bursts) == 3
+    for i in bursts:  # the GPU drained, then the sleep, then the spin that queues the burst
+        assert events[i - 2:i] == [("sync",), ("sleep", 0.25)]
+    assert ("sleep", 0.25) not in events[:first_burst - 1]  # not before the warm-up or the probe
+
+    events.clear()
+    monkeypatch.setattr(run.driver, "run_fmha", lambda exe, args, timeout: events.append(
+        ("fmha", int(args[args.index("-runs") + 1]))) or SimpleNamespace(returncode=0, stdout="", stderr=""))
+    monkeypatch.setattr(run.driver, "parse_output", lambda out: {"us": "3400", "tflops": "0", "kernel": "k"})
+    run.fmha_timer(tmp_path / "fmha.exe", [], 20, 10, repeats=2, cool_ms=100)(mha(1, 16, 16384, 128, False), "bf16")
+    assert events == [("fmha", 1), ("sleep", 0.1), ("fmha", 7), ("sleep", 0.1), ("fmha", 7)]
+
+
+def test_cool_ms_flag_defaults_to_cool_ms_and_takes_zero():
+    _, args = run.parse_args([])
+    assert (args.cool_ms, args.repeats) == (run.COOL_MS, 5)
+    _, args = run.parse_args(["--cool-ms", "0"])
+    assert args.cool_ms == 0.0
+    for bad in ("-1", "inf", "nan", "x"):
+        with pytest.raises(SystemExit):
+            run.parse_args(["--cool-ms", bad])
 
 
 def test_ours_is_the_median_run_and_a_failure_ends_it():
