@@ -170,7 +170,8 @@ def fmha_timer(exe: Path, extra: list[str], runs: int, warm_up: int, deadline: f
 def median_us_per_call(torch, launch: Callable[[int], None], max_launches: int, repeats: int,
                        warm_up: int, measure_ms: float = MEASURE_MS, cool_ms: float = COOL_MS) -> float:
     """Median over `repeats` measurements of back-to-back launches, CUDA events around each,
-    each after cool_ms of an idle GPU (COOL_MS)."""
+    each after cool_ms of an idle GPU (COOL_MS) and then warm-up launches, as a fresh fmha.exe
+    run has before its timed ones."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     begun = time.perf_counter()
     for i in range(max(warm_up, 2)):  # the first launch pays for handles and plans
@@ -182,11 +183,14 @@ def median_us_per_call(torch, launch: Callable[[int], None], max_launches: int, 
     launch(0)
     end.record()
     end.synchronize()
-    launches, _ = burst(start.elapsed_time(end) * 1e3, max_launches, warm_up, measure_ms)
+    launches, warm = burst(start.elapsed_time(end) * 1e3, max_launches, warm_up, measure_ms)
     times = []
     for _ in range(repeats):
         torch.cuda.synchronize()
-        time.sleep(cool_ms / 1e3)
+        if cool_ms > 0:
+            time.sleep(cool_ms / 1e3)
+            for i in range(warm):  # the clocks back up: without these, short calls read slow (§103)
+                launch(i)
         torch.cuda._sleep(SPIN_CYCLES)  # the launches below are all queued before `start` fires
         start.record()
         for i in range(launches):

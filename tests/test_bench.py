@@ -533,9 +533,9 @@ def test_every_measurement_starts_from_an_idle_gpu(monkeypatch, tmp_path):
     first_burst = events.index(("spin",))
     bursts = [i for i, e in enumerate(events) if e == ("spin",)]
     assert len(bursts) == 3
-    for i in bursts:  # the GPU drained, then the sleep, then the spin that queues the burst
-        assert events[i - 2:i] == [("sync",), ("sleep", 0.25)]
-    assert ("sleep", 0.25) not in events[:first_burst - 1]  # not before the warm-up or the probe
+    for i in bursts:  # the GPU drained, the sleep, two warm-up launches, then the spin that queues the burst
+        assert events[i - 4:i] == [("sync",), ("sleep", 0.25), ("launch",), ("launch",)]
+    assert ("sleep", 0.25) not in events[:first_burst - 4]  # not before the first warm-up or the probe
 
     events.clear()
     monkeypatch.setattr(run.driver, "run_fmha", lambda exe, args, timeout: events.append(
