@@ -590,10 +590,11 @@ def test_ours_repeats_flag_defaults_to_three_and_is_named_in_the_results_header(
     monkeypatch.setattr(run, "nvidia_smi", lambda *query: ["driver"])
     monkeypatch.setattr(run, "cudnn_version", lambda torch: "9")
     assert run.run_context(FakeTorch, args)["ours"].startswith("median of 5 runs of fmha.exe -skip-checks")
-    assert "(about 25 ms each)" in run.run_context(FakeTorch, args)["sdpa"]
-    _, args = run.parse_args(["--measure-ms", "500"])
-    assert "(about 500 ms each)" in run.run_context(FakeTorch, args)["sdpa"]
+    assert "(about 25 ms each, each after 500 ms of an idle GPU" in run.run_context(FakeTorch, args)["sdpa"]
+    _, args = run.parse_args(["--measure-ms", "500", "--cool-ms", "0"])
+    assert "(about 500 ms each, each after 0 ms of an idle GPU" in run.run_context(FakeTorch, args)["sdpa"]
     assert "would pass 500 ms" in run.run_context(FakeTorch, args)["ours"]
+    assert "each run after 0 ms of an idle GPU" in run.run_context(FakeTorch, args)["ours"]
 
 
 def test_package_bench_problems():
