@@ -172,10 +172,10 @@ struct Traits {
     static constexpr bool kOBeside = kConsumerWarpgroups == 2 && kSmemMain + kSmemO <= kMaxSmemBytes;
     static constexpr bool kOInV = kConsumerWarpgroups == 2 && !kOBeside && kSmemO <= kStages * kSmemV;
     static constexpr bool kStoreOTma = kOBeside || kOInV;
-    // kOInV: whether the consumers' P V reads the ring O is staged over, so that staging waits
-    // for every consumer's last P V (16-bit: V itself). e4m3's P V reads V^T; its raw V ring
-    // is read only by the transposes, done with it by the warpgroup's last V^T full
-    // (bench/NOTES.md §101).
+    // Whether the ring O is staged over (kOInV) is one the consumers' P V reads, so that the
+    // staging waits for every consumer's last P V (16-bit: V itself). e4m3's P V reads V^T;
+    // the raw V ring under O is read only by the transposes, done with it by the warpgroup's
+    // last V^T full (bench/NOTES.md §101).
     static constexpr bool kOverPvOperand = !kFp8;
     // Whether the kernel of score modifier M stages O over the V ring (kOInV but for the bias
     // and custom-mask kernels: their consumers had no registers to spare for it and spilled).
