@@ -19,9 +19,10 @@ MEASURE_MS (--measure-ms) of timed launches (at most --runs) after warm-up ones 
 (`burst`); for ours a one-launch probe run gives the call's length where it may be long
 (a GPU at its power limit clocks down within tens of ms, so a longer burst reads slower:
 bench/NOTES.md §24). Every measurement of every side starts from an idle GPU: COOL_MS
-(--cool-ms) of host sleep before each fmha.exe run and before each torch burst. Without it
-the torch sides' back-to-back bursts ran into the power limit where ours, separate processes,
-did not: FA3 read up to 8 % slower than from idle at s = 8k (bench/NOTES.md §103); inputs randn [b, h, s, d],
+(--cool-ms) of host sleep before each fmha.exe run, and before each torch burst and its own
+warm-up launches. Without it the torch sides' back-to-back bursts ran into the power limit
+where ours, separate processes, did not: FA3 read up to 8 % slower than from idle at s = 8k
+(bench/NOTES.md §103); inputs randn [b, h, s, d],
 rotated over 3 sets when small enough to stay in L2. GQA goes to SDPA with enable_gqa=True;
 a backend that refuses it gets K and V expanded to h heads beforehand (repeat_interleave,
 outside the timing; the row's note says so, and GB/s still counts the GQA bytes). FA3 takes
