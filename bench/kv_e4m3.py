@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from bench import fa3 as fa3_wheel  # noqa: E402
-from bench.run import copy_bandwidth, fa3_timer  # noqa: E402
+from bench.run import COOL_MS, copy_bandwidth, fa3_timer  # noqa: E402
 from bench.suites import Problem  # noqa: E402
 from tests.gpu import driver  # noqa: E402  (fmha.exe's output parser)
 
@@ -39,6 +40,7 @@ def time_one(exe: Path, d: int, b: int, s: int, kv8: bool) -> dict:
     args = ["-bf16", "-separate-q-k-v", "-d", str(d), "-b", str(b), "-h", str(HEADS), "-gqa", str(KV_HEADS),
             "-s", str(s), "-s-q", "1", "-skip-checks", "-v", "0", "-runs", str(RUNS), "-warm-up-runs", str(WARM_UP),
             *(["-kv-e4m3"] if kv8 else [])]
+    time.sleep(COOL_MS / 1e3)  # from an idle GPU, as fa3_timer's bursts (bench/NOTES.md §103)
     proc = driver.run_fmha(exe, args, timeout=300)
     if proc.returncode != 0:
         raise SystemExit(f"fmha.exe {' '.join(args)}: exit {proc.returncode}: {proc.stderr.strip()}")
