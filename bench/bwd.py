@@ -8,8 +8,8 @@ backends, timed the same way in one run on the GPU, on FlashAttention-3's grid.
 Each side runs its own forward once per problem (the graph kept), then the backward alone,
 torch.autograd.grad(out, (q, k, v), dout, retain_graph=True), timed as bench/run.py times
 SDPA (median_us_per_call: back-to-back bursts sized to ~25 ms between two CUDA events, each
-after 0.5 s of an idle GPU, the median of 5). TFLOP/s counts 2.5x the forward's FLOPs (FlashAttention's
-convention; bench/suites.py Problem.flop). Inputs: the layout each side is fastest in
+after 0.5 s of an idle GPU, the median of 5). TFLOP/s counts 2.5x the forward's FLOPs
+(FlashAttention's convention; bench/suites.py Problem.flop). Inputs: the layout each side is fastest in
 ([b, s, h, d] for ours, [b, h, s, d] for SDPA). A side that refuses a problem gets an empty
 cell with the reason in the CSV. --dropout P: every side's forward
 drops with probability P (their backward then regenerates their own mask); bwd_<gpu>_dropout.csv.

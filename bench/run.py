@@ -469,8 +469,8 @@ def run_context(torch, args) -> dict:
             "ours": f"median of {args.ours_repeats} runs of {args.exe.name} -skip-checks -runs {args.runs} "
                     f"-warm-up-runs {args.warm_up_runs} {args.fmha_args}".strip()
                     + " (its own CUDA-event timing of back-to-back launches; "
-                    f"as for SDPA, fewer where {args.runs} would pass {args.measure_ms:g} ms: a 1-launch probe run sets them; "
-                    f"each run after {args.cool_ms:g} ms of an idle GPU)",
+                    f"as for SDPA, fewer where {args.runs} would pass {args.measure_ms:g} ms: a 1-launch probe run "
+                    f"sets them; each run after {args.cool_ms:g} ms of an idle GPU)",
             "sdpa": f"median of {args.repeats} measurements of up to {args.runs} back-to-back launches "
                     f"(about {args.measure_ms:g} ms each, each after {args.cool_ms:g} ms of an idle GPU and warm-up "
                     "launches; FA3 alike); GQA through enable_gqa, K/V expanded where a backend refuses it (see notes)"}

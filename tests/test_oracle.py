@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from tests.gpu.oracle import (E4M3_MAX, QGMMA_SUM_ERROR, alibi_slopes_fp64, attention_backward_fp64, attention_fp64, block_running_max,
-                              rms_error, round_p, round_to, spec_error, visible_fp64)
+from tests.gpu.oracle import (E4M3_MAX, QGMMA_SUM_ERROR, alibi_slopes_fp64, attention_backward_fp64, attention_fp64,
+                              block_running_max, rms_error, round_p, round_to, spec_error, visible_fp64)
 from tests.torch_attention import autograd_attention
 
 
