@@ -408,7 +408,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
     const int part = warp / 4;  // queries kQueriesS part .. (S^T, dP^T); columns 64 part .. (dK, dV, dQ)
     // The ldmatrix addresses of lane ln of warp wp. d = 256 makes them again each block from an
     // opaque lane and warp: held across the loop at 128 registers a thread, they spilled
-    // (40-64 bytes, bench/NOTES.md §105).
+    // (40-64 bytes, bench/NOTES.md §104).
     struct Addrs {
         memory::LdsmAddr<typename Tr::LayoutKV> k_a, v_a, k_t;
         memory::LdsmAddr<typename Tr::LayoutQ> q_b, do_b, do_t, q_t;
