@@ -406,33 +406,43 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
 
     const int kr = warp % 4;    // key rows 16 kr .. (S^T, dP^T, dK, dV); query rows 16 kr .. (dQ)
     const int part = warp / 4;  // queries kQueriesS part .. (S^T, dP^T); columns 64 part .. (dK, dV, dQ)
-    // A operands over d: K and V rows of this warp's keys.
-    memory::LdsmAddr<typename Tr::LayoutKV> k_a, v_a;
-    k_a.init(smem_k, 16 * kr + mma::lane_row_a(lane), mma::lane_chunk_a(lane));
-    v_a.init(smem_v, 16 * kr + mma::lane_row_a(lane), mma::lane_chunk_a(lane));
-    // B operands over d: Q and dO rows (queries) as columns.
-    memory::LdsmAddr<typename Tr::LayoutQ> q_b, do_b;
-    q_b.init(smem_q, Tr::kQueriesS * part + mma::lane_row_b(lane), mma::lane_chunk_b(lane));
-    do_b.init(smem_do, Tr::kQueriesS * part + mma::lane_row_b(lane), mma::lane_chunk_b(lane));
-    // A operands over a block's queries: P^T and dS^T rows of this warp's keys.
-    memory::LdsmAddr<typename Tr::LayoutP> p_a, ds_a;
-    p_a.init(smem_p, 16 * kr + mma::lane_row_a(lane), mma::lane_chunk_a(lane));
-    ds_a.init(smem_ds, 16 * kr + mma::lane_row_a(lane), mma::lane_chunk_a(lane));
-    // B operands through ldmatrix.trans, this warp's 64 columns: dO, Q ([queries, d]) and K
-    // ([keys, d]). 64 columns are whole swizzle groups of 8 chunks at d = 128, so the column
-    // offset is a plain add to the base (d = 64 has part 0 only).
-    memory::LdsmAddr<typename Tr::LayoutQ> do_t, q_t;
-    memory::LdsmAddr<typename Tr::LayoutKV> k_t;
-    do_t.init(smem_do, mma::lane_row_a(lane), mma::lane_chunk_a(lane));
-    q_t.init(smem_q, mma::lane_row_a(lane), mma::lane_chunk_a(lane));
-    k_t.init(smem_k, mma::lane_row_a(lane), mma::lane_chunk_a(lane));
-    do_t.base += part * 64 * 2;
-    q_t.base += part * 64 * 2;
-    k_t.base += part * 64 * 2;
-    // The dQ product's A operand, dS (queries x keys), read transposed from dS^T ([keys,
-    // queries]): the B-operand lane pattern over the stored rows.
-    memory::LdsmAddr<typename Tr::LayoutP> ds_t;
-    ds_t.init(smem_ds, mma::lane_row_b(lane), mma::lane_chunk_b(lane));
+    // The ldmatrix addresses of lane ln of warp wp. d = 256 makes them again each block from an
+    // opaque lane and warp: held across the loop at 128 registers a thread, they spilled
+    // (40-64 bytes, bench/NOTES.md §104).
+    struct Addrs {
+        memory::LdsmAddr<typename Tr::LayoutKV> k_a, v_a, k_t;
+        memory::LdsmAddr<typename Tr::LayoutQ> q_b, do_b, do_t, q_t;
+        memory::LdsmAddr<typename Tr::LayoutP> p_a, ds_a, ds_t;
+    };
+    const auto addresses = [&](int ln, int wp) {
+        const int r = wp % 4, c = wp / 4;  // kr and part of warp wp
+        Addrs a;
+        // A operands over d: K and V rows of this warp's keys.
+        a.k_a.init(smem_k, 16 * r + mma::lane_row_a(ln), mma::lane_chunk_a(ln));
+        a.v_a.init(smem_v, 16 * r + mma::lane_row_a(ln), mma::lane_chunk_a(ln));
+        // B operands over d: Q and dO rows (queries) as columns.
+        a.q_b.init(smem_q, Tr::kQueriesS * c + mma::lane_row_b(ln), mma::lane_chunk_b(ln));
+        a.do_b.init(smem_do, Tr::kQueriesS * c + mma::lane_row_b(ln), mma::lane_chunk_b(ln));
+        // A operands over a block's queries: P^T and dS^T rows of this warp's keys.
+        a.p_a.init(smem_p, 16 * r + mma::lane_row_a(ln), mma::lane_chunk_a(ln));
+        a.ds_a.init(smem_ds, 16 * r + mma::lane_row_a(ln), mma::lane_chunk_a(ln));
+        // B operands through ldmatrix.trans, this warp's 64 columns: dO, Q ([queries, d]) and K
+        // ([keys, d]). 64 columns are whole swizzle groups of 8 chunks at d = 128, so the column
+        // offset is a plain add to the base (d = 64 has part 0 only).
+        a.do_t.init(smem_do, mma::lane_row_a(ln), mma::lane_chunk_a(ln));
+        a.q_t.init(smem_q, mma::lane_row_a(ln), mma::lane_chunk_a(ln));
+        a.k_t.init(smem_k, mma::lane_row_a(ln), mma::lane_chunk_a(ln));
+        a.do_t.base += c * 64 * 2;
+        a.q_t.base += c * 64 * 2;
+        a.k_t.base += c * 64 * 2;
+        // The dQ product's A operand, dS (queries x keys), read transposed from dS^T ([keys,
+        // queries]): the B-operand lane pattern over the stored rows.
+        a.ds_t.init(smem_ds, mma::lane_row_b(ln), mma::lane_chunk_b(ln));
+        return a;
+    };
+    constexpr bool kRemake = Tr::kHeadDim == 256;
+    const Addrs hoisted = addresses(lane, warp);  // (kRemake: unused)
+    const int lane_held = lane, warp_held = warp;
 
     float acc_dk[1][Tr::kNTilesW][4], acc_dv[1][Tr::kNTilesW][4];  // [16 keys, 64 columns]
 #pragma unroll
@@ -458,16 +468,26 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
                                          d_chunks);
         Tr::LoaderQ::template load<true>(smem_do + buf * Tr::LayoutQ::kBytes, d_o, bp.do_row_stride, q_len - m0, tid,
                                          0, 1, dv_chunks);
-        memory::cp_async_commit();
-        if (tid < Tr::kBlockM) {
-            const int row = m0 + tid;
-            const int64_t at = (int64_t(batch) * p.h + head) * rows_pitch(p) + row;
-            row_lse = bp.lse2[at];  // +inf past q_len: P reads 0 there (the preprocess)
-            row_d = bp.d_sum[at];
+        if constexpr (kRemake) {  // the rows straight to shared memory: no registers held through the block
+            if (tid < Tr::kBlockM) {
+                const int64_t at = (int64_t(batch) * p.h + head) * rows_pitch(p) + m0 + tid;
+                const uint32_t rows = base + Tr::kSmemRows + (buf * 2 * Tr::kBlockM + tid) * 4;
+                memory::cp_async_4(rows, bp.lse2 + at);
+                memory::cp_async_4(rows + Tr::kBlockM * 4, bp.d_sum + at);
+            }
+            memory::cp_async_commit();
+        } else {
+            memory::cp_async_commit();
+            if (tid < Tr::kBlockM) {
+                const int row = m0 + tid;
+                const int64_t at = (int64_t(batch) * p.h + head) * rows_pitch(p) + row;
+                row_lse = bp.lse2[at];  // +inf past q_len: P reads 0 there (the preprocess)
+                row_d = bp.d_sum[at];
+            }
         }
     };
     const auto keep_rows = [&](int buf) {
-        if (tid < Tr::kBlockM) {
+        if (!kRemake && tid < Tr::kBlockM) {
             rows_s[buf * 2 * Tr::kBlockM + tid] = row_lse;
             rows_s[buf * 2 * Tr::kBlockM + Tr::kBlockM + tid] = row_d;
         }
@@ -485,8 +505,14 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
         if (m_block + 1 < m_end) issue(m_block + 1, buf ^ 1);
         const float* lse_s = rows_s + buf * 2 * Tr::kBlockM;
         const float* dsum_s = lse_s + Tr::kBlockM;
+        // (kRemake: every lane- and warp-derived value of the loop made again here.)
+        const int lane = kRemake ? opaque_int(lane_held) : lane_held, warp = kRemake ? opaque_int(warp_held) : warp_held;
+        const int kr = warp % 4, part = warp / 4, key0 = n0 + 16 * kr + lane / 4;
+        const Addrs at = kRemake ? addresses(lane, warp) : hoisted;
+        const auto &k_a = at.k_a, &v_a = at.v_a, &k_t = at.k_t;
+        const auto &p_a = at.p_a, &ds_a = at.ds_a, &ds_t = at.ds_t;
         const uint32_t q_off_b = buf * Tr::LayoutQ::kBytes;
-        auto q_b_ = q_b, do_b_ = do_b, q_t_ = q_t, do_t_ = do_t;
+        auto q_b_ = at.q_b, do_b_ = at.do_b, q_t_ = at.q_t, do_t_ = at.do_t;
         q_b_.base += q_off_b, do_b_.base += q_off_b, q_t_.base += q_off_b, do_t_.base += q_off_b;
 
         // S^T = K Q^T and dP^T = V dO^T: [16 keys, kQueriesS queries] of this warp.

@@ -476,12 +476,17 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
         // dS to smem as [queries, keys] (K-major for dQ = dS K): the four 8 x 8 matrices of
         // each 16-query slice (s_to_p's order: keys +0/+8, then queries +0/+8), transposed
         // by stmatrix; lane l addresses row l % 8 (a query) of matrix l / 8.
+        // Dropout at d = 64: the lane's shared addresses made again each block (an opaque lane
+        // and warp), not held across the loop, where the mask leaves no registers for them
+        // (they spilled 8-16 bytes).
+        constexpr bool kRemake = kDropout && Tr::kHeadDim == 64;
+        const int lane_b = kRemake ? opaque_int(lane) : lane, warp_b = kRemake ? opaque_int(warp) : warp;
         {
-            const int m = lane / 8, key0 = 64 * wg + 16 * warp + 8 * (m % 2);  // within the CTA
+            const int m = lane_b / 8, key0 = 64 * wg + 16 * warp_b + 8 * (m % 2);  // within the CTA
             const uint32_t panel = sds + (j & 1) * Tr::kTileS + (key0 / 64) * Tr::kBlockM * 128;
 #pragma unroll
             for (int kk = 0; kk < Tr::kBlockM / 16; ++kk)
-                mma::stmatrix_x4_trans(panel + mma::sw128_offset(16 * kk + 8 * (m / 2) + lane % 8, 2 * (key0 % 64),
+                mma::stmatrix_x4_trans(panel + mma::sw128_offset(16 * kk + 8 * (m / 2) + lane_b % 8, 2 * (key0 % 64),
                                                             Tr::kBlockM),
                                   ds_frag[0][kk]);
         }
@@ -545,7 +550,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
         {
             const uint32_t panel = base + Tr::kSmemDQ + 2 * wg * Tr::kDqPanelBytes;
             const auto row_at = [&](int i, uint32_t offset) { return panel + offset + i * Tr::kDqPanelBytes; };
-            stage_dq(acc_dq, row_at, warp, lane);
+            stage_dq(acc_dq, row_at, warp_b, lane_b);
         }
         memory::fence_proxy_async_smem();
         warpgroup_sync(wg);
@@ -577,7 +582,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
         if (wg_tid == 0 && blocks > 0 && late_release<kMask>(q_len, kv_len)) release_turn(order(m_end - 1));
     if (wg_tid == 0) memory::bulk_wait<0>();  // the adds done before the postprocess reads
 
-    store_dkv<Element>(bp, acc_dk, acc_dv, head, kv_off, kv_len, key_base, 0, lane);
+    // (Dropout at d = 64: the sequence's offset read again, not held across the loop: it spilled.)
+    constexpr bool kRemakeOffset = kExtra == Extra::kDropout && Tr::kHeadDim == 64;
+    store_dkv<Element>(bp, acc_dk, acc_dv, head, kRemakeOffset ? seq_kv_offset(p, opaque_int(batch)) : kv_off, kv_len,
+                       key_base, 0, lane);
 #endif
 }
 

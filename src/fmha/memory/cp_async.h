@@ -15,6 +15,11 @@ FMHA_DEVICE void cp_async_16(uint32_t smem_addr, const void* gmem, bool pred) {
                  "r"(src_bytes));
 }
 
+// Copies 4 bytes from gmem to smem (a lone float: cp.async.ca, the only form below 16 bytes).
+FMHA_DEVICE void cp_async_4(uint32_t smem_addr, const void* gmem) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr), "l"(gmem));
+}
+
 FMHA_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 
 // Waits until at most kPending of this thread's committed groups are still in flight.
