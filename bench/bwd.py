@@ -3,7 +3,7 @@
 backends, timed the same way in one run on the GPU, on FlashAttention-3's grid.
 
     python3 bench/bwd.py [--dtype bf16 fp16] [--only '*d=128*'] [--deterministic] [--dropout P] [--forward]
-                         [--out DIR]
+                         [--sides fmha cudnn flash] [--out DIR]
 
 Each side runs its own forward once per problem (the graph kept), then the backward alone,
 torch.autograd.grad(out, (q, k, v), dout, retain_graph=True), timed as bench/run.py times
@@ -15,6 +15,8 @@ cell with the reason in the CSV. --dropout P: every side's forward
 drops with probability P (their backward then regenerates their own mask); bwd_<gpu>_dropout.csv.
 --forward: the forward call alone instead (no autograd graph; TFLOP/s of the forward's FLOPs),
 fwd_<gpu>[_dropout].csv: the forward of a training step with dropout, which bench/run.py has not.
+--sides: the sides to time (default all; `--sides fmha` times ours alone, for an A/B of two
+builds of lib/libfmha.so).
 """
 
 from __future__ import annotations
@@ -100,12 +102,13 @@ def main(argv=None) -> int:
     parser.add_argument("--deterministic", action="store_true", help="ours with deterministic=True too")
     parser.add_argument("--dropout", type=float, default=0.0, help="dropout probability of every side")
     parser.add_argument("--forward", action="store_true", help="time the forward call instead of the backward")
+    parser.add_argument("--sides", nargs="+", default=list(SIDES), choices=SIDES, help="sides to time")
     parser.add_argument("--out", type=Path, default=None, help="write bwd_<gpu>.csv here")
     args = parser.parse_args(argv)
 
     import torch
     gpu = torch.cuda.get_device_name()
-    sides = SIDES + (("fmha-det",) if args.deterministic else ())
+    sides = tuple(s for s in SIDES if s in args.sides) + (("fmha-det",) if args.deterministic else ())
     rows = []
     what = "forward TFLOP/s" if args.forward else "backward TFLOP/s (2.5x forward)"
     print(f"{gpu}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}: {what}"

@@ -644,3 +644,23 @@ def test_bwd_bench_runs_the_fa3_grid_at_two_and_a_half_forwards():
     assert len(picked) == 6 and all(p.d == 128 and p.causal for p in picked)
     p = picked[0]
     assert bwd.bwd_flop(p) == 2.5 * p.flop()
+
+
+def test_bwd_bench_times_only_the_sides_asked_for(monkeypatch, capsys):
+    """--sides fmha: an A/B of two libraries times ours alone; the table has its column only."""
+    import sys
+    from bench import bwd
+    fake = SimpleNamespace(__version__="0", bfloat16="bf16", float16="fp16",
+                           cuda=SimpleNamespace(get_device_name=lambda: "Fake GPU", empty_cache=lambda: None),
+                           backends=SimpleNamespace(cudnn=SimpleNamespace(version=lambda: 1)))
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    made = []
+    monkeypatch.setattr(bwd, "make_side", lambda torch, name, p, *a: made.append(name) or (None, None))
+    monkeypatch.setattr(bwd, "time_backward", lambda torch, forward, inputs: 2.0)
+    assert bwd.main(["--sides", "fmha", "--only", "*d=64 causal"]) == 0
+    assert made == ["fmha"] * 6
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == "| dtype | problem | fmha | fmha / cudnn |"
+    assert all(row.endswith("| - |") for row in lines[3:])  # no cuDNN column, so no ratio
+    with pytest.raises(SystemExit):
+        bwd.main(["--sides", "sdpa"])
