@@ -152,7 +152,10 @@ reference_kernel(Params p, Smem geo, int p_block_keys, float* o_ref, float* o_am
 
     const int my_row = warp * kRowsPerWarp;  // first of this warp's rows, CTA-local
     double m[kRowsPerWarp], l[kRowsPerWarp];
-    double l_size[kRowsPerWarp];  // e4m3: sum_j P_j size_j on l's scale (lse_amb)
+    double l_size[kRowsPerWarp];  // e4m3 with lse_amb: sum_j P_j size_j on l's scale
+    // e4m3: the QGMMA's error in a raw S per unit of its |q_c k_c| sum, in scaled-score units
+    // (made where it is used: held through the key loop it cost the kernels stack).
+    const auto s_err = [&] { return mma::kQgmmaSumError * fabs(double(p.scale_bmm1)); };
     float acc[kRowsPerWarp][kColChunks], amb[kRowsPerWarp][kColChunks];
 #pragma unroll
     for (int i = 0; i < kRowsPerWarp; ++i) {
@@ -224,14 +227,13 @@ reference_kernel(Params p, Smem geo, int p_block_keys, float* o_ref, float* o_am
             // m == -inf: nothing visible yet, keep everything at zero.
             double prob = m[i] == -INFINITY ? 0.0 : exp2(score[i] - m[i]);
             l[i] += warp_sum(prob);
-            if (kE4m3) l_size[i] += warp_sum(prob * size[i]);
+            if (kE4m3 && lse_amb != nullptr) l_size[i] += warp_sum(prob * size[i]);  // (uniform: a kernel argument)
             if (drop.threshold != 0 && !dropout::keep(drop, bh, uint32_t(row0 + my_row + i), uint32_t(tile + lane)))
                 prob = 0.0;
             p_s[(my_row + i) * kKeysPerTile + lane] = round_to<TP>(prob);
             // |dP| / P = |dS| scale_bmm1 to first order (softcap's tanh only shrinks it).
             const double a =
-                kE4m3 ? fmax(kAmbiguity, mma::kQgmmaSumError * (size[i] + m_size[i]) * fabs(double(p.scale_bmm1)))
-                      : kAmbiguity;
+                kE4m3 ? fmax(kAmbiguity, s_err() * (size[i] + m_size[i])) : kAmbiguity;
             amb_s[(my_row + i) * kKeysPerTile + lane] = round_to<TP>(prob * (1.0 + a)) - round_to<TP>(prob * (1.0 - a));
         }
     };
@@ -335,8 +337,7 @@ reference_kernel(Params p, Smem geo, int p_block_keys, float* o_ref, float* o_am
                 l[i] > 0.0 ? static_cast<float>((m[i] + log2(l[i])) * kLn2D) : -INFINITY;
         if (lse_amb != nullptr && lane == 0)
             lse_amb[(int64_t(seq) * p.h + head) * p.s_q_max + r] =
-                l[i] > 0.0 ? static_cast<float>(mma::kQgmmaSumError * fabs(double(p.scale_bmm1)) * l_size[i] / l[i])
-                           : 0.f;
+                l[i] > 0.0 ? static_cast<float>(s_err() * l_size[i] / l[i]) : 0.f;
     }
 }
 
