@@ -565,26 +565,26 @@ def plan(suites: list[Suite], dtypes: list[str]) -> list[tuple[Suite, str]]:
     return pairs
 
 
-def positive_ms(text: str) -> float:
-    """--measure-ms: a positive, finite number of milliseconds."""
+def milliseconds(text: str, zero_ok: bool = False) -> float:
+    """A finite number of milliseconds, positive (or, zero_ok, zero too)."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}")
-    if not (0 < value < math.inf):
-        raise argparse.ArgumentTypeError(f"must be a positive number of milliseconds: {text!r}")
+    if not ((0 <= value if zero_ok else 0 < value) and value < math.inf):
+        raise argparse.ArgumentTypeError(
+            f"must be {'zero or ' if zero_ok else ''}a positive number of milliseconds: {text!r}")
     return value
+
+
+def positive_ms(text: str) -> float:
+    """--measure-ms."""
+    return milliseconds(text)
 
 
 def non_negative_ms(text: str) -> float:
-    """--cool-ms: zero or a positive, finite number of milliseconds."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}")
-    if not (0 <= value < math.inf):
-        raise argparse.ArgumentTypeError(f"must be zero or a positive number of milliseconds: {text!r}")
-    return value
+    """--cool-ms."""
+    return milliseconds(text, zero_ok=True)
 
 
 def parse_args(argv):
