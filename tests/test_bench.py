@@ -664,3 +664,27 @@ def test_bwd_bench_times_only_the_sides_asked_for(monkeypatch, capsys):
     assert all(row.endswith("| - |") for row in lines[3:])  # no cuDNN column, so no ratio
     with pytest.raises(SystemExit):
         bwd.main(["--sides", "sdpa"])
+
+
+def test_ab_turns_the_order_and_idles_before_each_run(monkeypatch, capsys):
+    from bench import ab
+    calls, sleeps = [], []
+
+    def fake_run(exe, args):
+        calls.append((exe, "-runs" in args and args[args.index("-runs") + 1] == "1"))
+        return (100.0 if exe == "A" else 90.0), "k"
+
+    monkeypatch.setattr(ab, "run", fake_run)
+    monkeypatch.setattr(ab.time, "sleep", sleeps.append)
+    assert ab.main(["A", "B", "--only", "b=32 h=16 s=512 d=128", "--repeats", "4", "--cool-ms", "250"]) == 0
+    timed = [exe for exe, probe in calls if not probe]
+    assert timed == ["A", "B", "B", "A", "A", "B", "B", "A"]
+    assert sleeps == [0.25] * 8
+    out = capsys.readouterr().out
+    assert "| 100.0 | 90.0 | 0.900 |" in out
+
+
+def test_ab_rejects_no_repeats():
+    from bench import ab
+    with pytest.raises(SystemExit):
+        ab.main(["A", "B", "--repeats", "0"])
