@@ -66,6 +66,11 @@ struct OnlineSoftmaxScaled {
         float mx = -CUDART_INF_F;
 #pragma unroll
         for (int ni = 0; ni < kNTiles; ++ni) mx = fmaxf(mx, fmaxf(s[0][ni][2 * h], s[0][ni][2 * h + 1]));
+        return quad_new_max<kCheckInf>(mx, h, alpha, scale_log2);
+    }
+    // new_max from this lane's max of row h's raw scores.
+    template <bool kCheckInf>
+    FMHA_DEVICE float quad_new_max(float mx, int h, float (&alpha)[2], float scale_log2) {
         mx = quad_max(mx) * scale_log2;
         if constexpr (!kExactMax) mx = ceilf(mx);
         mx = mx > row_max[h] + kMaxSlack ? mx : row_max[h];  // -inf + slack: the first block sets it
@@ -128,6 +133,69 @@ struct OnlineSoftmaxScaled {
         }
 #pragma unroll
         for (int h = 0; h < 2; ++h) row_sum[h] = row_sum[h] * alpha[h] + sum[h];
+    }
+
+    // This lane's max of row h's raw scores, as a tree (depth log2 of the count, not the count).
+    template <int kNTiles>
+    FMHA_DEVICE static float tree_max(const float (&s)[1][kNTiles][4], int h) {
+        float m[kNTiles];
+#pragma unroll
+        for (int ni = 0; ni < kNTiles; ++ni) m[ni] = fmaxf(s[0][ni][2 * h], s[0][ni][2 * h + 1]);
+        static_assert((kNTiles & (kNTiles - 1)) == 0, "a power of two");
+#pragma unroll
+        for (int w = 1; w < kNTiles; w *= 2) {
+#pragma unroll
+            for (int i = 0; i < kNTiles; i += 2 * w) m[i] = fmaxf(m[i], m[i + w]);
+        }
+        return fmaxf(m[0], -CUDART_INF_F);
+    }
+
+    // scale() and P's 16-bit packing with the rows overlapped, in two steps around the wait
+    // for the previous block's P V (which reads the fragments): rows_step: row 0's max, then
+    // row 0's exp2s with row 1's max among them; rows_step_packed: row 1's exp2s, each k16
+    // slice packed as soon as its last exp2 is out. Only row 0's max is left outside the
+    // MUFU's shadow (FA3's compiled schedule, bench/NOTES.md §106-§107). The caller puts the
+    // wait between them after a branch (masked or not): in one basic block ptxas hoisted it
+    // above the whole softmax. The row sums add in scale()'s order: scale()'s bits.
+    template <bool kCheckInf, int kNTiles>
+    FMHA_DEVICE void rows_step(float (&s)[1][kNTiles][4], float (&alpha)[2], float& bias1, float& sum0,
+                               float scale_log2) {
+        const float bias0 = minus_max(quad_new_max<kCheckInf>(tree_max(s, 0), 0, alpha, scale_log2));
+        const float mx1 = tree_max(s, 1);
+        sum0 = 0.f;
+#pragma unroll
+        for (int ni = 0; ni < kNTiles; ++ni) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const float pv = fast_exp2(fmaf(s[0][ni][e], scale_log2, bias0));
+                s[0][ni][e] = pv;
+                sum0 += pv;
+            }
+        }
+        bias1 = minus_max(quad_new_max<kCheckInf>(mx1, 1, alpha, scale_log2));
+    }
+    template <class Element, int kNTiles>
+    FMHA_DEVICE void rows_step_packed(float (&s)[1][kNTiles][4], uint32_t (&frag)[kNTiles / 2][4],
+                                      const float (&alpha)[2], float bias1, float sum0, float scale_log2) {
+        float sum1 = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < kNTiles / 2; ++kk) {
+#pragma unroll
+            for (int t = 0; t < 2; ++t) {
+#pragma unroll
+                for (int e = 2; e < 4; ++e) {
+                    const float pv = fast_exp2(fmaf(s[0][2 * kk + t][e], scale_log2, bias1));
+                    s[0][2 * kk + t][e] = pv;
+                    sum1 += pv;
+                }
+            }
+            frag[kk][0] = ElementTraits<Element>::pack(s[0][2 * kk][0], s[0][2 * kk][1]);
+            frag[kk][1] = ElementTraits<Element>::pack(s[0][2 * kk][2], s[0][2 * kk][3]);
+            frag[kk][2] = ElementTraits<Element>::pack(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
+            frag[kk][3] = ElementTraits<Element>::pack(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
+        }
+        row_sum[0] = row_sum[0] * alpha[0] + sum0;
+        row_sum[1] = row_sum[1] * alpha[1] + sum1;
     }
 
     // Skipped, warp-uniformly, when no row of the warp raised its M.

@@ -49,6 +49,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
     // e4m3: the softmax in two steps around the wait for the previous block's P V, so that
     // P's conversion to e4m3 interleaves with the exp2s (bench/NOTES.md §89).
     constexpr bool kSplitSoftmax = Tr::kFp8 && (kMask != mask::Kind::kPadding || Tr::kSplitPadding);
+    // 16-bit: the rows' softmax overlapped and P packed in the exp2s' shadow (rows_step), at
+    // dv = 128 (1-3 % faster) and on the short problems' siblings (d = 64 causal to 1k: 3 %);
+    // not on d = 64's 192-row tile (1-2 % slower from 8k), nor at dv = 256, where it spilled
+    // (bench/NOTES.md §107).
+    constexpr bool kRowsSoftmax = !Tr::kFp8 && (Tr::kDimV == 128 || Tr::Config::kIsShort);
+    constexpr bool kPacked = kSplitSoftmax || kRowsSoftmax;  // softmax_block leaves P in p_frag
     const Schedule sched = schedule<Tr>(p);
     const int tid = threadIdx.x;
     const int warpgroup = __shfl_sync(0xffffffffu, tid / kWarpgroupThreads, 0);
@@ -109,7 +115,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                                        : nullptr;
         // Score modifier, mask (boundary blocks only) and softmax of block nb; alpha: the O
         // rescale it needs.
-        // after_max: what must happen before the exp2s (kSplitSoftmax) or after the softmax.
+        // after_max: what must happen before the exp2s (kSplitSoftmax), before row 1's (kRowsSoftmax) or after the softmax.
         const auto softmax_block = [&](float (&acc_s)[1][Tr::kNTilesS][4], int nb, float (&alpha)[2],
                                        auto&& after_max) {
             if constexpr (kMod == softmax::ScoreMod::kSoftcap) {
@@ -148,6 +154,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                 else softmax.template max_step<false>(acc_s, alpha, bias, c.scale_log2 * fp8_qk);
                 after_max();
                 softmax.exp_step_packed(acc_s, p_frag[0], alpha, bias, c.scale_log2 * fp8_qk, mma::p_slice_to_e4m3);
+            } else if constexpr (kRowsSoftmax) {
+                float bias1, sum0;
+                if (softmax::hides_keys(kMod) || wg_blk.masked(nb)) {
+                    mask::apply(acc_s, rows, wg_row0 + row_g, nb * Tr::kBlockN + 2 * (lane % 4));
+                    softmax.template rows_step<true>(acc_s, alpha, bias1, sum0, c.scale_log2);
+                } else {
+                    softmax.template rows_step<false>(acc_s, alpha, bias1, sum0, c.scale_log2);
+                }
+                after_max();
+                softmax.template rows_step_packed<Element>(acc_s, p_frag[0], alpha, bias1, sum0, c.scale_log2);
             } else {
                 if (softmax::hides_keys(kMod) || wg_blk.masked(nb)) {
                     mask::apply(acc_s, rows, wg_row0 + row_g, nb * Tr::kBlockN + 2 * (lane % 4));
@@ -189,7 +205,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                 c.release(smem.k_empty(st));
                 if (n_blocks == 1) c.release(smem.q_empty());
                 softmax_block(acc_s, w.blk_end - 1, alpha, [] {});  // O is still zero: alpha unused
-                if constexpr (!kSplitSoftmax) {  // (the split softmax packed P already)
+                if constexpr (!kPacked) {  // (else softmax_block packed P already)
                     if constexpr (Tr::kFp8) mma::p_to_e4m3<Tr::kNTilesS>(p_frag[0], acc_s);
                     else mma::s_to_p<Element>(p_frag, acc_s);
                 }
@@ -218,7 +234,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                     c.release(smem.pv_empty(prev));
                 });
                 Softmax::rescale(acc_o, alpha);
-                if constexpr (!kSplitSoftmax) {  // (the split softmax packed P already)
+                if constexpr (!kPacked) {  // (else softmax_block packed P already)
                     if constexpr (Tr::kFp8) mma::p_to_e4m3<Tr::kNTilesS>(p_frag[0], acc_s);
                     else mma::s_to_p<Element>(p_frag, acc_s);
                 }

@@ -22,7 +22,8 @@ constexpr int kWarpgroupRows = 64;  // wgmma M
 // What generator/families/ws.py decides for a kernel (its constants()), rendered into the
 // translation unit. Traits read these and static_assert that what they compute agrees.
 template <int kSmemLimit_, int kSmemReserve_, int kPanelCols_, int kDimQK_, int kDimV_, bool kSoftcap_,
-          int kShortBlockM_ = 0, int kShortBlockN_ = 0, int kShortMaxKeys_ = 0, int kMaskKinds_ = 7>
+          int kShortBlockM_ = 0, int kShortBlockN_ = 0, int kShortMaxKeys_ = 0, int kMaskKinds_ = 7,
+          bool kIsShort_ = false>
 struct Config {
     static constexpr int kSmemLimit = kSmemLimit_;      // dynamic shared memory a CTA may take
     static constexpr int kSmemReserve = kSmemReserve_;  // ... beside Q and the K/V stages
@@ -38,7 +39,9 @@ struct Config {
     // The mask kinds compiled, a bit per mask::Kind (the registry row's masks); the sibling's
     // are every kind, launch.h narrowing them (kCausalOnly).
     static constexpr int kMaskKinds = kMaskKinds_;
-    using ShortConfig = Config<kSmemLimit_, kSmemReserve_, kPanelCols_, kDimQK_, kDimV_, kSoftcap_>;
+    // This Config is a tile's sibling's (ShortConfig).
+    static constexpr bool kIsShort = kIsShort_;
+    using ShortConfig = Config<kSmemLimit_, kSmemReserve_, kPanelCols_, kDimQK_, kDimV_, kSoftcap_, 0, 0, 0, 7, true>;
 };
 
 template <class Config_, typename Element_, int kHeadDim_, int kHeadDimV_, int kBlockM_, int kBlockN_, int kWarpsM_,
