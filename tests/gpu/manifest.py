@@ -41,6 +41,42 @@ def kernels_or_skip() -> list[dict]:
     return kernels
 
 
+@lru_cache(maxsize=None)
+def _config(path: Path) -> dict:
+    return json.loads(path.read_text()).get("config", {}) if path.is_file() else {}
+
+
+# The library's reason when no kernel of the build serves a valid problem (src/api/api.cpp).
+NO_KERNEL_TEXT = "no kernel of this build serves"
+
+
+def partial_build_skip(exc: BaseException, config: dict, gpu_arch=lambda: None) -> str | None:
+    """The skip reason for a test that failed with `exc` on a build that leaves kernels out on
+    purpose: the library found no kernel (NotImplementedError with NO_KERNEL_TEXT) and the
+    build's config (generated/manifest.json) had an FMHA_FILTER, or an arch list without the
+    GPU's (gpu_arch(): "9.0", asked only then). On a whole build that is a failure, and None
+    keeps it one."""
+    if not (isinstance(exc, NotImplementedError) and NO_KERNEL_TEXT in str(exc)):
+        return None
+    filters = config.get("fmha_filter") or []
+    archs = [a.split("+")[0].rstrip("af") for a in config.get("torch_cuda_arch_list") or []]
+    if filters:
+        why = f"FMHA_FILTER={','.join(filters)}"
+    elif archs and (arch := gpu_arch()) is not None and arch not in archs:
+        why = f"TORCH_CUDA_ARCH_LIST={';'.join(config['torch_cuda_arch_list'])} on a {arch} GPU"
+    else:
+        return None
+    return f"a partial build ({why}): {exc}"
+
+
+def library_config() -> dict:
+    """The manifest's config of the library the package loads (FMHA_LIBRARY's tree, else the
+    repository's), or of the binary under test."""
+    lib = os.environ.get("FMHA_LIBRARY")
+    beside = Path(lib).resolve().parent.parent / "generated" / "manifest.json" if lib else None
+    return _config(beside if beside is not None and beside.is_file() else manifest_path())
+
+
 def is_decode(kernel: dict) -> bool:
     """A family that serves a few query rows only (max_s_q): the decode family."""
     return bool(FAMILIES[kernel["family"]].max_s_q)
