@@ -25,6 +25,7 @@ AREAS = (
     ("kernel: decode", ("src/fmha/kernel/decode",)),
     ("kernel: ws", ("src/fmha/kernel/ws", "src/fmha/kernel/flash_sm90")),
     ("kernel: flash", ("src/fmha/kernel/flash_sm80",)),
+    ("kernel: backward", ("src/fmha/kernel/flash_bwd", "src/fmha/kernel/wgmma_bwd")),
     ("kernel: shared layers", ("src/fmha/",)),
     ("driver", ("src/",)),
     ("generator", ("generator/", "setup.py", "templates/")),

@@ -24,7 +24,7 @@
 // ALiBi, dropout (flash-bwd serves them on the 256 tile).
 #pragma once
 
-#include "fmha/kernel/wgmma_bwd_sm90.h"
+#include "fmha/kernel/wgmma_bwd/common.h"
 
 namespace fmha {
 namespace wgmma_bwd {
