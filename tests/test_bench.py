@@ -688,3 +688,27 @@ def test_ab_rejects_no_repeats():
     from bench import ab
     with pytest.raises(SystemExit):
         ab.main(["A", "B", "--repeats", "0"])
+
+
+def test_kv_e4m3_times_ours_as_run_py_does_with_the_decode_flags(monkeypatch, tmp_path):
+    from bench import kv_e4m3
+    seen = []
+
+    def run_fmha(exe, args, timeout):
+        seen.append(args)
+        return SimpleNamespace(returncode=0, stdout="", stderr="")
+
+    monkeypatch.setattr(run.driver, "run_fmha", run_fmha)
+    monkeypatch.setattr(run.driver, "parse_output", lambda out: {"us": "50", "tflops": "0", "kernel": "k"})
+    p = kv_e4m3.problem(128, 8, 16384)
+    timing = run.fmha_timer(tmp_path / "fmha.exe", ["-kv-e4m3"], kv_e4m3.RUNS, kv_e4m3.WARM_UP, cool_ms=0)(p, "bf16")
+    assert timing.us == 50.0
+    args = " ".join(seen[-1])
+    for flags in ("-b 8 -h 32 -d 128 -s 16384 -gqa 8 -s-q 1 -separate-q-k-v", "-bf16 -kv-e4m3 -skip-checks"):
+        assert flags in args
+    # fmha.exe's byte count (src/metrics.cu): bf16 Q and O, K and V at 2 or 1 byte
+    q_and_o, k_and_v = 2 * 8 * 32 * 1 * 128, 2 * 8 * 8 * 16384 * 128
+    assert kv_e4m3.cache_bytes(p, False) == 2 * (q_and_o + k_and_v)
+    assert kv_e4m3.cache_bytes(p, True) == 2 * q_and_o + k_and_v
+    assert kv_e4m3.cell(timing, p, True) == f"50.0 | {(2 * q_and_o + k_and_v) / 50e3:.0f}"
+    assert kv_e4m3.cell(run.Timing(NAN, "ours: exit 2: no kernel"), p, True) == "— (ours: exit 2: no kernel) | —"
