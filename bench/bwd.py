@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(ROOT))
-from bench.run import median_us_per_call  # noqa: E402
+from bench.timing import median_us_per_call  # noqa: E402
 from bench.suites import SUITES, Problem  # noqa: E402
 
 MAX_CALLS = 500

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench import report, run
+from bench import report, run, timing
 from bench.suites import ALL, DTYPES, SUITES, Problem, mha, only, select
 
 NAN = float("nan")
@@ -355,7 +355,7 @@ def test_plot_without_any_measurement(tmp_path):
 
 def fake_timer(us):
     def timer(p, dtype):
-        return run.Timing(us, "" if us == us else "refused", kernel="fake")
+        return timing.Timing(us, "" if us == us else "refused", kernel="fake")
     return timer
 
 
@@ -399,40 +399,40 @@ def test_refusal_quotes_the_asked_backends_reasons():
               warning("CuDNN attention kernel not used because:"),
               warning("CuDNN attention has been runtime disabled.")]
     error = RuntimeError("No available kernel. Aborting execution.")
-    assert run.refusal("efficient", error, caught) == \
+    assert timing.refusal("efficient", error, caught) == \
         "Memory Efficient attention requires q, k and v to have the same number of heads"
-    assert run.refusal("efficient", error, []) == "No available kernel. Aborting execution."
-    assert run.refusal("flash", error, caught) == "Flash attention has been runtime disabled."
+    assert timing.refusal("efficient", error, []) == "No available kernel. Aborting execution."
+    assert timing.refusal("flash", error, caught) == "Flash attention has been runtime disabled."
 
 
 # ---------------------------------------------------------------------------------------------
 # One burst rule for ours and SDPA
 
 def test_burst_is_about_measure_ms_of_launches_after_a_capped_warm_up():
-    assert run.burst(100.0, 20, 10) == (20, 10)        # short calls: every requested launch
-    assert run.burst(3400.0, 20, 10) == (7, 10)        # 25 ms of 3.4 ms calls
-    assert run.burst(30_000.0, 20, 10) == (1, 7)       # warm-up stops past 200 ms
-    assert run.burst(150_000.0, 20, 10) == (1, 2)      # at least one timed, two warm-up
-    assert run.burst(0.0, 20, 1) == (20, 2)
+    assert timing.burst(100.0, 20, 10) == (20, 10)        # short calls: every requested launch
+    assert timing.burst(3400.0, 20, 10) == (7, 10)        # 25 ms of 3.4 ms calls
+    assert timing.burst(30_000.0, 20, 10) == (1, 7)       # warm-up stops past 200 ms
+    assert timing.burst(150_000.0, 20, 10) == (1, 2)      # at least one timed, two warm-up
+    assert timing.burst(0.0, 20, 1) == (20, 2)
 
 
 def test_only_problems_that_may_pass_measure_ms_are_probed():
     short = mha(1, 16, 512, 128, False)                # 2.1 GFLOP: 20 x 43 us at 50 TFLOP/s
     long = mha(1, 16, 16384, 128, False)               # 2.2 TFLOP: one call may take 44 ms
-    assert not run.needs_probe(short, "bf16", 20)
-    assert run.needs_probe(long, "bf16", 20)
-    assert not run.needs_probe(long, "bf16", 1)        # one launch is what the probe would give
+    assert not timing.needs_probe(short, "bf16", 20)
+    assert timing.needs_probe(long, "bf16", 20)
+    assert not timing.needs_probe(long, "bf16", 1)        # one launch is what the probe would give
     decode = SUITES["decode"].problems[0]              # b = 30720 against 2 keys: bytes, not FLOPs
-    assert run.needs_probe(decode, "fp16", 20) == (20 * decode.bytes(2) / run.PROBE_ABOVE_BYTES > 0.025)
+    assert timing.needs_probe(decode, "fp16", 20) == (20 * decode.bytes(2) / timing.PROBE_ABOVE_BYTES > 0.025)
 
 
 def test_measure_ms_sets_the_burst_and_the_probe_threshold():
-    assert run.burst(3400.0, 1000, 10, measure_ms=500) == (147, 10)   # 500 ms of 3.4 ms calls
-    assert run.burst(3400.0, 20, 10, measure_ms=500) == (20, 10)      # still at most --runs
-    assert run.burst(3400.0, 20, 10, measure_ms=run.MEASURE_MS) == run.burst(3400.0, 20, 10)
+    assert timing.burst(3400.0, 1000, 10, measure_ms=500) == (147, 10)   # 500 ms of 3.4 ms calls
+    assert timing.burst(3400.0, 20, 10, measure_ms=500) == (20, 10)      # still at most --runs
+    assert timing.burst(3400.0, 20, 10, measure_ms=run.MEASURE_MS) == timing.burst(3400.0, 20, 10)
     long = mha(1, 16, 16384, 128, False)               # one call at most 44 ms at 50 TFLOP/s
-    assert run.needs_probe(long, "bf16", 20)
-    assert not run.needs_probe(long, "bf16", 20, measure_ms=1000)     # 20 x 44 ms < 1 s
+    assert timing.needs_probe(long, "bf16", 20)
+    assert not timing.needs_probe(long, "bf16", 20, measure_ms=1000)     # 20 x 44 ms < 1 s
 
 
 def test_measure_ms_flag_defaults_to_measure_ms_and_rejects_non_positive():
@@ -452,14 +452,14 @@ def test_ours_takes_the_burst_of_measure_ms(monkeypatch, tmp_path):
         calls.append(int(args[args.index("-runs") + 1]))
         return SimpleNamespace(returncode=0, stdout="", stderr="")
 
-    monkeypatch.setattr(run.driver, "run_fmha", run_fmha)
-    monkeypatch.setattr(run.driver, "parse_output", lambda out: {"us": "3400", "tflops": "0", "kernel": "k"})
+    monkeypatch.setattr(timing.driver, "run_fmha", run_fmha)
+    monkeypatch.setattr(timing.driver, "parse_output", lambda out: {"us": "3400", "tflops": "0", "kernel": "k"})
     long = mha(1, 16, 16384, 128, False)
     for measure_ms, runs, timed in ((run.MEASURE_MS, 20, 7), (500.0, 1000, 147)):
         calls.clear()
-        timing = run.fmha_timer(tmp_path / "fmha.exe", [], runs, 10, measure_ms=measure_ms, cool_ms=0)(long, "bf16")
+        got = timing.fmha_timer(tmp_path / "fmha.exe", [], runs, 10, measure_ms=measure_ms, cool_ms=0)(long, "bf16")
         assert calls == [1, timed]  # the one-launch probe, then the burst
-        assert (timing.us, timing.kernel) == (3400.0, "k")
+        assert (got.us, got.kernel) == (3400.0, "k")
 
 
 def test_sdpa_takes_the_burst_of_measure_ms():
@@ -494,7 +494,7 @@ def test_sdpa_takes_the_burst_of_measure_ms():
         launches.append(i)
         FakeTorch.now += 3.4
 
-    us = run.median_us_per_call(FakeTorch, launch, 1000, 3, 10, measure_ms=500, cool_ms=0)
+    us = timing.median_us_per_call(FakeTorch, launch, 1000, 3, 10, measure_ms=500, cool_ms=0)
     assert us == pytest.approx(3400.0)
     assert len(launches) == 10 + 1 + 3 * 147  # warm-up, the length probe, three bursts of 500 ms
 
@@ -504,7 +504,7 @@ def test_every_measurement_starts_from_an_idle_gpu(monkeypatch, tmp_path):
     each measured fmha.exe run (not the length probe), so no side's measurement starts nearer
     the power limit than another's (bench/NOTES.md §103)."""
     events = []
-    monkeypatch.setattr(run.time, "sleep", lambda s: events.append(("sleep", s)))
+    monkeypatch.setattr(timing.time, "sleep", lambda s: events.append(("sleep", s)))
 
     class FakeTorch:
         class cuda:
@@ -529,7 +529,7 @@ def test_every_measurement_starts_from_an_idle_gpu(monkeypatch, tmp_path):
             def _sleep(cycles):
                 events.append(("spin",))
 
-    run.median_us_per_call(FakeTorch, lambda i: events.append(("launch",)), 20, 3, 2, cool_ms=250)
+    timing.median_us_per_call(FakeTorch, lambda i: events.append(("launch",)), 20, 3, 2, cool_ms=250)
     first_burst = events.index(("spin",))
     bursts = [i for i, e in enumerate(events) if e == ("spin",)]
     assert len(bursts) == 3
@@ -538,10 +538,10 @@ def test_every_measurement_starts_from_an_idle_gpu(monkeypatch, tmp_path):
     assert ("sleep", 0.25) not in events[:first_burst - 4]  # not before the first warm-up or the probe
 
     events.clear()
-    monkeypatch.setattr(run.driver, "run_fmha", lambda exe, args, timeout: events.append(
+    monkeypatch.setattr(timing.driver, "run_fmha", lambda exe, args, timeout: events.append(
         ("fmha", int(args[args.index("-runs") + 1]))) or SimpleNamespace(returncode=0, stdout="", stderr=""))
-    monkeypatch.setattr(run.driver, "parse_output", lambda out: {"us": "3400", "tflops": "0", "kernel": "k"})
-    run.fmha_timer(tmp_path / "fmha.exe", [], 20, 10, repeats=2, cool_ms=100)(mha(1, 16, 16384, 128, False), "bf16")
+    monkeypatch.setattr(timing.driver, "parse_output", lambda out: {"us": "3400", "tflops": "0", "kernel": "k"})
+    timing.fmha_timer(tmp_path / "fmha.exe", [], 20, 10, repeats=2, cool_ms=100)(mha(1, 16, 16384, 128, False), "bf16")
     assert events == [("fmha", 1), ("sleep", 0.1), ("fmha", 7), ("sleep", 0.1), ("fmha", 7)]
 
 
@@ -563,11 +563,11 @@ def test_ours_is_the_median_run_and_a_failure_ends_it():
         calls.append(1)
         return {"us": str(next(times)), "kernel": "k"}, ""
 
-    fields, why = run.median_of_runs(measure, 3)
+    fields, why = timing.median_of_runs(measure, 3)
     assert (float(fields["us"]), why, len(calls)) == (20.0, "", 3)
-    assert float(run.median_of_runs(lambda: ({"us": "5"}, ""), 0)[0]["us"]) == 5.0   # at least one run
+    assert float(timing.median_of_runs(lambda: ({"us": "5"}, ""), 0)[0]["us"]) == 5.0   # at least one run
     outcomes = iter([({"us": "1"}, ""), (None, "ours: exit 1: boom"), ({"us": "2"}, "")])
-    assert run.median_of_runs(lambda: next(outcomes), 3) == (None, "ours: exit 1: boom")
+    assert timing.median_of_runs(lambda: next(outcomes), 3) == (None, "ours: exit 1: boom")
 
 
 def test_ours_repeats_flag_defaults_to_three_and_is_named_in_the_results_header(monkeypatch):
@@ -698,11 +698,11 @@ def test_kv_e4m3_times_ours_as_run_py_does_with_the_decode_flags(monkeypatch, tm
         seen.append(args)
         return SimpleNamespace(returncode=0, stdout="", stderr="")
 
-    monkeypatch.setattr(run.driver, "run_fmha", run_fmha)
-    monkeypatch.setattr(run.driver, "parse_output", lambda out: {"us": "50", "tflops": "0", "kernel": "k"})
+    monkeypatch.setattr(timing.driver, "run_fmha", run_fmha)
+    monkeypatch.setattr(timing.driver, "parse_output", lambda out: {"us": "50", "tflops": "0", "kernel": "k"})
     p = kv_e4m3.problem(128, 8, 16384)
-    timing = run.fmha_timer(tmp_path / "fmha.exe", ["-kv-e4m3"], kv_e4m3.RUNS, kv_e4m3.WARM_UP, cool_ms=0)(p, "bf16")
-    assert timing.us == 50.0
+    got = timing.fmha_timer(tmp_path / "fmha.exe", ["-kv-e4m3"], kv_e4m3.RUNS, kv_e4m3.WARM_UP, cool_ms=0)(p, "bf16")
+    assert got.us == 50.0
     args = " ".join(seen[-1])
     for flags in ("-b 8 -h 32 -d 128 -s 16384 -gqa 8 -s-q 1 -separate-q-k-v", "-bf16 -kv-e4m3 -skip-checks"):
         assert flags in args
@@ -710,5 +710,5 @@ def test_kv_e4m3_times_ours_as_run_py_does_with_the_decode_flags(monkeypatch, tm
     q_and_o, k_and_v = 2 * 8 * 32 * 1 * 128, 2 * 8 * 8 * 16384 * 128
     assert kv_e4m3.cache_bytes(p, False) == 2 * (q_and_o + k_and_v)
     assert kv_e4m3.cache_bytes(p, True) == 2 * q_and_o + k_and_v
-    assert kv_e4m3.cell(timing, p, True) == f"50.0 | {(2 * q_and_o + k_and_v) / 50e3:.0f}"
-    assert kv_e4m3.cell(run.Timing(NAN, "ours: exit 2: no kernel"), p, True) == "— (ours: exit 2: no kernel) | —"
+    assert kv_e4m3.cell(got, p, True) == f"50.0 | {(2 * q_and_o + k_and_v) / 50e3:.0f}"
+    assert kv_e4m3.cell(timing.Timing(NAN, "ours: exit 2: no kernel"), p, True) == "— (ours: exit 2: no kernel) | —"
