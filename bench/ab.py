@@ -5,8 +5,9 @@
                         [--cool-ms 500] [--extra FLAGS]
 
 For each problem, runs A and B alternately `--repeats` times (`-skip-checks`, bursts of about
-25 ms as bench/run.py times ours) and prints the median µs of each and B / A. Both must pick
-the same kernel; a problem where they differ is flagged. Meant for "no change intended" checks
+25 ms as bench/run.py times ours) and prints the median µs of each, B / A (the median of each
+repeat's pair) and the range of those pairs. Both must pick the same kernel; a problem where
+they differ is flagged. A and B may be the same fmha.exe (an A/A run: the noise alone). Meant for "no change intended" checks
 (a refactor, a rare-path branch) where SDPA adds nothing.
 
 Fairness, as bench/run.py: each run starts after --cool-ms of an idle GPU, and the pair's
@@ -54,8 +55,8 @@ def main(argv=None) -> int:
     if args.repeats < 1:
         parser.error(f"--repeats {args.repeats}: expected at least 1")
     suites = only(select([args.suite]), args.only) if args.only else select([args.suite])
-    print("| problem | kernel | A us | B us | B / A |")
-    print("|---|---|---|---|---|")
+    print("| problem | kernel | A us | B us | B / A | pairs |")
+    print("|---|---|---|---|---|---|")
     ratios = []
     for suite in suites:
         for p in suite.problems:
@@ -63,18 +64,20 @@ def main(argv=None) -> int:
             probe, _ = run(args.a, [*base, "-runs", "1", "-warm-up-runs", "1"])
             runs = max(1, min(200, int(BURST_MS * 1000 / probe)))
             timed = [*base, "-runs", str(runs), "-warm-up-runs", str(max(1, runs // 2))]
-            times = {args.a: [], args.b: []}
-            kernels = {}
+            times, kernels = ([], []), ["", ""]  # by side (A, B): the same exe twice is an A/A run
             for i in range(args.repeats):
-                for exe in ((args.a, args.b) if i % 2 == 0 else (args.b, args.a)):
+                for side in ((0, 1) if i % 2 == 0 else (1, 0)):
                     time.sleep(args.cool_ms / 1e3)
-                    us, kernels[exe] = run(exe, timed)
-                    times[exe].append(us)
-            a, b = statistics.median(times[args.a]), statistics.median(times[args.b])
-            ratios.append(b / a)
-            kernel = kernels[args.a] if kernels[args.a] == kernels[args.b] else \
-                f"{kernels[args.a]} != {kernels[args.b]}"
-            print(f"| {p.label()} | {kernel} | {a:.1f} | {b:.1f} | {b / a:.3f} |", flush=True)
+                    us, kernels[side] = run((args.a, args.b)[side], timed)
+                    times[side].append(us)
+            # B / A: the median of each repeat's pair (run next to each other, so a drift of the
+            # GPU's clock between repeats cancels); "pairs" is their range, the noise at hand.
+            pairs = [b / a for a, b in zip(*times)]
+            ratio = statistics.median(pairs)
+            ratios.append(ratio)
+            kernel = kernels[0] if kernels[0] == kernels[1] else f"{kernels[0]} != {kernels[1]}"
+            print(f"| {p.label()} | {kernel} | {statistics.median(times[0]):.1f} | {statistics.median(times[1]):.1f} "
+                  f"| {ratio:.3f} | {min(pairs):.3f}-{max(pairs):.3f} |", flush=True)
     print(f"\nB / A over {len(ratios)} problems: geometric mean "
           f"{statistics.geometric_mean(ratios):.4f}, min {min(ratios):.3f}, max {max(ratios):.3f}")
     return 0

@@ -681,7 +681,19 @@ def test_ab_turns_the_order_and_idles_before_each_run(monkeypatch, capsys):
     assert timed == ["A", "B", "B", "A", "A", "B", "B", "A"]
     assert sleeps == [0.25] * 8
     out = capsys.readouterr().out
-    assert "| 100.0 | 90.0 | 0.900 |" in out
+    assert "| 100.0 | 90.0 | 0.900 | 0.900-0.900 |" in out
+
+
+def test_ab_pairs_each_repeat_and_takes_the_same_exe_twice(monkeypatch, capsys):
+    from bench import ab
+    times = iter([10.0, 100.0, 101.0, 99.0, 102.0, 108.0, 105.0, 106.0, 100.0])  # the probe, then A B, B A, ...
+
+    monkeypatch.setattr(ab, "run", lambda exe, args: (next(times), "k"))
+    monkeypatch.setattr(ab.time, "sleep", lambda s: None)
+    assert ab.main(["X", "X", "--only", "b=32 h=16 s=512 d=128", "--repeats", "4"]) == 0
+    # A: 100, 102, 108, 100 (median 101); B: 101, 99, 105, 106 (103); pairs 1.010, 0.971, 0.972, 1.060
+    out = capsys.readouterr().out
+    assert "| k | 101.0 | 103.0 | 0.991 | 0.971-1.060 |" in out
 
 
 def test_ab_rejects_no_repeats():
