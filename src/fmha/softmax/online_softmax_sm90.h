@@ -147,16 +147,16 @@ struct OnlineSoftmaxScaled {
 #pragma unroll
             for (int i = 0; i < kNTiles; i += 2 * w) m[i] = fmaxf(m[i], m[i + w]);
         }
-        return fmaxf(m[0], -CUDART_INF_F);
+        return fmaxf(m[0], -CUDART_INF_F);  // new_max's start: a row of NaN scores reads -inf alike
     }
 
-    // scale() and P's 16-bit packing with the rows overlapped, in two steps around the wait
-    // for the previous block's P V (which reads the fragments): rows_step: row 0's max, then
-    // row 0's exp2s with row 1's max among them; rows_step_packed: row 1's exp2s, each k16
-    // slice packed as soon as its last exp2 is out. Only row 0's max is left outside the
-    // MUFU's shadow (FA3's compiled schedule, bench/NOTES.md §106-§107). The caller puts the
-    // wait between them after a branch (masked or not): in one basic block ptxas hoisted it
-    // above the whole softmax. The row sums add in scale()'s order: scale()'s bits.
+    // scale() and P's 16-bit packing by rows, in two steps around the wait for the previous
+    // block's P V (which reads the fragments), after FA3's compiled schedule (bench/NOTES.md
+    // §106-§107): rows_step: both rows' maxes (trees), row 0's exp2s (row 1's quad reduce
+    // lands among them); rows_step_packed: row 1's exp2s, each k16 slice packed as soon as its
+    // last exp2 is out, in the MUFU's shadow. The caller puts the wait between them after a
+    // branch (masked or not): in one basic block ptxas hoisted it above the whole softmax.
+    // The row sums add in scale()'s order and the maxes are exact: scale()'s bits.
     template <bool kCheckInf, int kNTiles>
     FMHA_DEVICE void rows_step(float (&s)[1][kNTiles][4], float (&alpha)[2], float& bias1, float& sum0,
                                float scale_log2) {

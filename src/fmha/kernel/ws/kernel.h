@@ -115,7 +115,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                                        : nullptr;
         // Score modifier, mask (boundary blocks only) and softmax of block nb; alpha: the O
         // rescale it needs.
-        // after_max: what must happen before the exp2s (kSplitSoftmax), before row 1's (kRowsSoftmax) or after the softmax.
+        // after_max: what must happen before the exp2s (kSplitSoftmax), before row 1's
+        // (kRowsSoftmax) or after the softmax.
         const auto softmax_block = [&](float (&acc_s)[1][Tr::kNTilesS][4], int nb, float (&alpha)[2],
                                        auto&& after_max) {
             if constexpr (kMod == softmax::ScoreMod::kSoftcap) {
