@@ -116,11 +116,17 @@ OURS = "regex:fwd_kernel|decode_kernel|decode_short_kernel|decode_mma_kernel|com
 OURS_MAIN = re.compile(r"fwd_kernel|decode_kernel|decode_short_kernel|decode_mma_kernel")  # one a call
 
 
-def fmha_exe_us(cmd: list[str], skip: int = 1, timeout: float = 300) -> float:
+def fmha_exe_us(cmd: list[str], skip: int = 1, timeout: float = 300, locked: bool = False) -> float:
     """Median ncu duration (µs) of the calls of `cmd` (bin/fmha.exe with -runs N): each call
     is an attention kernel and what follows it before the next (decode's combine), after the
-    first `skip` (warm-up) calls; NaN if ncu saw none."""
-    proc = subprocess.run(["ncu", *FLAGS, "-k", OURS, *cmd], capture_output=True, text=True, timeout=timeout)
+    first `skip` (warm-up) calls; NaN if ncu saw none. locked: ncu holds the GPU at its base
+    clock for each kernel (--clock-control base), so the power limit and the boost clock play
+    no part: time in cycles at one clock, for A/B runs (bench/ab.py --locked), not for tables
+    beside CUDA events."""
+    flags = [*FLAGS]
+    if locked:
+        flags[flags.index("--clock-control") + 1] = "base"
+    proc = subprocess.run(["ncu", *flags, "-k", OURS, *cmd], capture_output=True, text=True, timeout=timeout)
     calls: list[float] = []
     for name, ns in kernels(proc.stdout):
         if OURS_MAIN.search(name):

@@ -724,3 +724,19 @@ def test_kv_e4m3_times_ours_as_run_py_does_with_the_decode_flags(monkeypatch, tm
     assert kv_e4m3.cache_bytes(p, True) == 2 * q_and_o + k_and_v
     assert kv_e4m3.cell(got, p, True) == f"50.0 | {(2 * q_and_o + k_and_v) / 50e3:.0f}"
     assert kv_e4m3.cell(timing.Timing(NAN, "ours: exit 2: no kernel"), p, True) == "— (ours: exit 2: no kernel) | —"
+
+
+def test_ab_locked_times_by_ncu_at_the_base_clock(monkeypatch, capsys):
+    from bench import ab
+    seen = []
+
+    def fmha_exe_us(cmd, locked=False, timeout=300):
+        seen.append((cmd[0], locked, cmd[cmd.index("-runs") + 1], cmd[cmd.index("-warm-up-runs") + 1]))
+        return 100.0 if cmd[0] == "A" else 98.0
+
+    monkeypatch.setattr(ab.ncu, "fmha_exe_us", fmha_exe_us)
+    monkeypatch.setattr(ab, "run", lambda exe, args: (1.0, "k"))  # the kernel's name only
+    monkeypatch.setattr(ab.time, "sleep", lambda s: None)
+    assert ab.main(["A", "B", "--only", "b=32 h=16 s=512 d=128", "--repeats", "2", "--locked"]) == 0
+    assert seen == [("A", True, "6", "0"), ("B", True, "6", "0"), ("B", True, "6", "0"), ("A", True, "6", "0")]
+    assert "| k | 100.0 | 98.0 | 0.980 | 0.980-0.980 |" in capsys.readouterr().out

@@ -47,6 +47,9 @@ def test_fmha_exe_median_of_its_launches(monkeypatch):
     monkeypatch.setattr(ncu.subprocess, "run", fake)
     assert ncu.fmha_exe_us(["bin/fmha.exe", "-runs", "3"]) == pytest.approx(1.1)  # the warm-up call skipped
     assert seen[0][0] == "ncu" and seen[0][-3:] == ["bin/fmha.exe", "-runs", "3"]
+    assert seen[0][seen[0].index("--clock-control") + 1] == "none"  # beside CUDA events: clocks as they run
+    ncu.fmha_exe_us(["bin/fmha.exe", "-runs", "3"], locked=True)
+    assert seen[1][seen[1].index("--clock-control") + 1] == "base" and ncu.FLAGS[1] == "none"  # A/B: one clock
 
     def split(cmd, **kwargs):  # decode with splits: the combine kernel belongs to the call before it
         return Done(0, HEADER + row(0, "decode_kernel", "5,000") + row(1, "combine_kernel", "1,000")
