@@ -43,13 +43,12 @@ def run(exe: str, args: list[str]) -> tuple[float, str]:
     return float(fields["us"]), fields["kernel"]
 
 
-def run_locked(exe: str, args: list[str]) -> tuple[float, str]:
-    """--locked: ncu's median kernel duration at the base clock (bench/ncu.py); the kernel's
-    name from a plain one-launch run."""
+def run_locked(exe: str, args: list[str]) -> float:
+    """--locked: ncu's median kernel duration at the base clock (bench/ncu.py)."""
     us = ncu.fmha_exe_us([exe, *args], locked=True, timeout=600)
     if us != us:
         raise SystemExit(f"ncu {exe} {' '.join(args)}: no kernel duration")
-    return us, run(exe, [*args[:args.index("-runs")], "-runs", "1", "-warm-up-runs", "0"])[1]
+    return us
 
 
 def main(argv=None) -> int:
@@ -76,18 +75,23 @@ def main(argv=None) -> int:
     for suite in suites:
         for p in suite.problems:
             base = [*p.fmha_args(), *DTYPES[args.dtype].flag.split(), *args.extra.split(), "-skip-checks", "-v", "0"]
+            exes = (args.a, args.b)  # by side (A, B): the same exe twice is an A/A run
             if args.locked:  # one warm-up launch, then five timed ones (fmha_exe_us skips the first)
-                timed, measure = [*base, "-runs", "6", "-warm-up-runs", "0"], run_locked
+                kernels = [run(exe, [*base, "-runs", "1", "-warm-up-runs", "0"])[1] for exe in exes]  # names
+                timed = [*base, "-runs", "6", "-warm-up-runs", "0"]
             else:
                 probe, _ = run(args.a, [*base, "-runs", "1", "-warm-up-runs", "1"])
                 runs = max(1, min(200, int(BURST_MS * 1000 / probe)))
-                timed, measure = [*base, "-runs", str(runs), "-warm-up-runs", str(max(1, runs // 2))], run
-            times, kernels = ([], []), ["", ""]  # by side (A, B): the same exe twice is an A/A run
+                timed, kernels = [*base, "-runs", str(runs), "-warm-up-runs", str(max(1, runs // 2))], ["", ""]
+            times = ([], [])
             for i in range(args.repeats):
                 for side in ((0, 1) if i % 2 == 0 else (1, 0)):
                     time.sleep(args.cool_ms / 1e3)
-                    us, kernels[side] = measure((args.a, args.b)[side], timed)
-                    times[side].append(us)
+                    if args.locked:
+                        times[side].append(run_locked(exes[side], timed))
+                    else:
+                        us, kernels[side] = run(exes[side], timed)
+                        times[side].append(us)
             # B / A: the median of each repeat's pair (run next to each other, so a drift of the
             # GPU's clock between repeats cancels); "pairs" is their range, the noise at hand.
             pairs = [b / a for a, b in zip(*times)]

@@ -25,8 +25,12 @@ def manifest_path() -> Path:
 
 
 @lru_cache(maxsize=None)
+def _manifest(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
 def _load(path: Path) -> tuple:
-    return tuple(json.loads(path.read_text())["kernels"]) if path.is_file() else ()
+    return tuple(_manifest(path).get("kernels", ()))
 
 
 def kernels_or_skip() -> list[dict]:
@@ -41,9 +45,8 @@ def kernels_or_skip() -> list[dict]:
     return kernels
 
 
-@lru_cache(maxsize=None)
 def _config(path: Path) -> dict:
-    return json.loads(path.read_text()).get("config", {}) if path.is_file() else {}
+    return _manifest(path).get("config", {})
 
 
 # The library's reason when no kernel of the build serves a valid problem (src/api/api.cpp).

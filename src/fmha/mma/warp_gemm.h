@@ -46,18 +46,22 @@ FMHA_DEVICE void gemm_qk(float (&s)[kMmaM][kNTiles][4], const memory::LdsmAddr<L
     }
 }
 
+// One key slice's A operand from the S accumulators of its two n-tiles.
+template <typename Element>
+FMHA_DEVICE void s_slice_to_p(uint32_t (&p)[4], const float (&t0)[4], const float (&t1)[4]) {
+    p[0] = ElementTraits<Element>::pack(t0[0], t0[1]);
+    p[1] = ElementTraits<Element>::pack(t0[2], t0[3]);
+    p[2] = ElementTraits<Element>::pack(t1[0], t1[1]);
+    p[3] = ElementTraits<Element>::pack(t1[2], t1[3]);
+}
+
 // The S accumulators of n-tiles (2kk, 2kk+1) as the A operand of key slice kk.
 template <typename Element, int kMmaM, int kNTiles>
 FMHA_DEVICE void s_to_p(uint32_t (&p)[kMmaM][kNTiles / 2][4], const float (&s)[kMmaM][kNTiles][4]) {
 #pragma unroll
     for (int mi = 0; mi < kMmaM; ++mi) {
 #pragma unroll
-        for (int kk = 0; kk < kNTiles / 2; ++kk) {
-            p[mi][kk][0] = ElementTraits<Element>::pack(s[mi][2 * kk][0], s[mi][2 * kk][1]);
-            p[mi][kk][1] = ElementTraits<Element>::pack(s[mi][2 * kk][2], s[mi][2 * kk][3]);
-            p[mi][kk][2] = ElementTraits<Element>::pack(s[mi][2 * kk + 1][0], s[mi][2 * kk + 1][1]);
-            p[mi][kk][3] = ElementTraits<Element>::pack(s[mi][2 * kk + 1][2], s[mi][2 * kk + 1][3]);
-        }
+        for (int kk = 0; kk < kNTiles / 2; ++kk) s_slice_to_p<Element>(p[mi][kk], s[mi][2 * kk], s[mi][2 * kk + 1]);
     }
 }
 

@@ -174,9 +174,11 @@ struct OnlineSoftmaxScaled {
         }
         bias1 = minus_max(quad_new_max<kCheckInf>(mx1, 1, alpha, scale_log2));
     }
-    template <class Element, int kNTiles>
+    // (pack: two n8 tiles -> one k16 slice's A fragment, mma::s_slice_to_p.)
+    template <int kNTiles, class Pack>
     FMHA_DEVICE void rows_step_packed(float (&s)[1][kNTiles][4], uint32_t (&frag)[kNTiles / 2][4],
-                                      const float (&alpha)[2], float bias1, float sum0, float scale_log2) {
+                                      const float (&alpha)[2], float bias1, float sum0, float scale_log2,
+                                      Pack&& pack) {
         float sum1 = 0.f;
 #pragma unroll
         for (int kk = 0; kk < kNTiles / 2; ++kk) {
@@ -189,10 +191,7 @@ struct OnlineSoftmaxScaled {
                     sum1 += pv;
                 }
             }
-            frag[kk][0] = ElementTraits<Element>::pack(s[0][2 * kk][0], s[0][2 * kk][1]);
-            frag[kk][1] = ElementTraits<Element>::pack(s[0][2 * kk][2], s[0][2 * kk][3]);
-            frag[kk][2] = ElementTraits<Element>::pack(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
-            frag[kk][3] = ElementTraits<Element>::pack(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
+            pack(frag[kk], s[0][2 * kk], s[0][2 * kk + 1]);
         }
         row_sum[0] = row_sum[0] * alpha[0] + sum0;
         row_sum[1] = row_sum[1] * alpha[1] + sum1;

@@ -164,7 +164,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 1)
                     softmax.template rows_step<false>(acc_s, alpha, bias1, sum0, c.scale_log2);
                 }
                 after_max();
-                softmax.template rows_step_packed<Element>(acc_s, p_frag[0], alpha, bias1, sum0, c.scale_log2);
+                softmax.rows_step_packed(acc_s, p_frag[0], alpha, bias1, sum0, c.scale_log2,
+                                         mma::s_slice_to_p<Element>);
             } else {
                 if (softmax::hides_keys(kMod) || wg_blk.masked(nb)) {
                     mask::apply(acc_s, rows, wg_row0 + row_g, nb * Tr::kBlockN + 2 * (lane % 4));
