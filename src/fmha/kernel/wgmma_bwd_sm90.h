@@ -19,7 +19,7 @@
 // in kStages stages, block j + kStages - 1's loads issued once block j's dS barrier has passed
 // (the one CTA barrier a block; dS has two buffers). MHA stores dK and dV itself; GQA leaves
 // fp32 rows per query head for the postprocess. Deterministic: flash-bwd's order of the dQ
-// adds, each done before the next CTA's turn (late_release, poll_turn: bench/NOTES.md §77).
+// adds, each CTA's turn released in its next block (kLateRelease: bench/NOTES.md §77, §109).
 // Heads narrower than the tile are zero-padded (MainArgs::panels_k, §76). No warp
 // specialisation yet (§65's plan). The parts the wide kernel shares: wgmma_bwd/common.h.
 #pragma once
@@ -161,6 +161,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
 
     memory::mbar_wait(bars, 0);  // K and V
     const auto order = [&](int m) { return cta.order(bp, m, Tr::kBlockM); };
+    // Deterministic: where a warpgroup releases its turn at a query block, per tile and for
+    // every mask (bench/NOTES.md §109; late_release is the wide kernel's rule): d = 128 (three
+    // stages) in its next block's dQ section, when the adds are long done; d = 64 at its next
+    // block's top, under that block's products (after both; softcap/ALiBi's instance after
+    // S^T's alone, which keeps it off the stack).
+    constexpr bool kLateRelease = Tr::kStages >= 3;
+    constexpr bool kReleaseUnderS = !kLateRelease && kMods;
     // Block j of the walk. kTop: issue its own S^T first (else block j - 1 did); kNext: issue
     // block j + 1's behind dQ's product. Compile-time, with the last block peeled: a product
     // issued on one run-time path only makes ptxas wait for all of them where the paths meet
@@ -170,11 +177,18 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
         const int m_block = m_begin + j, m0 = m_block * Tr::kBlockM;
         const int buf = j % Tr::kStages;
         if constexpr (kTop) issue_s(j);
+        // Deterministic: the last block's turn released (at the top: kLateRelease off) and this
+        // block's read while the products run (wait_turn below; the counter only grows: an early
+        // reading is valid).
+        if constexpr (kDeterministic && kReleaseUnderS)
+            if (wg_tid == 0 && j > 0) release_turn(order(m_block - 1));
         issue_dp(j);
-        // Deterministic: this block's turn read while the products run (wait_turn below).
         [[maybe_unused]] int seen = -1;
         if constexpr (kDeterministic)
-            if (wg_tid == 0) seen = poll_turn(order(m_block));  // (the counter only grows: an early reading is valid)
+            if (wg_tid == 0) {
+                if (!kLateRelease && !kReleaseUnderS && j > 0) release_turn(order(m_block - 1));
+                seen = poll_turn(order(m_block));
+            }
         const float* lse_s = rows_s + buf * 2 * Tr::kBlockM;
         const float* dsum_s = lse_s + Tr::kBlockM;
         const uint64_t stage = stage_of(j);  // this block's Q, dO buffers
@@ -322,11 +336,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
             mma::fence_operands(acc_dv);
             issue_s(j + 1);
         }
-        // Deterministic: wait for this CTA's turn (after releasing the last block's, late_release).
-        // (The counter's address is made where it is used: one thread, few live registers.)
+        // Deterministic: wait for this CTA's turn, after releasing the last block's (kLateRelease;
+        // the staging's last adds were done at the release). (The counter's address is made
+        // where it is used: one thread, few live registers.)
         if constexpr (kDeterministic) {
             if (wg_tid == 0) {
-                if (j > 0 && late_release<kMask>(q_len, kv_len)) release_turn(order(m_block - 1));
+                if (kLateRelease && j > 0) release_turn(order(m_block - 1));
                 wait_turn(order(m_block),
                           2 * flash_bwd::dq_turn<kMask, Tr::kBlockM, Tr::kBlockN>(p, n_block, m_block, kv_len, q_len, shift),
                           seen);
@@ -360,8 +375,6 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
                                               dq_col + 32 * c, head, q_off + m0 + dq_row);
             memory::bulk_commit();
         }
-        if constexpr (kDeterministic)
-            if (wg_tid == 0 && !late_release<kMask>(q_len, kv_len)) release_turn(order(m_block));
     };
     using Yes = std::true_type;
     using No = std::false_type;
@@ -375,7 +388,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) bwd_kernel(const __grid_const
         for (int j = 0; j < blocks; ++j) block(j, Yes{}, No{});
     }
     if constexpr (kDeterministic)
-        if (wg_tid == 0 && blocks > 0 && late_release<kMask>(q_len, kv_len)) release_turn(order(m_end - 1));
+        if (wg_tid == 0 && blocks > 0) release_turn(order(m_end - 1));
     if (wg_tid == 0) memory::bulk_wait<0>();  // the adds done before the postprocess reads
 
     // (Dropout at d = 64: the sequence's offset read again, not held across the loop: it spilled.)

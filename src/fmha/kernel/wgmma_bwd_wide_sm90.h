@@ -189,11 +189,15 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) wide_kernel(const __grid_cons
                 mma::wgmma_rs<kBf16, Tr::kHalf>(mma::flat(acc_dv), p_frag[0][kk], desc_do_mn + kk * 128, true);
             mma::wgmma_commit();
         };
-        // Deterministic: this block's turn, read while the square products run (wait_turn below).
+        // Deterministic: the last block's turn released (unless late_release) and this block's
+        // read while the square products run (wait_turn below).
         [[maybe_unused]] int seen = -1;
         const auto poll = [&] {
             if constexpr (kDeterministic)
-                if (wg_tid == 0) seen = poll_turn(order(m_block));
+                if (wg_tid == 0) {
+                    if (j > 0 && !late_release<kMask>(q_len, kv_len)) release_turn(order(m_block - 1));
+                    seen = poll_turn(order(m_block));
+                }
         };
         if (wg == 0) {
             memory::mbar_wait(bar_q(j), (j / Tr::kStages) & 1);
@@ -293,7 +297,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) wide_kernel(const __grid_cons
                                                desc_k_mn + c * (kPanel >> 4) + kk * 128, kk > 0);
             mma::wgmma_commit();
         }
-        if constexpr (kDeterministic) {  // the narrow kernel's order and late release
+        if constexpr (kDeterministic) {  // the narrow kernel's order and release
             if (wg_tid == 0) {
                 if (j > 0 && late_release<kMask>(q_len, kv_len)) release_turn(order(m_block - 1));
                 wait_turn(order(m_block),
@@ -329,11 +333,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) wide_kernel(const __grid_cons
             }
             panel += 2;
         }
-        if constexpr (kDeterministic)
-            if (wg_tid == 0 && !late_release<kMask>(q_len, kv_len)) release_turn(order(m_block));
     }
     if constexpr (kDeterministic)
-        if (wg_tid == 0 && blocks > 0 && late_release<kMask>(q_len, kv_len)) release_turn(order(m_end - 1));
+        if (wg_tid == 0 && blocks > 0) release_turn(order(m_end - 1));
     if (wg_tid == 0) memory::bulk_wait<0>();  // the adds done before the postprocess reads
 
     store_dkv<Element>(bp, acc_dk, acc_dv, head, kv_off, kv_len, key_base, col0, lane);  // this warpgroup's columns

@@ -111,7 +111,9 @@ FMHA_DEVICE void zero_panels(uint32_t tile, int stride, int count, int from, int
 // dQ rows from the last down, a counter a query block; each warpgroup adds once a turn, so a
 // CTA's turn k is when the counter reads 2 k). poll_turn reads the counter (early, its latency
 // under the block's products), wait_turn spins from that reading until it is `value`,
-// release_turn waits for this thread's adds to be done and visible, then counts one.
+// release_turn waits for this thread's adds to be done and visible, then counts one. A
+// warpgroup releases a query block's turn in its next block: in the dQ section (late), or at
+// the block's top, under its products (bench/NOTES.md §77, §109).
 FMHA_DEVICE int poll_turn(const int* counter) {
     int seen;
     asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
@@ -126,13 +128,14 @@ FMHA_DEVICE void release_turn(int* counter) {
     asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter) : "memory");
 }
 
-// Whether a CTA may release its turn at a query block one block late, at its next block's dQ
-// (its adds long done, so nothing stalls), instead of waiting for them at once: where each key
-// block's walk reaches every query block one or two steps after the key block above it, so
-// that the later release still comes before the next turn is due. True of the causal mask with
-// s_q = s_kv (query block m's first key block is the one whose walk starts there) and tiles
-// with kBlockN >= kBlockM; not where many key blocks reach a query block at once (no mask,
-// windows, s_q != s_kv), where a late release would put a block's time on every turn.
+// Where the wide kernel releases a turn at a query block (the narrow one decides per tile,
+// kLateRelease). Late, in its next block's dQ section (the adds long done, nothing stalls),
+// where each key block's walk reaches every query block one or two steps after the key block
+// above it, so that the later release still comes before the next turn is due: the causal
+// mask with s_q = s_kv (query block m's first key block is the one whose walk starts there)
+// and tiles with kBlockN >= kBlockM. Elsewhere (no mask, windows, s_q != s_kv) many key blocks
+// reach a query block at once and each turn waits on the one above it: there the release
+// comes at the top of the next block, under its square products, a shorter link.
 template <BwdMask kMask>
 FMHA_DEVICE bool late_release(int q_len, int kv_len) {
     return kMask == BwdMask::kCausal && q_len == kv_len;
