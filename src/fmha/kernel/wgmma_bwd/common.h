@@ -109,18 +109,21 @@ FMHA_DEVICE void zero_panels(uint32_t tile, int stride, int count, int from, int
 
 // Deterministic mode (flash-bwd's order: the key blocks that see a query block add into its
 // dQ rows from the last down, a counter a query block; each warpgroup adds once a turn, so a
-// CTA's turn k is when the counter reads 2 k). poll_turn reads the counter (early, its latency
-// under the block's products), wait_turn spins from that reading until it is `value`,
-// release_turn waits for this thread's adds to be done and visible, then counts one. A
-// warpgroup releases a query block's turn in its next block: in the dQ section (late), or at
-// the block's top, under its products (bench/NOTES.md §77, §109).
+// CTA's turn k is when the counter reads 2 k). poll_turn reads the counter relaxed (early, its
+// latency under the block's products): an acquire is an L1 invalidation (CCTL.IVALL) at every
+// reading, which slowed the whole CTA by up to 10 % while one thread spun (bench/NOTES.md
+// §110). wait_turn spins on such readings until it is `value`, then reads it once with acquire
+// (what orders this CTA's adds after those counted). release_turn waits for this thread's adds
+// to be done and visible, then counts one. A warpgroup releases a query block's turn in its
+// next block: in the dQ section (late), or at the block's top, under its products (§77, §109).
 FMHA_DEVICE int poll_turn(const int* counter) {
     int seen;
-    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
+    asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
     return seen;
 }
 FMHA_DEVICE void wait_turn(const int* counter, int value, int seen = -1) {
     while (seen != value) seen = poll_turn(counter);
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
 }
 FMHA_DEVICE void release_turn(int* counter) {
     memory::bulk_wait<0>();
