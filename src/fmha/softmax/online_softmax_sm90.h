@@ -80,6 +80,13 @@ struct OnlineSoftmaxScaled {
         return max_scaled;
     }
 
+    // exp2(scale_log2 * x + bias), also added to sum: every step's one exp2.
+    FMHA_DEVICE static float exp2_add(float x, float scale_log2, float bias, float& sum) {
+        const float pv = fast_exp2(fmaf(x, scale_log2, bias));
+        sum += pv;
+        return pv;
+    }
+
     // s: [1][kNTiles][4] scores of one key block -> exp2(scale_log2 * s - M).
     // alpha: per row, the factor O must be multiplied by before this block's P.V.
     // kCheckInf: a row may still have seen no allowed key (masked blocks).
@@ -92,11 +99,7 @@ struct OnlineSoftmaxScaled {
 #pragma unroll
             for (int ni = 0; ni < kNTiles; ++ni) {
 #pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const float pv = fast_exp2(fmaf(s[0][ni][2 * h + e], scale_log2, minus_max(max_scaled)));
-                    s[0][ni][2 * h + e] = pv;
-                    sum += pv;
-                }
+                for (int e = 0; e < 2; ++e) s[0][ni][2 * h + e] = exp2_add(s[0][ni][2 * h + e], scale_log2, minus_max(max_scaled), sum);
             }
             row_sum[h] = row_sum[h] * alpha[h] + sum;
         }
@@ -123,11 +126,7 @@ struct OnlineSoftmaxScaled {
 #pragma unroll
             for (int t = 0; t < 4; ++t) {
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const float pv = fast_exp2(fmaf(s[0][4 * kk + t][e], scale_log2, bias[e / 2]));
-                    s[0][4 * kk + t][e] = pv;
-                    sum[e / 2] += pv;
-                }
+                for (int e = 0; e < 4; ++e) s[0][4 * kk + t][e] = exp2_add(s[0][4 * kk + t][e], scale_log2, bias[e / 2], sum[e / 2]);
             }
             pack(frag[kk], s[0][4 * kk], s[0][4 * kk + 1], s[0][4 * kk + 2], s[0][4 * kk + 3]);
         }
@@ -166,11 +165,7 @@ struct OnlineSoftmaxScaled {
 #pragma unroll
         for (int ni = 0; ni < kNTiles; ++ni) {
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const float pv = fast_exp2(fmaf(s[0][ni][e], scale_log2, bias0));
-                s[0][ni][e] = pv;
-                sum0 += pv;
-            }
+            for (int e = 0; e < 2; ++e) s[0][ni][e] = exp2_add(s[0][ni][e], scale_log2, bias0, sum0);
         }
         bias1 = minus_max(quad_new_max<kCheckInf>(mx1, 1, alpha, scale_log2));
     }
@@ -185,11 +180,7 @@ struct OnlineSoftmaxScaled {
 #pragma unroll
             for (int t = 0; t < 2; ++t) {
 #pragma unroll
-                for (int e = 2; e < 4; ++e) {
-                    const float pv = fast_exp2(fmaf(s[0][2 * kk + t][e], scale_log2, bias1));
-                    s[0][2 * kk + t][e] = pv;
-                    sum1 += pv;
-                }
+                for (int e = 2; e < 4; ++e) s[0][2 * kk + t][e] = exp2_add(s[0][2 * kk + t][e], scale_log2, bias1, sum1);
             }
             pack(frag[kk], s[0][2 * kk], s[0][2 * kk + 1]);
         }
